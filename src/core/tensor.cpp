@@ -1,0 +1,122 @@
+#include "mxq/core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#if MXQ_WITH_CUDA
+#include "mxq/core/cuda_check.h"
+#endif
+
+namespace mxq {
+
+std::ostream& operator<<(std::ostream& out, const Device& device) {
+  if (device.is_cpu()) return out << "cpu";
+  return out << "cuda:" << device.index;
+}
+
+TensorView::TensorView(void* data, DType dtype, Shape shape, Device device)
+    : TensorView(data, dtype, shape, contiguous_strides(shape), device) {}
+
+TensorView::TensorView(void* data, DType dtype, Shape shape, Shape strides, Device device)
+    : data_(data), dtype_(dtype), shape_(shape), strides_(strides), device_(device) {
+  MXQ_CHECK(shape.rank() == strides.rank(), ErrorCode::kShapeMismatch,
+            "tensor view: shape ", shape, " and strides ", strides, " differ in rank");
+}
+
+bool TensorView::is_contiguous() const {
+  std::int64_t step = 1;
+  for (int i = rank() - 1; i >= 0; --i) {
+    if (shape_[i] != 1 && strides_[i] != step) return false;
+    step *= shape_[i];
+  }
+  return true;
+}
+
+void TensorView::require_dtype_is(DType dtype) const {
+  if (dtype_ != dtype) fail_argument(ErrorCode::kDtypeMismatch, "tensor element type", dtype, dtype_);
+}
+
+namespace {
+
+std::shared_ptr<void> allocate(std::size_t nbytes, Device device) {
+  const std::size_t padded = (nbytes + 63) / 64 * 64;
+  if (device.is_cpu()) {
+    void* data = std::aligned_alloc(64, padded == 0 ? 64 : padded);
+    if (data == nullptr) fail(ErrorCode::kOutOfRange, "host allocation of ", nbytes, " bytes failed");
+    return {data, [](void* p) { std::free(p); }};
+  }
+#if MXQ_WITH_CUDA
+  int previous = 0;
+  MXQ_CUDA_CHECK(cudaGetDevice(&previous));
+  MXQ_CUDA_CHECK(cudaSetDevice(device.index));
+  void* data = nullptr;
+  MXQ_CUDA_CHECK(cudaMalloc(&data, padded == 0 ? 64 : padded));
+  MXQ_CUDA_CHECK(cudaSetDevice(previous));
+  return {data, [](void* p) { cudaFree(p); }};
+#else
+  fail(ErrorCode::kUnsupported, "device ", device,
+       ": this build of mxq has no CUDA support (configure with -DMXQ_CUDA=ON)");
+#endif
+}
+
+}  // namespace
+
+Tensor Tensor::empty(DType dtype, Shape shape, Device device) {
+  Tensor tensor;
+  const std::size_t nbytes = static_cast<std::size_t>(shape.numel()) * size_of(dtype);
+  tensor.storage_ = allocate(nbytes, device);
+  tensor.view_ = TensorView(tensor.storage_.get(), dtype, shape, device);
+  return tensor;
+}
+
+Tensor Tensor::zeros(DType dtype, Shape shape, Device device) {
+  Tensor tensor = empty(dtype, shape, device);
+  if (device.is_cpu()) {
+    std::memset(tensor.data(), 0, tensor.nbytes());
+  } else {
+#if MXQ_WITH_CUDA
+    MXQ_CUDA_CHECK(cudaMemset(tensor.data(), 0, tensor.nbytes()));
+#endif
+  }
+  return tensor;
+}
+
+Tensor Tensor::to(Device device) const {
+  MXQ_CHECK(view_.is_contiguous(), ErrorCode::kInvalidArgument,
+            "Tensor::to: only contiguous tensors can be copied between devices");
+  Tensor out = empty(dtype(), shape(), device);
+  if (this->device().is_cpu() && device.is_cpu()) {
+    std::memcpy(out.data(), data(), nbytes());
+    return out;
+  }
+#if MXQ_WITH_CUDA
+  MXQ_CUDA_CHECK(cudaMemcpy(out.data(), data(), nbytes(), cudaMemcpyDefault));
+#endif
+  return out;
+}
+
+void require_rank(const TensorView& t, std::string_view argument, int rank) {
+  if (t.rank() != rank)
+    fail(ErrorCode::kShapeMismatch, argument, ": expected a ", rank, "-D tensor, found shape ",
+         t.shape());
+}
+
+void require_dtype(const TensorView& t, std::string_view argument, DType dtype) {
+  if (t.dtype() != dtype) fail_argument(ErrorCode::kDtypeMismatch, argument, dtype, t.dtype());
+}
+
+void require_device(const TensorView& t, std::string_view argument, Device device) {
+  if (t.device() != device) fail_argument(ErrorCode::kDeviceMismatch, argument, device, t.device());
+}
+
+void require_contiguous(const TensorView& t, std::string_view argument) {
+  if (!t.is_contiguous())
+    fail(ErrorCode::kInvalidArgument, argument, ": expected a contiguous tensor, found strides ",
+         t.strides(), " for shape ", t.shape());
+}
+
+void require_shape(const TensorView& t, std::string_view argument, const Shape& shape) {
+  if (!(t.shape() == shape)) fail_argument(ErrorCode::kShapeMismatch, argument, shape, t.shape());
+}
+
+}  // namespace mxq
