@@ -1,0 +1,55 @@
+// safetensors: a memory-mapped reader whose every header field and offset is bounds-checked
+// (a truncated or malicious file is an mxq::Error(kFormat), never a crash), and a writer that
+// writes a temporary file and renames it, so nothing is left behind on error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mxq/core/tensor.h"
+
+namespace mxq::io {
+
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::size_t begin = 0;  // byte offsets into the data section, as in the header
+  std::size_t end = 0;
+};
+
+class SafetensorsFile {
+ public:
+  // Maps `path` read-only and validates the header. Throws mxq::Error(kIo or kFormat).
+  static SafetensorsFile open(const std::string& path);
+  // Parses an in-memory image (used by the fuzzer and tests); the bytes must outlive the file.
+  static SafetensorsFile parse(std::span<const std::byte> bytes, std::string label = "<memory>");
+
+  [[nodiscard]] const std::string& path() const;
+  [[nodiscard]] const std::vector<SafetensorsEntry>& entries() const;  // in file order
+  [[nodiscard]] const std::map<std::string, std::string>& metadata() const;  // __metadata__
+  [[nodiscard]] bool contains(const std::string& name) const;
+  // Throws kInvalidArgument naming the file and the tensor when absent.
+  [[nodiscard]] const SafetensorsEntry& entry(const std::string& name) const;
+  // Read-only view of the mapped bytes (do not write through it). Only touched pages are read.
+  [[nodiscard]] TensorView view(const std::string& name) const;
+  [[nodiscard]] std::span<const std::byte> bytes(const std::string& name) const;
+
+ private:
+  struct State;
+  std::shared_ptr<const State> state_;
+};
+
+using NamedTensor = std::pair<std::string, TensorView>;
+
+// Writes host tensors (contiguous) in the given order; metadata goes to __metadata__.
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace mxq::io
