@@ -12,12 +12,18 @@ namespace {
 
 std::string type_name(EnvType type) {
   switch (type) {
-    case EnvType::kString: return "string";
-    case EnvType::kPath: return "path";
-    case EnvType::kInt: return "int";
-    case EnvType::kBool: return "bool";
-    case EnvType::kChoice: return "choice";
-    case EnvType::kList: return "list";
+    case EnvType::kString:
+      return "string";
+    case EnvType::kPath:
+      return "path";
+    case EnvType::kInt:
+      return "int";
+    case EnvType::kBool:
+      return "bool";
+    case EnvType::kChoice:
+      return "choice";
+    case EnvType::kList:
+      return "list";
   }
   return "?";
 }
@@ -36,8 +42,8 @@ nlohmann::json collect_info() {
     gpu_list.push_back({{"index", gpu.index},
                         {"name", gpu.name},
                         {"sm_count", gpu.sm_count},
-                        {"compute_capability",
-                         std::to_string(gpu.compute_major) + "." + std::to_string(gpu.compute_minor)},
+                        {"compute_capability", std::to_string(gpu.compute_major) + "." +
+                                                   std::to_string(gpu.compute_minor)},
                         {"memory_bytes", gpu.memory_bytes}});
   }
   out["gpus"] = gpu_list;
@@ -91,7 +97,8 @@ void print_human(const nlohmann::json& info) {
                                                         : var["value"].get<std::string>().c_str(),
                 var["set"].get<bool>() ? "" : "[default] ",
                 var["meaning"].get<std::string>().c_str());
-    if (var.contains("error")) std::printf("    error: %s\n", var["error"].get<std::string>().c_str());
+    if (var.contains("error"))
+      std::printf("    error: %s\n", var["error"].get<std::string>().c_str());
   }
   for (const auto& name : info["unknown_environment"]) {
     std::printf("  warning: %s is set but mxq does not know it (typo?)\n",
@@ -102,8 +109,9 @@ void print_human(const nlohmann::json& info) {
 }  // namespace
 
 void register_info(CLI::App& app) {
-  auto* cmd = app.add_subcommand("info", "Show version, build options, GPUs, cache directory and "
-                                         "every MXQ_* environment variable");
+  auto* cmd = app.add_subcommand("info",
+                                 "Show version, build options, GPUs, cache directory and "
+                                 "every MXQ_* environment variable");
   auto json = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json, "Print machine-readable JSON");
   cmd->callback([json] {

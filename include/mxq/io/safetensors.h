@@ -32,7 +32,7 @@ class SafetensorsFile {
   static SafetensorsFile parse(std::span<const std::byte> bytes, std::string label = "<memory>");
 
   [[nodiscard]] const std::string& path() const;
-  [[nodiscard]] const std::vector<SafetensorsEntry>& entries() const;  // in file order
+  [[nodiscard]] const std::vector<SafetensorsEntry>& entries() const;        // in file order
   [[nodiscard]] const std::map<std::string, std::string>& metadata() const;  // __metadata__
   [[nodiscard]] bool contains(const std::string& name) const;
   // Throws kInvalidArgument naming the file and the tensor when absent.
