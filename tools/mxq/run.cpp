@@ -4,6 +4,7 @@
 // an independent unpadded TP=1 run of the same layer.
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <iostream>
 
 #include "cli_util.h"
@@ -59,7 +60,9 @@ void run_main(const RunOptions& options) {
   const moe::PaddingSummary padding = layer.prepare(moe::kDefaultAlignment);
   const double load_seconds = seconds_since(phase);
   progress("forward: " + std::to_string(options.tokens) + " tokens");
+  const std::clock_t cpu_start = std::clock();  // process CPU time: all threads together
   const moe::MoeForwardResult result = layer.forward(x);
+  const double cpu_seconds = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
 
   // The independent reference: one rank, no padding.
   progress("reference: TP=1, unpadded");
@@ -110,6 +113,7 @@ void run_main(const RunOptions& options) {
           {"load_and_prepare_seconds", load_seconds},
           {"forward_seconds", result.total_seconds},
           {"forward_ms_per_token", per_token_ms},
+          {"forward_cpu_ms_per_token", 1e3 * cpu_seconds / static_cast<double>(options.tokens)},
           {"reference_seconds", reference_seconds},
           {"total_seconds", total_seconds},
           {"threads", num_threads()}}},
@@ -122,9 +126,11 @@ void run_main(const RunOptions& options) {
         static_cast<long long>(config.intermediate_size), static_cast<long long>(config.top_k),
         options.tp, static_cast<long long>(padding.before), static_cast<long long>(padding.after),
         100.0 * padding.wasted_fraction());
-    std::printf("forward: %lld tokens in %.3f s (%.1f ms/token, %d threads, CPU reference)\n",
-                static_cast<long long>(options.tokens), result.total_seconds, per_token_ms,
-                num_threads());
+    std::printf(
+        "forward: %lld tokens in %.3f s (%.1f ms/token, %d threads; CPU time %.1f "
+        "ms/token; CPU reference)\n",
+        static_cast<long long>(options.tokens), result.total_seconds, per_token_ms, num_threads(),
+        1e3 * cpu_seconds / static_cast<double>(options.tokens));
     std::printf(
         "vs TP=1 unpadded: %lld of %lld outputs differ in bits (max |diff| %.3g, "
         "%.2f of the fp32 summation bound)\n",

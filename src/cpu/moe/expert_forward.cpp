@@ -56,11 +56,14 @@ struct Task {
   std::int64_t row_end;
 };
 
+// Row tiles outermost: parallel_for hands each thread a contiguous range of tasks, and this
+// order gives every range a share of every expert, so threads get similar work however
+// unevenly the tokens are spread over the experts. Untouched experts are never decoded.
 std::vector<Task> make_tasks(const ExpertGroups& groups, std::int64_t rows) {
   std::vector<Task> tasks;
-  for (std::size_t e = 0; e + 1 < groups.begin.size(); ++e) {
-    if (groups.begin[e + 1] == groups.begin[e]) continue;  // expert not touched: not decoded
-    for (std::int64_t r = 0; r < rows; r += kRowTile) {
+  for (std::int64_t r = 0; r < rows; r += kRowTile) {
+    for (std::size_t e = 0; e + 1 < groups.begin.size(); ++e) {
+      if (groups.begin[e + 1] == groups.begin[e]) continue;
       tasks.push_back({static_cast<std::int64_t>(e), r, std::min(rows, r + kRowTile)});
     }
   }
