@@ -48,13 +48,19 @@ struct MoeParams {
 };
 
 struct MoeRun {
-  const std::uint16_t* x = nullptr;   // [T, H] bf16
-  int tokens = 0;                     // T
-  const int* topk_ids = nullptr;      // [T, k] global expert ids, when routing is precomputed
+  const std::uint16_t* x = nullptr;     // [T, H] bf16
+  int tokens = 0;                       // T
+  const int* topk_ids = nullptr;        // [T, k] global expert ids, when routing is precomputed
   const float* topk_weights = nullptr;  // [T, k]
-  float* out_f32 = nullptr;           // [T, H] fp32 partial (before the TP sum), or null
-  std::uint16_t* out_bf16 = nullptr;  // [T, H] bf16 final output, or null
+  float* out_f32 = nullptr;             // [T, H] fp32 partial (before the TP sum), or null
+  std::uint16_t* out_bf16 = nullptr;    // [T, H] bf16 final output, or null
+  // Optional: 5 events recorded before routing, before gemm1, gemm2, combine and after combine
+  // (benchmarks time the phases with them; recording is legal under graph capture).
+  cudaEvent_t* phase_events = nullptr;
 };
+
+// Per-expert bytes the decode tactic streams for one expert (valid rows/columns only).
+std::size_t moe_expert_weight_bytes(const MoeDeviceWeights& w);
 
 // Why this tactic cannot run the shape, or nullptr when it can.
 const char* moe_decode_unsupported_reason(const MoeDeviceWeights& w, const MoeParams& p);
@@ -64,8 +70,7 @@ std::size_t moe_workspace_bytes(const MoeDeviceWeights& w, const MoeParams& p, i
 
 // Enqueues the forward. Throws mxq::Error on unsupported shapes, a too-small workspace or a
 // CUDA launch failure.
-void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& run,
-                 void* workspace, std::size_t workspace_bytes, int max_tokens,
-                 cudaStream_t stream);
+void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& run, void* workspace,
+                 std::size_t workspace_bytes, int max_tokens, cudaStream_t stream);
 
 }  // namespace mxq::moe::cuda

@@ -18,10 +18,10 @@
 namespace mxq::moe::cuda {
 namespace {
 
-constexpr int kTileTokens = 8;    // mma n
-constexpr int kTileRows = 16;     // mma m
-constexpr int kGemmWarps = 4;     // split-K warps per block
-constexpr int kChunk = 128;       // K elements per lane-quad per iteration (4 MX blocks)
+constexpr int kTileTokens = 8;  // mma n
+constexpr int kTileRows = 16;   // mma m
+constexpr int kGemmWarps = 4;   // split-K warps per block
+constexpr int kChunk = 128;     // K elements per lane-quad per iteration (4 MX blocks)
 constexpr int kMaxTopK = 8;
 
 struct Workspace {
@@ -41,13 +41,16 @@ struct Workspace {
 
 std::size_t align_up(std::size_t n) { return (n + 255) / 256 * 256; }
 
-int max_tiles_for(int pairs, int experts) { return std::min(pairs, experts) + pairs / kTileTokens + 1; }
+int max_tiles_for(int pairs, int experts) {
+  return std::min(pairs, experts) + pairs / kTileTokens + 1;
+}
 
 template <typename Visit>
 std::size_t layout(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens, Visit&& visit) {
   const std::size_t pairs = static_cast<std::size_t>(max_tokens) * p.top_k;
   const std::size_t experts = static_cast<std::size_t>(w.num_local_experts);
-  const std::size_t tiles = static_cast<std::size_t>(max_tiles_for(static_cast<int>(pairs), w.num_local_experts));
+  const std::size_t tiles =
+      static_cast<std::size_t>(max_tiles_for(static_cast<int>(pairs), w.num_local_experts));
   std::size_t offset = 0;
   const auto take = [&](std::size_t bytes) {
     const std::size_t at = offset;
@@ -55,10 +58,9 @@ std::size_t layout(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens
     return at;
   };
   visit(take(pairs * sizeof(int)), take(pairs * sizeof(float)), take(experts * sizeof(int)),
-        take((experts + 1) * sizeof(int)), take(sizeof(int)),
-        take(pairs * sizeof(int)), take(pairs * sizeof(int)), take(tiles * sizeof(int)),
-        take(tiles * sizeof(int)), take(tiles * sizeof(int)),
-        take(pairs * static_cast<std::size_t>(w.inter) * 2),
+        take((experts + 1) * sizeof(int)), take(sizeof(int)), take(pairs * sizeof(int)),
+        take(pairs * sizeof(int)), take(tiles * sizeof(int)), take(tiles * sizeof(int)),
+        take(tiles * sizeof(int)), take(pairs * static_cast<std::size_t>(w.inter) * 2),
         take(pairs * static_cast<std::size_t>(w.hidden) * 4));
   return offset;
 }
@@ -68,9 +70,8 @@ Workspace carve(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens, v
   Workspace ws{};
   layout(w, p, max_tokens,
          [&](std::size_t ids, std::size_t tw, std::size_t counts, std::size_t offsets,
-             std::size_t ntiles, std::size_t slot_pair, std::size_t pair_slot,
-             std::size_t texp, std::size_t tslot, std::size_t trows, std::size_t act,
-             std::size_t y) {
+             std::size_t ntiles, std::size_t slot_pair, std::size_t pair_slot, std::size_t texp,
+             std::size_t tslot, std::size_t trows, std::size_t act, std::size_t y) {
            ws.topk_ids = reinterpret_cast<int*>(bytes + ids);
            ws.topk_w = reinterpret_cast<float*>(bytes + tw);
            ws.counts = reinterpret_cast<int*>(bytes + counts);
@@ -160,8 +161,8 @@ __global__ void router_topk_kernel(const std::uint16_t* __restrict__ x,
 __global__ void build_lists_kernel(const int* __restrict__ topk_ids, int pairs, int first_expert,
                                    int experts, Workspace ws) {
   extern __shared__ int lists_smem[];
-  int* counts = lists_smem;                // [E]
-  int* offsets = lists_smem + experts;     // [E+1]
+  int* counts = lists_smem;                   // [E]
+  int* offsets = lists_smem + experts;        // [E+1]
   int* tile_offsets = offsets + experts + 1;  // [E+1]
   for (int e = threadIdx.x; e < experts; e += blockDim.x) counts[e] = 0;
   __syncthreads();
@@ -215,8 +216,8 @@ __global__ void build_lists_kernel(const int* __restrict__ topk_ids, int pairs, 
 // ---- 3/4. grouped GEMMs ---------------------------------------------------------------------
 __device__ __forceinline__ float sigmoidf_(float z) { return 1.0F / (1.0F + expf(-z)); }
 
-__device__ __forceinline__ float apply_activation(GpuActivation kind, float g, float u,
-                                                  float alpha, float limit) {
+__device__ __forceinline__ float apply_activation(GpuActivation kind, float g, float u, float alpha,
+                                                  float limit) {
   switch (kind) {
     case GpuActivation::kSwigluOai:
       g = fminf(g, limit);
@@ -257,8 +258,8 @@ __device__ __forceinline__ void stream_k(const RowPair<kAcc>& rp, const __nv_bfl
     for (int a = 0; a < kAcc; ++a) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        data[a][h] = has_block ? detail::load_stream_16(rp.row[a][h] + k0 / 2)
-                               : make_uint4(0, 0, 0, 0);
+        data[a][h] =
+            has_block ? detail::load_stream_16(rp.row[a][h] + k0 / 2) : make_uint4(0, 0, 0, 0);
         scales[a][h] = has_block ? rp.scale[a][h][k0 / 32] : 127U;
       }
     }
@@ -272,10 +273,9 @@ __device__ __forceinline__ void stream_k(const RowPair<kAcc>& rp, const __nv_bfl
         const detail::ScaleFactors f1 = detail::e8m0_scale_factors(scales[a][1]);
         const std::uint32_t hw0 = detail::halfword(data[a][0], s);
         const std::uint32_t hw1 = detail::halfword(data[a][1], s);
-        const std::uint32_t frag[4] = {detail::decode_e2m1x2(hw0 & 0xFFU, f0),
-                                       detail::decode_e2m1x2(hw1 & 0xFFU, f1),
-                                       detail::decode_e2m1x2(hw0 >> 8, f0),
-                                       detail::decode_e2m1x2(hw1 >> 8, f1)};
+        const std::uint32_t frag[4] = {
+            detail::decode_e2m1x2(hw0 & 0xFFU, f0), detail::decode_e2m1x2(hw1 & 0xFFU, f1),
+            detail::decode_e2m1x2(hw0 >> 8, f0), detail::decode_e2m1x2(hw1 >> 8, f1)};
         detail::mma_bf16_16816(acc[a], frag, bx.x, bx.y);
       }
     }
@@ -381,8 +381,8 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm1_swiglu_kernel(GemmArgs 
       g += bf16_bits_to_float(args.w.b13[base_row + channel]);
       u += bf16_bits_to_float(args.w.b13[base_row + args.w.inter_padded + channel]);
     }
-    const float out = apply_activation(args.p.activation, g, u, args.p.swiglu_alpha,
-                                       args.p.swiglu_limit);
+    const float out =
+        apply_activation(args.p.activation, g, u, args.p.swiglu_alpha, args.p.swiglu_limit);
     args.ws.act[static_cast<std::size_t>(slot0 + n) * args.w.inter + channel] =
         __float2bfloat16_rn(out);
   }
@@ -431,7 +431,8 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm2_kernel(GemmArgs args) {
     const int n = 2 * c + (i & 1);
     if (n >= rows) continue;
     float v = acc[0][i];
-    if (args.w.b2 != nullptr && args.p.add_down_bias) v += bf16_bits_to_float(args.w.b2[base_row + h]);
+    if (args.w.b2 != nullptr && args.p.add_down_bias)
+      v += bf16_bits_to_float(args.w.b2[base_row + h]);
     args.ws.y[static_cast<std::size_t>(slot0 + n) * args.w.hidden + h] = v;
   }
 }
@@ -464,7 +465,8 @@ std::size_t gemm_smem_bytes(int k) {
 
 const char* moe_decode_unsupported_reason(const MoeDeviceWeights& w, const MoeParams& p) {
   if (w.hidden <= 0 || w.hidden % 32 != 0) return "hidden size must be a positive multiple of 32";
-  if (w.inter <= 0 || w.inter % 32 != 0) return "intermediate size must be a positive multiple of 32";
+  if (w.inter <= 0 || w.inter % 32 != 0)
+    return "intermediate size must be a positive multiple of 32";
   if (w.inter_padded < w.inter || w.inter_padded % 32 != 0)
     return "padded intermediate size must be a multiple of 32 and >= the intermediate size";
   if (p.top_k < 1 || p.top_k > kMaxTopK) return "top-k must be in [1, 8]";
@@ -479,9 +481,8 @@ std::size_t moe_workspace_bytes(const MoeDeviceWeights& w, const MoeParams& p, i
   return layout(w, p, max_tokens, [](auto...) {});
 }
 
-void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& run,
-                 void* workspace, std::size_t workspace_bytes, int max_tokens,
-                 cudaStream_t stream) {
+void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& run, void* workspace,
+                 std::size_t workspace_bytes, int max_tokens, cudaStream_t stream) {
   if (const char* reason = moe_decode_unsupported_reason(w, p)) {
     fail(ErrorCode::kUnsupported, "CUDA MoE decode tactic: ", reason);
   }
@@ -493,6 +494,11 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   MXQ_CHECK(run.topk_ids != nullptr || w.router_w != nullptr, ErrorCode::kInvalidArgument,
             "moe_forward: no routing: give precomputed top-k ids/weights or router weights");
   if (run.tokens == 0) return;
+  const auto mark = [&](int phase) {
+    if (run.phase_events != nullptr)
+      MXQ_CUDA_CHECK(cudaEventRecord(run.phase_events[phase], stream));
+  };
+  mark(0);
   const Workspace ws = carve(w, p, max_tokens, workspace);
   const int pairs = run.tokens * p.top_k;
 
@@ -501,13 +507,12 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   if (ids == nullptr) {
     const std::size_t smem = (static_cast<std::size_t>(w.hidden) + w.num_global_experts) * 4;
     if (smem > 48 * 1024) {
-      MXQ_CUDA_CHECK(cudaFuncSetAttribute(router_topk_kernel,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
+      MXQ_CUDA_CHECK(cudaFuncSetAttribute(
+          router_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     }
-    router_topk_kernel<<<run.tokens, 256, smem, stream>>>(run.x, w.router_w, w.router_b,
-                                                          w.hidden, w.num_global_experts,
-                                                          p.top_k, ws.topk_ids, ws.topk_w);
+    router_topk_kernel<<<run.tokens, 256, smem, stream>>>(run.x, w.router_w, w.router_b, w.hidden,
+                                                          w.num_global_experts, p.top_k,
+                                                          ws.topk_ids, ws.topk_w);
     MXQ_CUDA_CHECK_LAUNCH();
     ids = ws.topk_ids;
     weights = ws.topk_w;
@@ -517,23 +522,34 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
                                                      w.num_local_experts, ws);
   MXQ_CUDA_CHECK_LAUNCH();
 
+  mark(1);
   const int max_tiles = max_tiles_for(pairs, w.num_local_experts);
   const GemmArgs args{w, p, run.x, p.top_k, ws};
   const std::size_t smem1 = gemm_smem_bytes(w.hidden);
-  MXQ_CUDA_CHECK(cudaFuncSetAttribute(gemm1_swiglu_kernel,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(smem1)));
+  MXQ_CUDA_CHECK(cudaFuncSetAttribute(
+      gemm1_swiglu_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem1)));
   gemm1_swiglu_kernel<<<dim3(w.inter / kTileRows, max_tiles), kGemmWarps * 32, smem1, stream>>>(
       args);
   MXQ_CUDA_CHECK_LAUNCH();
+  mark(2);
   const std::size_t smem2 = gemm_smem_bytes(w.inter);
   MXQ_CUDA_CHECK(cudaFuncSetAttribute(gemm2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem2)));
   gemm2_kernel<<<dim3(w.hidden / kTileRows, max_tiles), kGemmWarps * 32, smem2, stream>>>(args);
   MXQ_CUDA_CHECK_LAUNCH();
+  mark(3);
   combine_kernel<<<dim3((w.hidden + 255) / 256, run.tokens), 256, 0, stream>>>(
       ws.y, ws.pair_slot, weights, p.top_k, w.hidden, run.out_f32, run.out_bf16);
   MXQ_CUDA_CHECK_LAUNCH();
+  mark(4);
+}
+
+std::size_t moe_expert_weight_bytes(const MoeDeviceWeights& w) {
+  const std::size_t h = static_cast<std::size_t>(w.hidden);
+  const std::size_t i = static_cast<std::size_t>(w.inter);
+  const std::size_t w13 = 2 * i * (h / 2 + h / 32) + (w.b13 != nullptr ? 2 * i * 2 : 0);
+  const std::size_t w2 = h * (i / 2 + i / 32) + (w.b2 != nullptr ? h * 2 : 0);
+  return w13 + w2;
 }
 
 }  // namespace mxq::moe::cuda

@@ -39,7 +39,7 @@ __device__ __forceinline__ ScaleFactors e8m0_scale_factors(std::uint32_t scale) 
     f.first = bits | (bits << 16);
     f.second = 0;
   } else {
-    f.first = 0x7E807E80U;  // 2^126
+    f.first = 0x7E807E80U;                  // 2^126
     const std::uint32_t bits = scale << 7;  // 2^(scale - 127)
     f.second = bits | (bits << 16);
   }
