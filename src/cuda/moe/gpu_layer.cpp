@@ -1,0 +1,220 @@
+#include "mxq/moe/gpu_layer.h"
+
+#include <cstring>
+
+#include "mxq/core/cuda_check.h"
+#include "mxq/formats/bf16.h"
+#include "mxq/moe/cuda_moe.h"
+
+namespace mxq::moe {
+
+namespace cuda {
+// Sums `ranks` fp32 partials [T*H] in rank order and rounds to bf16 (rank_sum.cu).
+void sum_ranks_to_bf16(const float* partials, int ranks, std::size_t elements,
+                       std::uint16_t* out, cudaStream_t stream);
+}  // namespace cuda
+
+struct MoeGpuLayer::State {
+  MoeConfig config;
+  Device device;
+  int max_tokens = 0;
+  Tensor router_w;
+  Tensor router_b;
+  struct Rank {
+    std::vector<Tensor> params;  // keeps the device copies alive
+    cuda::MoeDeviceWeights weights;
+    bool active = true;  // false when the rank holds no valid channels
+  };
+  std::vector<Rank> ranks;
+  cuda::MoeParams params;
+  Tensor workspace;   // u8, shared by the ranks (they run one after another on the stream)
+  Tensor partials;    // f32 [ranks, max_tokens, H] when there is more than one rank
+};
+
+namespace {
+
+cuda::GpuActivation to_gpu(Activation a) {
+  switch (a) {
+    case Activation::kSwigluOai: return cuda::GpuActivation::kSwigluOai;
+    case Activation::kSwigluClamp: return cuda::GpuActivation::kSwigluClamp;
+    case Activation::kSwiglu: return cuda::GpuActivation::kSwiglu;
+  }
+  return cuda::GpuActivation::kSwiglu;
+}
+
+Tensor upload_view(const TensorView& view, Device device) {
+  Tensor out = Tensor::empty(view.dtype(), view.shape(), device);
+  MXQ_CUDA_CHECK(cudaMemcpy(out.data(), view.data(), view.nbytes(), cudaMemcpyHostToDevice));
+  return out;
+}
+
+}  // namespace
+
+MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device device) {
+  MXQ_CHECK(device.is_cuda(), ErrorCode::kDeviceMismatch,
+            "MoeGpuLayer::upload: device: expected a CUDA device, found ", device);
+  MXQ_CHECK(max_tokens >= 1, ErrorCode::kInvalidArgument,
+            "MoeGpuLayer::upload: max_tokens: expected >= 1, found ", max_tokens);
+  MXQ_CUDA_CHECK(cudaSetDevice(device.index));
+  auto state = std::make_shared<State>();
+  const MoeConfig& config = layer.config();
+  state->config = config;
+  state->device = device;
+  state->max_tokens = max_tokens;
+  state->params.top_k = static_cast<int>(config.top_k);
+  state->params.activation = to_gpu(config.activation);
+  state->params.swiglu_alpha = static_cast<float>(config.swiglu_alpha);
+  state->params.swiglu_limit = static_cast<float>(config.swiglu_limit);
+  state->params.add_down_bias = true;  // only TP rank 0 holds a non-zero down bias
+  if (config.router == RouterKind::kTopkSoftmax) {
+    state->router_w = upload_view(layer.router_weight(), device);
+    if (layer.router_bias().defined()) state->router_b = upload_view(layer.router_bias(), device);
+  }
+  std::size_t workspace_bytes = 0;
+  for (int r = 0; r < layer.num_ranks(); ++r) {
+    const MoeRankWeights& rank = layer.rank(r);
+    const MoeRankShape& shape = rank.shape();
+    State::Rank out;
+    out.active = shape.tp.valid > 0;
+    cuda::MoeDeviceWeights& w = out.weights;
+    for (const MoeParam param : kAllMoeParams) {
+      if (!rank.has(param)) continue;
+      out.params.push_back(upload_view(rank.view(param), device));
+      const void* p = out.params.back().data();
+      switch (param) {
+        case MoeParam::kW13: w.w13 = static_cast<const std::uint8_t*>(p); break;
+        case MoeParam::kW13Scale: w.w13_scale = static_cast<const std::uint8_t*>(p); break;
+        case MoeParam::kW2: w.w2 = static_cast<const std::uint8_t*>(p); break;
+        case MoeParam::kW2Scale: w.w2_scale = static_cast<const std::uint8_t*>(p); break;
+        case MoeParam::kW13Bias: w.b13 = static_cast<const std::uint16_t*>(p); break;
+        case MoeParam::kW2Bias: w.b2 = static_cast<const std::uint16_t*>(p); break;
+      }
+    }
+    if (state->router_w.defined()) {
+      w.router_w = static_cast<const std::uint16_t*>(state->router_w.data());
+      w.router_b = state->router_b.defined()
+                       ? static_cast<const std::uint16_t*>(state->router_b.data())
+                       : nullptr;
+    }
+    w.num_local_experts = static_cast<int>(shape.experts_local());
+    w.first_local_expert = static_cast<int>(shape.ep.begin);
+    w.num_global_experts = static_cast<int>(config.num_experts);
+    w.hidden = static_cast<int>(shape.hidden);
+    // The kernels stream only the channels that hold data; zero-filled and padded channels
+    // contribute exactly 0.
+    w.inter = static_cast<int>(shape.tp.valid);
+    w.inter_padded = static_cast<int>(shape.intermediate_per_partition);
+    if (out.active) {
+      if (const char* reason = cuda::moe_decode_unsupported_reason(w, state->params)) {
+        fail(ErrorCode::kUnsupported, "CUDA MoE: rank ", r, ": ", reason);
+      }
+      workspace_bytes = std::max(workspace_bytes,
+                                 cuda::moe_workspace_bytes(w, state->params, max_tokens));
+    }
+    state->ranks.push_back(std::move(out));
+  }
+  state->workspace = Tensor::empty(DType::kU8, {static_cast<std::int64_t>(workspace_bytes)}, device);
+  if (state->ranks.size() > 1) {
+    state->partials = Tensor::empty(
+        DType::kF32,
+        {static_cast<std::int64_t>(state->ranks.size()), max_tokens, config.hidden_size}, device);
+  }
+  MoeGpuLayer result;
+  result.state_ = std::move(state);
+  return result;
+}
+
+int MoeGpuLayer::max_tokens() const { return state_->max_tokens; }
+const MoeConfig& MoeGpuLayer::config() const { return state_->config; }
+std::string MoeGpuLayer::tactic_name() const { return "cuda.moe.decode_w4a16_mma"; }
+
+void MoeGpuLayer::forward(const TensorView& x, const TensorView& out, cudaStream_t stream,
+                          const TensorView& topk_ids, const TensorView& topk_weights) const {
+  const State& s = *state_;
+  const std::int64_t hidden = s.config.hidden_size;
+  require_rank(x, "x", 2);
+  require_dtype(x, "x", DType::kBF16);
+  require_device(x, "x", s.device);
+  require_contiguous(x, "x");
+  const std::int64_t tokens = x.size(0);
+  MXQ_CHECK(x.size(1) == hidden, ErrorCode::kShapeMismatch, "x: expected [T, ", hidden,
+            "], found ", x.shape());
+  MXQ_CHECK(tokens <= s.max_tokens, ErrorCode::kOutOfRange, "x: at most ", s.max_tokens,
+            " tokens (the layer's max_tokens), found ", tokens);
+  require_shape(out, "out", {tokens, hidden});
+  require_dtype(out, "out", DType::kBF16);
+  require_device(out, "out", s.device);
+  require_contiguous(out, "out");
+  const bool precomputed = topk_ids.data() != nullptr;
+  if (precomputed) {
+    require_shape(topk_ids, "topk_ids", {tokens, s.config.top_k});
+    require_dtype(topk_ids, "topk_ids", DType::kI32);
+    require_device(topk_ids, "topk_ids", s.device);
+    require_shape(topk_weights, "topk_weights", {tokens, s.config.top_k});
+    require_dtype(topk_weights, "topk_weights", DType::kF32);
+    require_device(topk_weights, "topk_weights", s.device);
+  } else {
+    MXQ_CHECK(s.router_w.defined(), ErrorCode::kInvalidArgument,
+              "topk_ids: this layer has no router; pass precomputed routing");
+  }
+  const bool single = s.ranks.size() == 1;
+  const std::size_t elements = static_cast<std::size_t>(tokens * hidden);
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    cuda::MoeRun run;
+    run.x = static_cast<const std::uint16_t*>(x.data());
+    run.tokens = static_cast<int>(tokens);
+    run.topk_ids = precomputed ? static_cast<const int*>(topk_ids.data()) : nullptr;
+    run.topk_weights = precomputed ? static_cast<const float*>(topk_weights.data()) : nullptr;
+    float* partial = single ? nullptr : s.partials.data_as<float>() + r * elements;
+    if (!s.ranks[r].active) {  // no channels: an exact zero partial
+      if (partial != nullptr) {
+        MXQ_CUDA_CHECK(cudaMemsetAsync(partial, 0, elements * sizeof(float), stream));
+      }
+      continue;
+    }
+    run.out_f32 = partial;
+    run.out_bf16 = single ? static_cast<std::uint16_t*>(out.data()) : nullptr;
+    cuda::moe_forward(s.ranks[r].weights, s.params, run, s.workspace.data(), s.workspace.nbytes(),
+                      s.max_tokens, stream);
+  }
+  if (!single) {
+    // The partials of all ranks are laid out [rank][T*H] with stride `elements`.
+    cuda::sum_ranks_to_bf16(s.partials.data_as<float>(), static_cast<int>(s.ranks.size()),
+                            elements, static_cast<std::uint16_t*>(out.data()), stream);
+  }
+}
+
+Tensor MoeGpuLayer::forward_host(const TensorView& x, const Routing* routing) const {
+  const State& s = *state_;
+  require_rank(x, "x", 2);
+  require_device(x, "x", Device::cpu());
+  require_contiguous(x, "x");
+  const std::int64_t tokens = x.size(0);
+  Tensor x_bf16 = Tensor::empty(DType::kBF16, x.shape());
+  auto* xb = static_cast<std::uint16_t*>(x_bf16.data());
+  if (x.dtype() == DType::kBF16) {
+    std::memcpy(xb, x.data(), x.nbytes());
+  } else {
+    require_dtype(x, "x", DType::kF32);
+    const float* xf = x.data_as<float>();
+    for (std::int64_t i = 0; i < x.numel(); ++i) xb[i] = float_to_bf16(xf[i]);
+  }
+  const Tensor x_dev = x_bf16.to(s.device);
+  Tensor out_dev = Tensor::empty(DType::kBF16, {tokens, s.config.hidden_size}, s.device);
+  Tensor ids_dev;
+  Tensor weights_dev;
+  if (routing != nullptr) {
+    ids_dev = routing->ids.to(s.device);
+    weights_dev = routing->weights.to(s.device);
+  }
+  forward(x_dev, out_dev, nullptr, routing ? ids_dev.view() : TensorView{},
+          routing ? weights_dev.view() : TensorView{});
+  MXQ_CUDA_CHECK(cudaDeviceSynchronize());
+  const Tensor out_bf16 = out_dev.to(Device::cpu());
+  Tensor out = Tensor::empty(DType::kF32, out_bf16.shape());
+  const auto* ob = static_cast<const std::uint16_t*>(out_bf16.data());
+  for (std::int64_t i = 0; i < out.numel(); ++i) out.data_as<float>()[i] = bf16_to_float(ob[i]);
+  return out;
+}
+
+}  // namespace mxq::moe
