@@ -38,11 +38,20 @@ class SafetensorsFile {
   // Throws kInvalidArgument naming the file and the tensor when absent.
   [[nodiscard]] const SafetensorsEntry& entry(const std::string& name) const;
   // Read-only view of the mapped bytes (do not write through it). Only touched pages are read.
+  // The format does not align tensor data: view() throws kUnsupported when the tensor's first
+  // byte is not aligned to its element size (see is_aligned); bytes() always works, copy from it.
   [[nodiscard]] TensorView view(const std::string& name) const;
   [[nodiscard]] std::span<const std::byte> bytes(const std::string& name) const;
+  // Whether the tensor's data address is a multiple of its element size (always true for 1-byte
+  // dtypes; true for every tensor written by write_safetensors in order of decreasing dtype size).
+  [[nodiscard]] bool is_aligned(const std::string& name) const;
 
  private:
   struct State;
+  // `owner` keeps `bytes` alive (the mapping for open(), nothing for parse()).
+  static SafetensorsFile parse_owned(std::span<const std::byte> bytes, std::string label,
+                                     std::shared_ptr<const void> owner);
+  [[nodiscard]] const State& state() const;
   std::shared_ptr<const State> state_;
 };
 

@@ -1,0 +1,384 @@
+// safetensors: 8-byte little-endian header length N, N bytes of JSON header, then the data
+// section. Every number taken from the file is checked before it is used as a size or an offset.
+#include "mxq/io/safetensors.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "io/file_util.h"
+
+namespace mxq::io {
+namespace {
+
+using Json = nlohmann::ordered_json;  // keeps the header's key order
+using detail::printable;
+
+constexpr std::size_t kHeaderLengthBytes = 8;
+// The reference implementation refuses headers above 100 MB; a larger one is not a real file.
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr std::string_view kMetadataKey = "__metadata__";
+constexpr std::string_view kSupportedDtypes =
+    "U8, I8, I32, I64, F32, BF16, F16, F8_E4M3, F8_E8M0, BOOL";
+
+std::string describe(const Json& value) { return printable(value.dump(), 48); }
+
+std::string_view json_type(const Json& value) {
+  if (value.is_number_unsigned()) return "a non-negative integer";
+  if (value.is_number_integer()) return "a negative integer";
+  if (value.is_number_float()) return "a floating-point number";
+  return value.type_name();
+}
+
+class HeaderParser {
+ public:
+  HeaderParser(std::string_view label, std::size_t data_size)
+      : label_(label), data_size_(data_size) {}
+
+  template <typename... Parts>
+  [[noreturn]] void format_error(const Parts&... parts) const {
+    fail(ErrorCode::kFormat, "safetensors file '", label_, "': ", parts...);
+  }
+
+  Json parse_json(std::string_view text) const {
+    // nlohmann/json keeps the last of duplicate keys silently; a repeated tensor name or field
+    // would make the file mean two things, so the parser callback rejects it.
+    std::vector<std::set<std::string>> open_objects;
+    std::string duplicate;
+    const Json::parser_callback_t reject_duplicates = [&](int, Json::parse_event_t event,
+                                                          Json& parsed) {
+      if (event == Json::parse_event_t::object_start) {
+        open_objects.emplace_back();
+      } else if (event == Json::parse_event_t::object_end) {
+        if (!open_objects.empty()) open_objects.pop_back();
+      } else if (event == Json::parse_event_t::key && !open_objects.empty() &&
+                 !open_objects.back().insert(parsed.get<std::string>()).second &&
+                 duplicate.empty()) {
+        duplicate = parsed.get<std::string>();
+      }
+      return true;
+    };
+    // nlohmann/json stops at a NUL byte as at the end of input, which would hide what follows;
+    // a raw NUL is never valid JSON (control characters in strings must be escaped).
+    if (const auto nul = text.find('\0'); nul != std::string_view::npos)
+      format_error("the header is not valid JSON: a NUL byte at header offset ", nul);
+    Json header;
+    try {
+      header = Json::parse(text.begin(), text.end(), reject_duplicates);
+    } catch (const nlohmann::json::exception& error) {
+      format_error("the header is not valid JSON: ", error.what());
+    }
+    if (!duplicate.empty()) format_error("the header repeats the key ", printable(duplicate));
+    if (!header.is_object())
+      format_error("the header must be a JSON object, found ", json_type(header));
+    return header;
+  }
+
+  std::map<std::string, std::string> parse_metadata(const Json& value) const {
+    if (!value.is_object())
+      format_error("__metadata__: expected an object of strings, found ", json_type(value));
+    std::map<std::string, std::string> metadata;
+    for (const auto& [key, text] : value.items()) {
+      if (!text.is_string())
+        format_error("__metadata__ ", printable(key), ": expected a string, found ",
+                     json_type(text), " ", describe(text));
+      metadata.emplace(key, text.get<std::string>());
+    }
+    return metadata;
+  }
+
+  SafetensorsEntry parse_entry(const std::string& name, const Json& value) const {
+    const std::string where = "tensor " + printable(name);
+    if (!value.is_object())
+      format_error(where, ": expected an object with dtype, shape and data_offsets, found ",
+                   json_type(value));
+    for (const auto& [key, field] : value.items()) {
+      if (key != "dtype" && key != "shape" && key != "data_offsets")
+        format_error(where, ": unexpected field ", printable(key),
+                     " (expected only dtype, shape and data_offsets)");
+    }
+    for (const char* key : {"dtype", "shape", "data_offsets"}) {
+      if (!value.contains(key)) format_error(where, ": missing field '", key, "'");
+    }
+    SafetensorsEntry entry;
+    entry.name = name;
+    entry.dtype = parse_dtype(where, value["dtype"]);
+    entry.shape = parse_shape(where, value["shape"]);
+    const std::uint64_t nbytes = checked_nbytes(where, entry.shape, entry.dtype);
+    parse_offsets(where, value["data_offsets"], nbytes, entry);
+    return entry;
+  }
+
+  // Entries sorted by data offset; overlapping byte ranges would alias two tensors.
+  void require_disjoint(std::vector<SafetensorsEntry>& entries) const {
+    std::stable_sort(entries.begin(), entries.end(),
+                     [](const auto& a, const auto& b) { return a.begin < b.begin; });
+    const SafetensorsEntry* previous = nullptr;
+    for (const auto& entry : entries) {
+      if (entry.begin == entry.end) continue;  // an empty range overlaps nothing
+      if (previous != nullptr && entry.begin < previous->end)
+        format_error("tensors ", printable(previous->name), " (bytes [", previous->begin, ", ",
+                     previous->end, ")) and ", printable(entry.name), " (bytes [", entry.begin,
+                     ", ", entry.end, ")) overlap in the data section");
+      previous = &entry;
+    }
+  }
+
+ private:
+  DType parse_dtype(const std::string& where, const Json& value) const {
+    if (!value.is_string())
+      format_error(where, ": dtype: expected a string, found ", json_type(value));
+    const auto code = value.get<std::string>();
+    const auto dtype = dtype_from_safetensors(code);
+    if (!dtype)
+      format_error(where, ": dtype: expected one of ", kSupportedDtypes, ", found ",
+                   printable(code));
+    return *dtype;
+  }
+
+  Shape parse_shape(const std::string& where, const Json& value) const {
+    if (!value.is_array())
+      format_error(where, ": shape: expected an array of non-negative integers, found ",
+                   json_type(value));
+    if (value.size() > static_cast<std::size_t>(Shape::kMaxDims))
+      format_error(where, ": shape: expected at most ", Shape::kMaxDims, " dimensions, found ",
+                   value.size());
+    Shape shape;
+    for (std::size_t i = 0; i < value.size(); ++i) {
+      const Json& extent = value[i];
+      if (!extent.is_number_unsigned() ||
+          extent.get<std::uint64_t>() >
+              static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+        format_error(where, ": shape[", i, "]: expected a non-negative integer, found ",
+                     json_type(extent), " ", describe(extent));
+      shape.push_back(extent.get<std::int64_t>());
+    }
+    return shape;
+  }
+
+  std::uint64_t checked_nbytes(const std::string& where, const Shape& shape, DType dtype) const {
+    std::uint64_t total = size_of(dtype);
+    for (const std::int64_t extent : shape.dims()) {
+      if (__builtin_mul_overflow(total, static_cast<std::uint64_t>(extent), &total) ||
+          total > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+        format_error(where, ": shape ", shape, " of ", dtype,
+                     " holds more bytes than fit in 63 bits");
+    }
+    return total;
+  }
+
+  std::uint64_t parse_offset(const std::string& where, const Json& value, int index) const {
+    if (!value.is_number_unsigned())
+      format_error(where, ": data_offsets[", index, "]: expected a non-negative integer, found ",
+                   json_type(value), " ", describe(value));
+    return value.get<std::uint64_t>();
+  }
+
+  void parse_offsets(const std::string& where, const Json& value, std::uint64_t nbytes,
+                     SafetensorsEntry& entry) const {
+    if (!value.is_array() || value.size() != 2)
+      format_error(where, ": data_offsets: expected [begin, end], found ", describe(value));
+    const std::uint64_t begin = parse_offset(where, value[0], 0);
+    const std::uint64_t end = parse_offset(where, value[1], 1);
+    if (begin > end)
+      format_error(where, ": data_offsets: expected begin <= end, found [", begin, ", ", end, "]");
+    if (end > data_size_)
+      format_error(where, ": data_offsets [", begin, ", ", end, "] end past the data section (",
+                   data_size_, " bytes): the file is truncated or the header is wrong");
+    if (end - begin != nbytes)
+      format_error(where, ": data_offsets [", begin, ", ", end, "] span ", end - begin,
+                   " bytes, expected ", nbytes, " for shape ", entry.shape, " of ", entry.dtype);
+    entry.begin = static_cast<std::size_t>(begin);
+    entry.end = static_cast<std::size_t>(end);
+  }
+
+  std::string label_;
+  std::size_t data_size_;
+};
+
+}  // namespace
+
+struct SafetensorsFile::State {
+  std::string label;
+  std::shared_ptr<const void> owner;         // the mapping for open(); null for parse()
+  std::span<const std::byte> data;           // the data section
+  std::vector<SafetensorsEntry> entries;     // sorted by data offset
+  std::map<std::string, std::size_t> index;  // name -> position in entries
+  std::map<std::string, std::string> metadata;
+};
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  auto mapping = detail::MappedFile::open(path, "safetensors file");
+  const std::span<const std::byte> bytes = mapping->bytes();
+  return parse_owned(bytes, path, std::move(mapping));
+}
+
+SafetensorsFile SafetensorsFile::parse(std::span<const std::byte> bytes, std::string label) {
+  return parse_owned(bytes, std::move(label), nullptr);
+}
+
+SafetensorsFile SafetensorsFile::parse_owned(std::span<const std::byte> bytes, std::string label,
+                                             std::shared_ptr<const void> owner) {
+  const HeaderParser parser(label, 0);
+  if (bytes.size() < kHeaderLengthBytes)
+    parser.format_error("expected at least ", kHeaderLengthBytes,
+                        " bytes (the header length), found ", bytes.size(), " bytes");
+  std::uint64_t header_length = 0;
+  for (std::size_t i = 0; i < kHeaderLengthBytes; ++i)
+    header_length |= static_cast<std::uint64_t>(bytes[i]) << (8 * i);
+  if (header_length > kMaxHeaderBytes)
+    parser.format_error("header length ", header_length, " exceeds the limit of ", kMaxHeaderBytes,
+                        " bytes (not a safetensors file, or corrupt)");
+  if (header_length > bytes.size() - kHeaderLengthBytes)
+    parser.format_error("header length ", header_length, " exceeds the ",
+                        bytes.size() - kHeaderLengthBytes,
+                        " bytes that follow it: the file is truncated or not a safetensors file");
+  const auto header_size = static_cast<std::size_t>(header_length);
+  const std::span<const std::byte> header_bytes = bytes.subspan(kHeaderLengthBytes, header_size);
+  const std::span<const std::byte> data = bytes.subspan(kHeaderLengthBytes + header_size);
+
+  const HeaderParser header_parser(label, data.size());
+  const Json header = header_parser.parse_json(
+      {reinterpret_cast<const char*>(header_bytes.data()), header_bytes.size()});
+
+  auto state = std::make_shared<State>();
+  state->label = std::move(label);
+  state->owner = std::move(owner);
+  state->data = data;
+  for (const auto& [key, value] : header.items()) {
+    if (key == kMetadataKey) {
+      state->metadata = header_parser.parse_metadata(value);
+    } else {
+      state->entries.push_back(header_parser.parse_entry(key, value));
+    }
+  }
+  header_parser.require_disjoint(state->entries);
+  for (std::size_t i = 0; i < state->entries.size(); ++i)
+    state->index.emplace(state->entries[i].name, i);
+
+  SafetensorsFile file;
+  file.state_ = std::move(state);
+  return file;
+}
+
+const SafetensorsFile::State& SafetensorsFile::state() const {
+  if (!state_)
+    fail(
+        ErrorCode::kInvalidArgument,
+        "SafetensorsFile: expected a file from open() or parse(), found a default-constructed one");
+  return *state_;
+}
+
+const std::string& SafetensorsFile::path() const { return state().label; }
+
+const std::vector<SafetensorsEntry>& SafetensorsFile::entries() const { return state().entries; }
+
+const std::map<std::string, std::string>& SafetensorsFile::metadata() const {
+  return state().metadata;
+}
+
+bool SafetensorsFile::contains(const std::string& name) const {
+  return state().index.contains(name);
+}
+
+const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
+  const State& s = state();
+  const auto found = s.index.find(name);
+  if (found == s.index.end())
+    fail(ErrorCode::kInvalidArgument, "safetensors file '", s.label, "': no tensor named ",
+         printable(name), " (the file has ", s.entries.size(), " tensors)");
+  return s.entries[found->second];
+}
+
+std::span<const std::byte> SafetensorsFile::bytes(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  return state().data.subspan(e.begin, e.end - e.begin);
+}
+
+bool SafetensorsFile::is_aligned(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  const auto address = reinterpret_cast<std::uintptr_t>(bytes(name).data());
+  return address % size_of(e.dtype) == 0;
+}
+
+TensorView SafetensorsFile::view(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  if (!is_aligned(name))
+    fail(ErrorCode::kUnsupported, "safetensors file '", state().label, "': tensor ",
+         printable(name), " of dtype ", e.dtype, " starts at data offset ", e.begin,
+         ", not aligned to ", size_of(e.dtype),
+         " bytes, so it cannot be viewed in place; copy it from bytes()");
+  // The mapping is read-only (PROT_READ): TensorView has no const flavour, and a write through
+  // this pointer faults, which is the documented contract.
+  return TensorView(const_cast<std::byte*>(bytes(name).data()), e.dtype, e.shape, Device::cpu());
+}
+
+namespace {
+
+// Throws kInvalidArgument when `text` is not valid UTF-8 (JSON strings must be).
+void require_utf8(const std::string& text, std::string_view argument) {
+  try {
+    (void)Json(text).dump();
+  } catch (const nlohmann::json::exception&) {
+    fail(ErrorCode::kInvalidArgument, argument, ": expected valid UTF-8, found ", printable(text));
+  }
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  Json header = Json::object();
+  if (!metadata.empty()) {
+    Json meta = Json::object();
+    for (const auto& [key, value] : metadata) {
+      require_utf8(key, "write_safetensors metadata key");
+      require_utf8(value, "write_safetensors metadata value of " + printable(key));
+      meta[key] = value;
+    }
+    header[std::string(kMetadataKey)] = std::move(meta);
+  }
+  std::vector<std::span<const std::byte>> pieces(2);  // length prefix and header come first
+  std::uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    const std::string argument = "write_safetensors tensor " + printable(name);
+    require_utf8(name, argument + " name");
+    if (name == kMetadataKey)
+      fail(ErrorCode::kInvalidArgument, argument,
+           ": the name __metadata__ is reserved for the metadata object");
+    if (header.contains(name))
+      fail(ErrorCode::kInvalidArgument, argument, ": the name appears twice in the tensor list");
+    require_device(tensor, argument, Device::cpu());
+    require_contiguous(tensor, argument);
+    const std::string_view code = info(tensor.dtype()).safetensors;
+    if (code.empty())
+      fail(ErrorCode::kUnsupported, argument, ": dtype ", tensor.dtype(),
+           " has no safetensors spelling; store packed FP4 (e2m1x2) as U8 bytes, two E2M1 codes "
+           "per byte with element 2j in the low nibble");
+    if (tensor.nbytes() > 0 && tensor.data() == nullptr)
+      fail(ErrorCode::kInvalidArgument, argument, ": expected data for ", tensor.nbytes(),
+           " bytes, found a null pointer");
+    Json dims = Json::array();
+    for (const std::int64_t extent : tensor.shape().dims()) dims.push_back(extent);
+    const std::uint64_t end = offset + tensor.nbytes();
+    header[name] = Json{
+        {"dtype", std::string(code)}, {"shape", std::move(dims)}, {"data_offsets", {offset, end}}};
+    pieces.emplace_back(tensor.bytes(), tensor.nbytes());
+    offset = end;
+  }
+  std::string header_text = header.dump();
+  // Padding to a multiple of 8 keeps the data section 8-byte aligned, as the reference writer does.
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');
+  std::array<std::byte, kHeaderLengthBytes> length_prefix{};
+  for (std::size_t i = 0; i < kHeaderLengthBytes; ++i)
+    length_prefix[i] = static_cast<std::byte>((header_text.size() >> (8 * i)) & 0xff);
+  pieces[0] = length_prefix;
+  pieces[1] = std::as_bytes(std::span<const char>(header_text));
+  detail::write_file_atomically(path, pieces, "safetensors file");
+}
+
+}  // namespace mxq::io
