@@ -23,9 +23,10 @@ __global__ void sum_ranks_kernel(const float* __restrict__ partials, int ranks,
 
 }  // namespace
 
-void sum_ranks_to_bf16(const float* partials, int ranks, std::size_t elements,
-                       std::uint16_t* out, cudaStream_t stream) {
-  const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((elements + 255) / 256, 4096));
+void sum_ranks_to_bf16(const float* partials, int ranks, std::size_t elements, std::uint16_t* out,
+                       cudaStream_t stream) {
+  const unsigned blocks =
+      static_cast<unsigned>(std::min<std::size_t>((elements + 255) / 256, 4096));
   sum_ranks_kernel<<<blocks, 256, 0, stream>>>(partials, ranks, elements, out);
   MXQ_CUDA_CHECK_LAUNCH();
 }
