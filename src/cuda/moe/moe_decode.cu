@@ -56,11 +56,20 @@ std::size_t layout(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens
     return at;
   };
   const std::size_t logits = static_cast<std::size_t>(max_tokens) * w.num_global_experts;
-  visit(take(pairs * sizeof(int)), take(pairs * sizeof(float)), take(logits * sizeof(float)),
-        take(sizeof(int)), take(pairs * sizeof(int)), take(pairs * sizeof(int)),
-        take(tiles * sizeof(int)), take(tiles * sizeof(int)), take(tiles * sizeof(int)),
-        take(pairs * static_cast<std::size_t>(w.inter) * 2),
-        take(pairs * static_cast<std::size_t>(w.hidden) * 4));
+  // Named, in order: function arguments would be evaluated in an unspecified order.
+  const std::size_t ids = take(pairs * sizeof(int));
+  const std::size_t weights = take(pairs * sizeof(float));
+  const std::size_t logit_rows = take(logits * sizeof(float));
+  const std::size_t num_tiles = take(sizeof(int));
+  const std::size_t slot_pair = take(pairs * sizeof(int));
+  const std::size_t pair_slot = take(pairs * sizeof(int));
+  const std::size_t tile_expert = take(tiles * sizeof(int));
+  const std::size_t tile_slot0 = take(tiles * sizeof(int));
+  const std::size_t tile_rows = take(tiles * sizeof(int));
+  const std::size_t act = take(pairs * static_cast<std::size_t>(w.inter) * 2);
+  const std::size_t y = take(pairs * static_cast<std::size_t>(w.hidden) * 4);
+  visit(ids, weights, logit_rows, num_tiles, slot_pair, pair_slot, tile_expert, tile_slot0,
+        tile_rows, act, y);
   return offset;
 }
 
@@ -599,6 +608,12 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
       ws.y, ws.pair_slot, weights, p.top_k, w.hidden, run.out_f32, run.out_bf16);
   MXQ_CUDA_CHECK_LAUNCH();
   mark(4);
+}
+
+MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens,
+                                void* workspace) {
+  const Workspace ws = carve(w, p, max_tokens, workspace);
+  return {ws.topk_ids, ws.topk_w};
 }
 
 std::size_t moe_expert_weight_bytes(const MoeDeviceWeights& w) {
