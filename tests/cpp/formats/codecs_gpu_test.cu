@@ -30,8 +30,8 @@ namespace mxq {
 namespace {
 
 constexpr int kEncoders = 5;
-const char* const kEncoderNames[kEncoders] = {"e2m1", "e4m3 satfinite", "e4m3 nosat",
-                                              "e8m0 floor", "e8m0 ceil"};
+const char* const kEncoderNames[kEncoders] = {"e2m1", "e4m3 satfinite", "e4m3 nosat", "e8m0 floor",
+                                              "e8m0 ceil"};
 
 // Device memory owned for the duration of a test.
 class DeviceBuffer {
@@ -133,8 +133,8 @@ TEST(CodecsGpu, EveryEncoderOnAllFloatsMatchesTheHostAndCuda) {
 
   std::array<unsigned long long, kEncoders> cuda_counts{};
   std::array<std::uint32_t, kEncoders> cuda_first{};
-  MXQ_CUDA_CHECK(cudaMemcpy(cuda_counts.data(), cuda_mismatches.as<void>(),
-                            sizeof(cuda_counts), cudaMemcpyDeviceToHost));
+  MXQ_CUDA_CHECK(cudaMemcpy(cuda_counts.data(), cuda_mismatches.as<void>(), sizeof(cuda_counts),
+                            cudaMemcpyDeviceToHost));
   MXQ_CUDA_CHECK(cudaMemcpy(cuda_first.data(), first_mismatch.as<void>(), sizeof(cuda_first),
                             cudaMemcpyDeviceToHost));
   std::printf("2^32 inputs x %d encoders: device + copy %.2f s, host check %.2f s\n", kEncoders,
@@ -186,9 +186,10 @@ TEST(CodecsGpu, EveryDecoderOnAllCodesMatchesTheHostAndCuda) {
   };
   for (int c = 0; c < 528; ++c) {
     const auto code = static_cast<std::uint8_t>(c & 0xFF);
-    const std::uint32_t host = c < 256   ? host_bits(e4m3_to_float(code))
-                               : c < 512 ? host_bits(e8m0_to_float(code))
-                                         : host_bits(e2m1_to_float(static_cast<std::uint8_t>(c - 512)));
+    const std::uint32_t host = c < 256 ? host_bits(e4m3_to_float(code))
+                               : c < 512
+                                   ? host_bits(e8m0_to_float(code))
+                                   : host_bits(e2m1_to_float(static_cast<std::uint8_t>(c - 512)));
     EXPECT_EQ(device[c], host) << "decoder entry " << c;
     if (is_nan_bits(device_cuda[c])) {
       EXPECT_TRUE(is_nan_bits(device[c])) << "decoder entry " << c;
@@ -234,8 +235,8 @@ TEST(CodecsGpu, Mxfp4BlocksMatchTheHostTensorApi) {
   MXQ_CUDA_CHECK(cudaMemcpy(device_x.as<void>(), x.data(), x.nbytes(), cudaMemcpyHostToDevice));
   for (ScaleRule rule : {ScaleRule::kFloor, ScaleRule::kCeil}) {
     mxfp4_blocks<<<kBlocks / 256, 256>>>(device_x.as<float>(), kBlocks, rule,
-                                          packed.as<std::uint8_t>(), scales.as<std::uint8_t>(),
-                                          dequantized.as<float>());
+                                         packed.as<std::uint8_t>(), scales.as<std::uint8_t>(),
+                                         dequantized.as<float>());
     MXQ_CUDA_CHECK_LAUNCH();
     std::vector<std::uint8_t> device_packed(kBlocks * kMxfp4PackedBlockBytes);
     std::vector<std::uint8_t> device_scales(kBlocks);
@@ -281,7 +282,7 @@ TEST(CodecsGpu, Fp8BlockScalesMatchTheHost) {
                             cudaMemcpyHostToDevice));
   for (ScaleMode mode : {ScaleMode::kFp32, ScaleMode::kUe8m0}) {
     block_scales<<<kCount / 256, 256>>>(device_amax.as<float>(), kCount, mode,
-                                         device_scales.as<float>());
+                                        device_scales.as<float>());
     MXQ_CUDA_CHECK_LAUNCH();
     std::vector<float> scales(kCount);
     MXQ_CUDA_CHECK(cudaMemcpy(scales.data(), device_scales.as<void>(), kCount * sizeof(float),
