@@ -37,7 +37,10 @@ const char* const kEncoderNames[kEncoders] = {"e2m1", "e4m3 satfinite", "e4m3 no
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(std::size_t bytes) { MXQ_CUDA_CHECK(cudaMalloc(&data_, bytes)); }
-  ~DeviceBuffer() { cudaFree(data_); }
+  ~DeviceBuffer() {  // a destructor cannot throw: report a failed cudaFree as a test failure
+    const cudaError_t status = cudaFree(data_);
+    if (status != cudaSuccess) ADD_FAILURE() << "cudaFree failed: " << cudaGetErrorString(status);
+  }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   template <typename T>
