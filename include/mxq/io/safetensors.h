@@ -32,7 +32,8 @@ class SafetensorsFile {
   static SafetensorsFile parse(std::span<const std::byte> bytes, std::string label = "<memory>");
 
   [[nodiscard]] const std::string& path() const;
-  [[nodiscard]] const std::vector<SafetensorsEntry>& entries() const;        // in file order
+  // In file order: by data offset; tensors at the same offset (empty ones) in header order.
+  [[nodiscard]] const std::vector<SafetensorsEntry>& entries() const;
   [[nodiscard]] const std::map<std::string, std::string>& metadata() const;  // __metadata__
   [[nodiscard]] bool contains(const std::string& name) const;
   // Throws kInvalidArgument naming the file and the tensor when absent.
@@ -57,7 +58,9 @@ class SafetensorsFile {
 
 using NamedTensor = std::pair<std::string, TensorView>;
 
-// Writes host tensors (contiguous) in the given order; metadata goes to __metadata__.
+// Writes host tensors (contiguous) in the given order; metadata goes to __metadata__. Temp file +
+// fsync + rename: on error nothing is left behind and an existing `path` is untouched. Refuses
+// device or strided tensors, repeated names and e2m1x2 (store packed FP4 as U8). docs/io.md.
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
