@@ -41,6 +41,43 @@ std::string found(const Json& value) {
   return "null";
 }
 
+// SAX handler: records the top-level keys in order and stops at the first key repeated within
+// one object (nlohmann/json would keep the last silently: the file would mean two things).
+struct KeyWatcher {
+  std::vector<std::set<std::string>> open_objects;
+  std::vector<std::string> top_level_keys;
+  std::string duplicate;
+  std::string syntax_error;
+
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(Json::number_integer_t) { return true; }
+  bool number_unsigned(Json::number_unsigned_t) { return true; }
+  bool number_float(Json::number_float_t, const Json::string_t&) { return true; }
+  bool string(Json::string_t&) { return true; }
+  bool binary(Json::binary_t&) { return true; }
+  bool start_object(std::size_t) {
+    open_objects.emplace_back();
+    return true;
+  }
+  bool key(Json::string_t& name) {
+    if (open_objects.size() == 1) top_level_keys.push_back(name);
+    if (open_objects.back().insert(name).second) return true;
+    duplicate = name;
+    return false;
+  }
+  bool end_object() {
+    open_objects.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) { return true; }
+  bool end_array() { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception& error) {
+    syntax_error = error.what();
+    return false;
+  }
+};
+
 class HeaderParser {
  public:
   HeaderParser(std::string_view label, std::size_t data_size)
@@ -61,33 +98,23 @@ class HeaderParser {
     // a raw NUL is never valid JSON (control characters in strings must be escaped).
     if (const auto nul = text.find('\0'); nul != std::string_view::npos)
       format_error("the header is not valid JSON: a NUL byte at header offset ", nul);
-    // nlohmann/json keeps the last of duplicate keys silently; a repeated tensor name or field
-    // would make the file mean two things, so the parser callback rejects it. It also records
-    // the header's key order, which the std::map-backed object forgets.
+    // A first pass over SAX events finds repeated keys and the top-level key order (the DOM keeps
+    // neither); nlohmann's parser callback would do both but rescans the parent object at the
+    // end of every object, O(n^2) in the number of tensors.
+    KeyWatcher watcher;
+    const bool valid = Json::sax_parse(text.begin(), text.end(), &watcher);
+    if (!valid && !watcher.duplicate.empty())
+      format_error("the header repeats the key ", printable(watcher.duplicate));
+    if (!valid) format_error("the header is not valid JSON: ", watcher.syntax_error);
     ParsedHeader parsed_header;
-    std::vector<std::set<std::string>> open_objects;
-    std::string duplicate;
-    const Json::parser_callback_t watch_keys = [&](int, Json::parse_event_t event, Json& parsed) {
-      if (event == Json::parse_event_t::object_start) {
-        open_objects.emplace_back();
-      } else if (event == Json::parse_event_t::object_end) {
-        if (!open_objects.empty()) open_objects.pop_back();
-      } else if (event == Json::parse_event_t::key && !open_objects.empty()) {
-        std::string key = parsed.get<std::string>();
-        if (open_objects.size() == 1) parsed_header.keys.push_back(key);
-        if (!open_objects.back().insert(std::move(key)).second && duplicate.empty())
-          duplicate = parsed.get<std::string>();
-      }
-      return true;
-    };
     try {
-      parsed_header.json = Json::parse(text.begin(), text.end(), watch_keys);
+      parsed_header.json = Json::parse(text.begin(), text.end());
     } catch (const nlohmann::json::exception& error) {
       format_error("the header is not valid JSON: ", error.what());
     }
-    if (!duplicate.empty()) format_error("the header repeats the key ", printable(duplicate));
     if (!parsed_header.json.is_object())
       format_error("the header must be a JSON object, found ", found(parsed_header.json));
+    parsed_header.keys = std::move(watcher.top_level_keys);
     return parsed_header;
   }
 

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -281,6 +282,29 @@ TEST(SafetensorsTest, RejectsMalformedEntries) {
                       {"tensor 'w'", "[0, 65]", "past the data section (64 bytes)", "truncated"});
   expect_format_error(entry(R"({"dtype":"F32","shape":[2,3],"data_offsets":[0,20]})"),
                       {"span 20 bytes", "expected 24", "[2, 3]", "f32"});
+}
+
+TEST(SafetensorsTest, ManyTensorsParseInLinearithmicTime) {
+  // 100k entries: a parser that rescans the header per entry (O(n^2)) takes minutes here.
+  const std::size_t count = 100000;
+  std::string header = "{";
+  for (std::size_t i = 0; i < count; ++i) {
+    // Reverse name order, so sorting by offset is real work.
+    header += (i ? ",\"" : "\"") + std::to_string(count - i) + R"(":{"dtype":"U8","shape":[1],)" +
+              R"("data_offsets":[)" + std::to_string(i) + "," + std::to_string(i + 1) + "]}";
+  }
+  header += "}";
+  Bytes data(count);
+  for (std::size_t i = 0; i < count; ++i) data[i] = static_cast<std::byte>(i % 251);
+  const Bytes bytes = image(header, data);
+  const auto start = std::chrono::steady_clock::now();
+  const SafetensorsFile file = SafetensorsFile::parse(bytes);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(file.entries().size(), count);
+  EXPECT_EQ(file.entries().front().name, std::to_string(count));
+  EXPECT_EQ(std::to_integer<std::size_t>(file.bytes("1")[0]), (count - 1) % 251);
+  EXPECT_LT(seconds, 30.0);
 }
 
 TEST(SafetensorsTest, DeeplyNestedHeadersAreAnErrorNotAStackOverflow) {
