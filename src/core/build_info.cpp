@@ -15,8 +15,8 @@ const BuildInfo& build_info() {
 #if MXQ_WITH_CUDA
     b.cuda = true;
     b.cuda_arch = MXQ_CUDA_ARCH;
-    b.cuda_toolkit = std::to_string(CUDART_VERSION / 1000) + "." +
-                     std::to_string(CUDART_VERSION % 1000 / 10);
+    b.cuda_toolkit =
+        std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
 #endif
 #if defined(__clang__)
     b.compiler = "clang " __clang_version__;

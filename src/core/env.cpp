@@ -14,8 +14,8 @@ namespace mxq {
 namespace {
 
 constexpr std::array<EnvVarSpec, 3> kRegistry = {{
-    {"MXQ_LOG_LEVEL", EnvType::kChoice, "warn",
-     "messages at this level and above go to stderr", "trace,debug,info,warn,error,off"},
+    {"MXQ_LOG_LEVEL", EnvType::kChoice, "warn", "messages at this level and above go to stderr",
+     "trace,debug,info,warn,error,off"},
     {"MXQ_CACHE_DIR", EnvType::kPath, "",
      "cache directory (default: $XDG_CACHE_HOME/mxq, else ~/.cache/mxq)", ""},
     {"MXQ_NUM_THREADS", EnvType::kInt, "0",
@@ -83,7 +83,8 @@ std::int64_t env_int(std::string_view name) {
   char* end = nullptr;
   errno = 0;
   const long long parsed = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || errno != 0 || end == nullptr || *end != '\0') bad_value(spec, value, "an integer");
+  if (value.empty() || errno != 0 || end == nullptr || *end != '\0')
+    bad_value(spec, value, "an integer");
   return parsed;
 }
 
@@ -103,10 +104,17 @@ std::string env_validate(std::string_view name) {
   const EnvVarSpec& spec = env_spec(name);
   try {
     switch (spec.type) {
-      case EnvType::kInt: (void)env_int(name); break;
-      case EnvType::kBool: (void)env_bool(name); break;
-      case EnvType::kChoice: (void)env_string(name); break;
-      default: break;
+      case EnvType::kInt:
+        (void)env_int(name);
+        break;
+      case EnvType::kBool:
+        (void)env_bool(name);
+        break;
+      case EnvType::kChoice:
+        (void)env_string(name);
+        break;
+      default:
+        break;
     }
   } catch (const Error& error) {
     return error.what();

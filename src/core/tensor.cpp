@@ -19,8 +19,8 @@ TensorView::TensorView(void* data, DType dtype, Shape shape, Device device)
 
 TensorView::TensorView(void* data, DType dtype, Shape shape, Shape strides, Device device)
     : data_(data), dtype_(dtype), shape_(shape), strides_(strides), device_(device) {
-  MXQ_CHECK(shape.rank() == strides.rank(), ErrorCode::kShapeMismatch,
-            "tensor view: shape ", shape, " and strides ", strides, " differ in rank");
+  MXQ_CHECK(shape.rank() == strides.rank(), ErrorCode::kShapeMismatch, "tensor view: shape ", shape,
+            " and strides ", strides, " differ in rank");
 }
 
 bool TensorView::is_contiguous() const {
@@ -33,7 +33,8 @@ bool TensorView::is_contiguous() const {
 }
 
 void TensorView::require_dtype_is(DType dtype) const {
-  if (dtype_ != dtype) fail_argument(ErrorCode::kDtypeMismatch, "tensor element type", dtype, dtype_);
+  if (dtype_ != dtype)
+    fail_argument(ErrorCode::kDtypeMismatch, "tensor element type", dtype, dtype_);
 }
 
 namespace {
@@ -42,7 +43,8 @@ std::shared_ptr<void> allocate(std::size_t nbytes, Device device) {
   const std::size_t padded = (nbytes + 63) / 64 * 64;
   if (device.is_cpu()) {
     void* data = std::aligned_alloc(64, padded == 0 ? 64 : padded);
-    if (data == nullptr) fail(ErrorCode::kOutOfRange, "host allocation of ", nbytes, " bytes failed");
+    if (data == nullptr)
+      fail(ErrorCode::kOutOfRange, "host allocation of ", nbytes, " bytes failed");
     return {data, [](void* p) { std::free(p); }};
   }
 #if MXQ_WITH_CUDA

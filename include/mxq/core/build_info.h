@@ -8,9 +8,9 @@
 namespace mxq {
 
 struct BuildInfo {
-  std::string version;     // e.g. "0.1.0"
-  bool cuda = false;       // built with CUDA kernels
-  std::string cuda_arch;   // e.g. "sm_90a"; empty without CUDA
+  std::string version;       // e.g. "0.1.0"
+  bool cuda = false;         // built with CUDA kernels
+  std::string cuda_arch;     // e.g. "sm_90a"; empty without CUDA
   std::string cuda_toolkit;  // toolkit version mxq was compiled with; empty without CUDA
   std::string compiler;
 };

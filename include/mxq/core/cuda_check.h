@@ -9,16 +9,16 @@
 namespace mxq::detail {
 [[noreturn]] inline void cuda_fail(cudaError_t status, const char* call, const char* file,
                                    int line) {
-  fail(ErrorCode::kCuda, call, " failed at ", file, ":", line, ": ", cudaGetErrorName(status),
-       " (", cudaGetErrorString(status), ")");
+  fail(ErrorCode::kCuda, call, " failed at ", file, ":", line, ": ", cudaGetErrorName(status), " (",
+       cudaGetErrorString(status), ")");
 }
 }  // namespace mxq::detail
 
-#define MXQ_CUDA_CHECK(call)                                                   \
-  do {                                                                         \
-    const cudaError_t mxq_cuda_status_ = (call);                               \
-    if (mxq_cuda_status_ != cudaSuccess)                                       \
-      ::mxq::detail::cuda_fail(mxq_cuda_status_, #call, __FILE__, __LINE__);   \
+#define MXQ_CUDA_CHECK(call)                                                 \
+  do {                                                                       \
+    const cudaError_t mxq_cuda_status_ = (call);                             \
+    if (mxq_cuda_status_ != cudaSuccess)                                     \
+      ::mxq::detail::cuda_fail(mxq_cuda_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // After a kernel launch: launch-configuration errors surface here.

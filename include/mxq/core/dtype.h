@@ -40,11 +40,29 @@ std::ostream& operator<<(std::ostream& out, DType dtype);
 // Maps a C++ element type to its DType (for typed accessors).
 template <typename T>
 struct DTypeOf;
-template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; };
-template <> struct DTypeOf<std::uint8_t> { static constexpr DType value = DType::kU8; };
-template <> struct DTypeOf<std::int8_t> { static constexpr DType value = DType::kI8; };
-template <> struct DTypeOf<std::int32_t> { static constexpr DType value = DType::kI32; };
-template <> struct DTypeOf<std::int64_t> { static constexpr DType value = DType::kI64; };
-template <> struct DTypeOf<float> { static constexpr DType value = DType::kF32; };
+template <>
+struct DTypeOf<bool> {
+  static constexpr DType value = DType::kBool;
+};
+template <>
+struct DTypeOf<std::uint8_t> {
+  static constexpr DType value = DType::kU8;
+};
+template <>
+struct DTypeOf<std::int8_t> {
+  static constexpr DType value = DType::kI8;
+};
+template <>
+struct DTypeOf<std::int32_t> {
+  static constexpr DType value = DType::kI32;
+};
+template <>
+struct DTypeOf<std::int64_t> {
+  static constexpr DType value = DType::kI64;
+};
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::kF32;
+};
 
 }  // namespace mxq

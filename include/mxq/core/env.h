@@ -18,7 +18,7 @@ struct EnvVarSpec {
   EnvType type;
   std::string_view default_value;  // empty = unset / derived (described in `meaning`)
   std::string_view meaning;
-  std::string_view choices;        // comma-separated, for kChoice
+  std::string_view choices;  // comma-separated, for kChoice
 };
 
 // Every variable mxq reads, in one table.

@@ -50,15 +50,15 @@ template <typename... Parts>
 
 // "<argument>: expected <expected>, found <found>" — the standard boundary-check message.
 template <typename Expected, typename Found>
-[[noreturn]] void fail_argument(ErrorCode code, std::string_view argument,
-                                const Expected& expected, const Found& found) {
+[[noreturn]] void fail_argument(ErrorCode code, std::string_view argument, const Expected& expected,
+                                const Found& found) {
   fail(code, argument, ": expected ", expected, ", found ", found);
 }
 
 }  // namespace mxq
 
 // Throws a kInvalidArgument-style Error when `cond` is false.
-#define MXQ_CHECK(cond, code, ...)             \
-  do {                                         \
+#define MXQ_CHECK(cond, code, ...)               \
+  do {                                           \
     if (!(cond)) ::mxq::fail(code, __VA_ARGS__); \
   } while (0)

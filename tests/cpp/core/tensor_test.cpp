@@ -55,8 +55,7 @@ TEST(Require, MessagesNameArgumentExpectedAndFound) {
             "x: expected a 3-D tensor, found shape [2, 3]");
   EXPECT_EQ(message_of([&] { require_dtype(v, "x", DType::kBF16); }),
             "x: expected bf16, found f32");
-  EXPECT_EQ(message_of([&] { require_shape(v, "x", {3, 2}); }),
-            "x: expected [3, 2], found [2, 3]");
+  EXPECT_EQ(message_of([&] { require_shape(v, "x", {3, 2}); }), "x: expected [3, 2], found [2, 3]");
   EXPECT_EQ(message_of([&] { require_device(v, "x", Device::cuda(1)); }),
             "x: expected cuda:1, found cpu");
   const TensorView strided(data, DType::kF32, {2, 2}, {3, 1}, Device::cpu());
@@ -66,9 +65,8 @@ TEST(Require, MessagesNameArgumentExpectedAndFound) {
 }
 
 TEST(DType, TableRoundTrips) {
-  for (const DType d : {DType::kBool, DType::kU8, DType::kI8, DType::kI32, DType::kI64,
-                        DType::kF32, DType::kBF16, DType::kF16, DType::kE4M3, DType::kE8M0,
-                        DType::kE2M1x2}) {
+  for (const DType d : {DType::kBool, DType::kU8, DType::kI8, DType::kI32, DType::kI64, DType::kF32,
+                        DType::kBF16, DType::kF16, DType::kE4M3, DType::kE8M0, DType::kE2M1x2}) {
     EXPECT_EQ(dtype_from_name(name(d)), d);
     if (!info(d).safetensors.empty()) {
       EXPECT_EQ(dtype_from_safetensors(info(d).safetensors), d);
@@ -81,8 +79,9 @@ TEST(DType, TableRoundTrips) {
 
 #if !MXQ_WITH_CUDA
 TEST(Tensor, CudaAllocationWithoutCudaBuildIsAClearError) {
-  EXPECT_NE(message_of([] { (void)Tensor::empty(DType::kF32, {4}, Device::cuda()); })
-                .find("no CUDA support"),
+  EXPECT_NE(message_of([] {
+              (void)Tensor::empty(DType::kF32, {4}, Device::cuda());
+            }).find("no CUDA support"),
             std::string::npos);
 }
 #endif

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (see docs/DEVELOPING.md): builds with the system compilers and the
+# staged dependencies, runs the GPU tests, then whatever extra command is given (benchmarks).
+# Logs go to $OUT when set.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-/tmp/mxq-out}"
+mkdir -p "$out"
+export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
+export PATH="/usr/local/cuda/bin:$PATH"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMXQ_CUDA=ON \
+  -DMXQ_DEPS_DIR="$PWD/.deps" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+cmake --build build-gpu -j "$(nproc)" >"$out/build.log" 2>&1 || { grep -E -A3 'error|FAILED' "$out/build.log" | head -60; exit 1; }
+echo "build ok"
+(cd build-gpu && ctest -L gpu --output-on-failure 2>&1 | tee "$out/ctest_gpu.log" | tail -25)
+(cd build-gpu && ctest -LE 'gpu|slow' -j 8 2>&1 | tee "$out/ctest_cpu.log" | tail -6)
+if (($# > 0)); then "$@"; fi
