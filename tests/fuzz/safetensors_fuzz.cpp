@@ -33,13 +33,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         previous_end = entry.end;
       }
       for (const std::byte b : bytes) checksum += std::to_integer<unsigned>(b);
-      if (file.is_aligned(entry.name)) {
-        const mxq::TensorView view = file.view(entry.name);
-        require(view.shape() == entry.shape && view.dtype() == entry.dtype);
-        require(view.nbytes() == bytes.size() && view.bytes() == bytes.data());
-        for (std::size_t i = 0; i < view.nbytes(); ++i)
-          checksum += std::to_integer<unsigned>(view.bytes()[i]);
-      }
+      const mxq::TensorView view = file.view(entry.name);
+      require(view.shape() == entry.shape && view.dtype() == entry.dtype);
+      require(view.nbytes() == bytes.size() && view.bytes() == bytes.data());
+      for (std::size_t i = 0; i < view.nbytes(); ++i)
+        checksum += std::to_integer<unsigned>(view.bytes()[i]);
+      const auto address = reinterpret_cast<std::uintptr_t>(view.data());
+      require(file.is_aligned(entry.name) == (address % mxq::size_of(entry.dtype) == 0));
     }
     // Keeps the reads from being optimized away.
     volatile std::size_t sink = checksum;

@@ -39,8 +39,8 @@ class SafetensorsFile {
   // Throws kInvalidArgument naming the file and the tensor when absent.
   [[nodiscard]] const SafetensorsEntry& entry(const std::string& name) const;
   // Read-only view of the mapped bytes (do not write through it). Only touched pages are read.
-  // The format does not align tensor data: view() throws kUnsupported when the tensor's first
-  // byte is not aligned to its element size (see is_aligned); bytes() always works, copy from it.
+  // The format does not align tensor data, so the view's pointer may be misaligned for its dtype:
+  // copy from it (memcpy, cudaMemcpy) unless is_aligned() says typed access is safe.
   [[nodiscard]] TensorView view(const std::string& name) const;
   [[nodiscard]] std::span<const std::byte> bytes(const std::string& name) const;
   // Whether the tensor's data address is a multiple of its element size (always true for 1-byte
