@@ -44,7 +44,8 @@ struct MmaSyncTile {
   static_assert(kKc == 32 || kKc == 64 || kKc == 128, "chunk must be 32, 64 or 128 bytes");
   static_assert(kWarpTileM % 16 == 0 && kWarpTileN % 16 == 0, "warp tile: multiples of 16");
   static_assert(kBn % 16 == 0 && kStages >= 2, "tile shape");
-  static_assert(kABytes % 16 == 0 && kBBytes % 16 == 0, "16-byte aligned stage parts");
+  static_assert(kABytes % 16 == 0 && kBBytes % 16 == 0 && kStageBytes % 16 == 0,
+                "16-byte aligned stage parts");
 };
 
 // Byte offset of 16-byte unit `unit` of row `row` in a swizzled [rows][kKc] tile.
