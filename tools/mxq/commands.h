@@ -13,5 +13,6 @@ void register_dequantize(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_moe(CLI::App& app);
 void register_run(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace mxq::cli
