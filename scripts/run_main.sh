@@ -5,3 +5,4 @@ cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 scripts/build.sh
 ./build/mxq info
+./build/mxq run
