@@ -10,5 +10,6 @@ namespace mxq::cli {
 void register_info(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_dequantize(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace mxq::cli
