@@ -11,5 +11,6 @@ void register_info(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_dequantize(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_linear(CLI::App& app);
 
 }  // namespace mxq::cli

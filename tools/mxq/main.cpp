@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   mxq::cli::register_quantize(app);
   mxq::cli::register_dequantize(app);
   mxq::cli::register_bench(app);
+  mxq::cli::register_linear(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
