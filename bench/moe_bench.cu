@@ -441,8 +441,8 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
     for (int s = 0; s < kInputSets; ++s) {
       run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
       moe::cuda::moe_forward(w, params, run, workspace, ws_bytes, max_tokens, stream);
-      // The routing output sits at the start of the workspace (topk ids first).
-      MXQ_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), workspace, h_ids.size() * sizeof(int),
+      const auto routing = moe::cuda::moe_routing_view(w, params, max_tokens, workspace);
+      MXQ_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), routing.topk_ids, h_ids.size() * sizeof(int),
                                      cudaMemcpyDeviceToHost, stream));
       MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
       touched += static_cast<double>(std::set<int>(h_ids.begin(), h_ids.end()).size());

@@ -13,7 +13,8 @@ namespace {
 // Elements per parallel_for chunk, enough to amortise a thread start.
 constexpr std::int64_t kElementsPerChunk = 1 << 16;
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+// Without a + b - 1, which overflows for block extents near INT64_MAX (parse accepts them).
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 // Reads element i of an f32 or bf16 row as float.
 inline float load(const float* row, std::int64_t i) { return row[i]; }
@@ -119,8 +120,9 @@ Fp8BlockTensor quantize_fp8_block(const TensorView& x, BlockShape block, ScaleMo
                      Tensor::empty(DType::kF32, {row_blocks, col_blocks}), block};
   auto* q = static_cast<std::uint8_t*>(out.q.data());
   float* scales = out.scale.data_as<float>();
+  // Block rows per chunk (divisions, not block.n * k, which can overflow).
   const std::int64_t grain =
-      std::max<std::int64_t>(1, kElementsPerChunk / std::max<std::int64_t>(1, block.n * k));
+      std::max<std::int64_t>(1, kElementsPerChunk / std::max<std::int64_t>(1, k) / block.n);
   parallel_for(row_blocks, grain, [&](std::int64_t begin, std::int64_t end) {
     if (x.dtype() == DType::kF32) {
       quantize_block_rows(static_cast<const float*>(x.data()), n, k, block, mode, begin, end, q,

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "mxq/core/error.h"
@@ -137,6 +138,23 @@ void write_file_atomically(const std::string& path,
     ::fsync(dir_fd);
     ::close(dir_fd);
   }
+}
+
+std::optional<std::uint64_t> dense_nbytes(const Shape& shape, DType dtype) {
+  constexpr auto kLimit = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  std::uint64_t nonzero_product = size_of(dtype);
+  bool empty = false;
+  for (const std::int64_t extent : shape.dims()) {
+    if (extent == 0) {
+      empty = true;
+      continue;
+    }
+    if (__builtin_mul_overflow(nonzero_product, static_cast<std::uint64_t>(extent),
+                               &nonzero_product) ||
+        nonzero_product > kLimit)
+      return std::nullopt;
+  }
+  return empty ? 0 : nonzero_product;
 }
 
 std::string printable(std::string_view text, std::size_t limit) {

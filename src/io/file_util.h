@@ -2,10 +2,15 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+
+#include "mxq/core/dtype.h"
+#include "mxq/core/shape.h"
 
 namespace mxq::io::detail {
 
@@ -36,7 +41,12 @@ void write_file_atomically(const std::string& path,
                            std::span<const std::span<const std::byte>> pieces,
                            std::string_view what);
 
-// `text` printable for an error message: non-printable bytes as \xNN, cut after `limit` bytes.
+// Bytes of a dense array of `shape` and `dtype`, or nullopt when the non-zero extents and the
+// element size multiply to more than 2^63 - 1. Such a shape is refused even when it holds no
+// element (a zero extent): its strides and partial products would overflow (numpy refuses it too).
+std::optional<std::uint64_t> dense_nbytes(const Shape& shape, DType dtype);
+
+// `text` quoted for an error message: non-printable bytes as \xNN, cut after `limit` bytes.
 std::string printable(std::string_view text, std::size_t limit = 64);
 
 }  // namespace mxq::io::detail

@@ -277,13 +277,11 @@ Tensor parse_npy(std::span<const std::byte> bytes, const std::string& label) {
   const NpyHeader header =
       HeaderDictParser(label, text.substr(prefix, static_cast<std::size_t>(header_length))).parse();
 
-  std::uint64_t nbytes = size_of(header.dtype);
-  for (const std::int64_t extent : header.shape.dims()) {
-    if (__builtin_mul_overflow(nbytes, static_cast<std::uint64_t>(extent), &nbytes) ||
-        nbytes > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-      format_error("shape ", header.shape, " of ", header.dtype,
-                   " holds more bytes than fit in 63 bits");
-  }
+  const auto dense = detail::dense_nbytes(header.shape, header.dtype);
+  if (!dense)
+    format_error("shape ", header.shape, " of ", header.dtype,
+                 " is too large: its non-zero extents multiply to more than 2^63 bytes");
+  const std::uint64_t nbytes = *dense;
   const std::size_t payload = bytes.size() - data_start;
   if (payload < nbytes)
     format_error("expected ", nbytes, " bytes of array data for shape ", header.shape, " of ",

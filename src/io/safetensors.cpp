@@ -15,7 +15,10 @@
 namespace mxq::io {
 namespace {
 
-using Json = nlohmann::ordered_json;  // keeps the header's key order
+// std::map-backed objects: ordered_json finds keys by linear search, which makes a header with
+// n tensors cost O(n^2) to parse (a hang for a malicious header of a million keys).
+using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;  // for writing the fields of an entry in order
 using detail::printable;
 
 constexpr std::size_t kHeaderLengthBytes = 8;
@@ -25,14 +28,55 @@ constexpr std::string_view kMetadataKey = "__metadata__";
 constexpr std::string_view kSupportedDtypes =
     "U8, I8, I32, I64, F32, BF16, F16, F8_E4M3, F8_E8M0, BOOL";
 
-std::string describe(const Json& value) { return printable(value.dump(), 48); }
-
-std::string_view json_type(const Json& value) {
-  if (value.is_number_unsigned()) return "a non-negative integer";
-  if (value.is_number_integer()) return "a negative integer";
-  if (value.is_number_float()) return "a floating-point number";
-  return value.type_name();
+// A JSON value for an error message. Containers are described, not dumped: dump() recurses, and
+// a malicious header can nest arrays deeper than the stack.
+std::string found(const Json& value) {
+  if (value.is_array()) return "an array of " + std::to_string(value.size()) + " elements";
+  if (value.is_object()) return "an object with " + std::to_string(value.size()) + " keys";
+  if (value.is_string()) return "the string " + printable(value.get<std::string>(), 48);
+  if (value.is_number_unsigned()) return "the non-negative integer " + value.dump();
+  if (value.is_number_integer()) return "the negative integer " + value.dump();
+  if (value.is_number_float()) return "the floating-point number " + value.dump();
+  if (value.is_boolean()) return "the boolean " + value.dump();
+  return "null";
 }
+
+// SAX handler: records the top-level keys in order and stops at the first key repeated within
+// one object (nlohmann/json would keep the last silently: the file would mean two things).
+struct KeyWatcher {
+  std::vector<std::set<std::string>> open_objects;
+  std::vector<std::string> top_level_keys;
+  std::string duplicate;
+  std::string syntax_error;
+
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(Json::number_integer_t) { return true; }
+  bool number_unsigned(Json::number_unsigned_t) { return true; }
+  bool number_float(Json::number_float_t, const Json::string_t&) { return true; }
+  bool string(Json::string_t&) { return true; }
+  bool binary(Json::binary_t&) { return true; }
+  bool start_object(std::size_t) {
+    open_objects.emplace_back();
+    return true;
+  }
+  bool key(Json::string_t& name) {
+    if (open_objects.size() == 1) top_level_keys.push_back(name);
+    if (open_objects.back().insert(name).second) return true;
+    duplicate = name;
+    return false;
+  }
+  bool end_object() {
+    open_objects.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) { return true; }
+  bool end_array() { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception& error) {
+    syntax_error = error.what();
+    return false;
+  }
+};
 
 class HeaderParser {
  public:
@@ -44,48 +88,43 @@ class HeaderParser {
     fail(ErrorCode::kFormat, "safetensors file '", label_, "': ", parts...);
   }
 
-  Json parse_json(std::string_view text) const {
-    // nlohmann/json keeps the last of duplicate keys silently; a repeated tensor name or field
-    // would make the file mean two things, so the parser callback rejects it.
-    std::vector<std::set<std::string>> open_objects;
-    std::string duplicate;
-    const Json::parser_callback_t reject_duplicates = [&](int, Json::parse_event_t event,
-                                                          Json& parsed) {
-      if (event == Json::parse_event_t::object_start) {
-        open_objects.emplace_back();
-      } else if (event == Json::parse_event_t::object_end) {
-        if (!open_objects.empty()) open_objects.pop_back();
-      } else if (event == Json::parse_event_t::key && !open_objects.empty() &&
-                 !open_objects.back().insert(parsed.get<std::string>()).second &&
-                 duplicate.empty()) {
-        duplicate = parsed.get<std::string>();
-      }
-      return true;
-    };
+  struct ParsedHeader {
+    Json json;
+    std::vector<std::string> keys;  // the top-level keys in header order
+  };
+
+  ParsedHeader parse_json(std::string_view text) const {
     // nlohmann/json stops at a NUL byte as at the end of input, which would hide what follows;
     // a raw NUL is never valid JSON (control characters in strings must be escaped).
     if (const auto nul = text.find('\0'); nul != std::string_view::npos)
       format_error("the header is not valid JSON: a NUL byte at header offset ", nul);
-    Json header;
+    // A first pass over SAX events finds repeated keys and the top-level key order (the DOM keeps
+    // neither); nlohmann's parser callback would do both but rescans the parent object at the
+    // end of every object, O(n^2) in the number of tensors.
+    KeyWatcher watcher;
+    const bool valid = Json::sax_parse(text.begin(), text.end(), &watcher);
+    if (!valid && !watcher.duplicate.empty())
+      format_error("the header repeats the key ", printable(watcher.duplicate));
+    if (!valid) format_error("the header is not valid JSON: ", watcher.syntax_error);
+    ParsedHeader parsed_header;
     try {
-      header = Json::parse(text.begin(), text.end(), reject_duplicates);
+      parsed_header.json = Json::parse(text.begin(), text.end());
     } catch (const nlohmann::json::exception& error) {
       format_error("the header is not valid JSON: ", error.what());
     }
-    if (!duplicate.empty()) format_error("the header repeats the key ", printable(duplicate));
-    if (!header.is_object())
-      format_error("the header must be a JSON object, found ", json_type(header));
-    return header;
+    if (!parsed_header.json.is_object())
+      format_error("the header must be a JSON object, found ", found(parsed_header.json));
+    parsed_header.keys = std::move(watcher.top_level_keys);
+    return parsed_header;
   }
 
   std::map<std::string, std::string> parse_metadata(const Json& value) const {
     if (!value.is_object())
-      format_error("__metadata__: expected an object of strings, found ", json_type(value));
+      format_error("__metadata__: expected an object of strings, found ", found(value));
     std::map<std::string, std::string> metadata;
     for (const auto& [key, text] : value.items()) {
       if (!text.is_string())
-        format_error("__metadata__ ", printable(key), ": expected a string, found ",
-                     json_type(text), " ", describe(text));
+        format_error("__metadata__ ", printable(key), ": expected a string, found ", found(text));
       metadata.emplace(key, text.get<std::string>());
     }
     return metadata;
@@ -95,7 +134,7 @@ class HeaderParser {
     const std::string where = "tensor " + printable(name);
     if (!value.is_object())
       format_error(where, ": expected an object with dtype, shape and data_offsets, found ",
-                   json_type(value));
+                   found(value));
     for (const auto& [key, field] : value.items()) {
       if (key != "dtype" && key != "shape" && key != "data_offsets")
         format_error(where, ": unexpected field ", printable(key),
@@ -130,8 +169,7 @@ class HeaderParser {
 
  private:
   DType parse_dtype(const std::string& where, const Json& value) const {
-    if (!value.is_string())
-      format_error(where, ": dtype: expected a string, found ", json_type(value));
+    if (!value.is_string()) format_error(where, ": dtype: expected a string, found ", found(value));
     const auto code = value.get<std::string>();
     const auto dtype = dtype_from_safetensors(code);
     if (!dtype)
@@ -143,7 +181,7 @@ class HeaderParser {
   Shape parse_shape(const std::string& where, const Json& value) const {
     if (!value.is_array())
       format_error(where, ": shape: expected an array of non-negative integers, found ",
-                   json_type(value));
+                   found(value));
     if (value.size() > static_cast<std::size_t>(Shape::kMaxDims))
       format_error(where, ": shape: expected at most ", Shape::kMaxDims, " dimensions, found ",
                    value.size());
@@ -154,34 +192,31 @@ class HeaderParser {
           extent.get<std::uint64_t>() >
               static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
         format_error(where, ": shape[", i, "]: expected a non-negative integer, found ",
-                     json_type(extent), " ", describe(extent));
+                     found(extent));
       shape.push_back(extent.get<std::int64_t>());
     }
     return shape;
   }
 
   std::uint64_t checked_nbytes(const std::string& where, const Shape& shape, DType dtype) const {
-    std::uint64_t total = size_of(dtype);
-    for (const std::int64_t extent : shape.dims()) {
-      if (__builtin_mul_overflow(total, static_cast<std::uint64_t>(extent), &total) ||
-          total > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-        format_error(where, ": shape ", shape, " of ", dtype,
-                     " holds more bytes than fit in 63 bits");
-    }
-    return total;
+    const auto nbytes = detail::dense_nbytes(shape, dtype);
+    if (!nbytes)
+      format_error(where, ": shape ", shape, " of ", dtype,
+                   " is too large: its non-zero extents multiply to more than 2^63 bytes");
+    return *nbytes;
   }
 
   std::uint64_t parse_offset(const std::string& where, const Json& value, int index) const {
     if (!value.is_number_unsigned())
       format_error(where, ": data_offsets[", index, "]: expected a non-negative integer, found ",
-                   json_type(value), " ", describe(value));
+                   found(value));
     return value.get<std::uint64_t>();
   }
 
   void parse_offsets(const std::string& where, const Json& value, std::uint64_t nbytes,
                      SafetensorsEntry& entry) const {
     if (!value.is_array() || value.size() != 2)
-      format_error(where, ": data_offsets: expected [begin, end], found ", describe(value));
+      format_error(where, ": data_offsets: expected [begin, end], found ", found(value));
     const std::uint64_t begin = parse_offset(where, value[0], 0);
     const std::uint64_t end = parse_offset(where, value[1], 1);
     if (begin > end)
@@ -242,14 +277,15 @@ SafetensorsFile SafetensorsFile::parse_owned(std::span<const std::byte> bytes, s
   const std::span<const std::byte> data = bytes.subspan(kHeaderLengthBytes + header_size);
 
   const HeaderParser header_parser(label, data.size());
-  const Json header = header_parser.parse_json(
+  const auto header = header_parser.parse_json(
       {reinterpret_cast<const char*>(header_bytes.data()), header_bytes.size()});
 
   auto state = std::make_shared<State>();
   state->label = std::move(label);
   state->owner = std::move(owner);
   state->data = data;
-  for (const auto& [key, value] : header.items()) {
+  for (const std::string& key : header.keys) {
+    const Json& value = header.json.at(key);
     if (key == kMetadataKey) {
       state->metadata = header_parser.parse_metadata(value);
     } else {
@@ -307,22 +343,18 @@ bool SafetensorsFile::is_aligned(const std::string& name) const {
 
 TensorView SafetensorsFile::view(const std::string& name) const {
   const SafetensorsEntry& e = entry(name);
-  if (!is_aligned(name))
-    fail(ErrorCode::kUnsupported, "safetensors file '", state().label, "': tensor ",
-         printable(name), " of dtype ", e.dtype, " starts at data offset ", e.begin,
-         ", not aligned to ", size_of(e.dtype),
-         " bytes, so it cannot be viewed in place; copy it from bytes()");
   // The mapping is read-only (PROT_READ): TensorView has no const flavour, and a write through
-  // this pointer faults, which is the documented contract.
+  // this pointer faults, which is the documented contract. The pointer may be misaligned for the
+  // dtype (the format does not align data); callers copy from it unless is_aligned() says so.
   return TensorView(const_cast<std::byte*>(bytes(name).data()), e.dtype, e.shape, Device::cpu());
 }
 
 namespace {
 
-// Throws kInvalidArgument when `text` is not valid UTF-8 (JSON strings must be).
-void require_utf8(const std::string& text, std::string_view argument) {
+// `text` as a JSON string literal; kInvalidArgument when it is not valid UTF-8 (JSON needs it).
+std::string json_string(const std::string& text, std::string_view argument) {
   try {
-    (void)Json(text).dump();
+    return Json(text).dump();
   } catch (const nlohmann::json::exception&) {
     fail(ErrorCode::kInvalidArgument, argument, ": expected valid UTF-8, found ", printable(text));
   }
@@ -332,25 +364,34 @@ void require_utf8(const std::string& text, std::string_view argument) {
 
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  Json header = Json::object();
+  // The header is assembled entry by entry so that it keeps the given order.
+  std::string header_text = "{";
+  const auto add_entry = [&](const std::string& key_literal, const std::string& value_json) {
+    if (header_text.size() > 1) header_text += ',';
+    header_text += key_literal;
+    header_text += ':';
+    header_text += value_json;
+  };
   if (!metadata.empty()) {
-    Json meta = Json::object();
+    std::string object = "{";
     for (const auto& [key, value] : metadata) {
-      require_utf8(key, "write_safetensors metadata key");
-      require_utf8(value, "write_safetensors metadata value of " + printable(key));
-      meta[key] = value;
+      if (object.size() > 1) object += ',';
+      object += json_string(key, "write_safetensors metadata key");
+      object += ':';
+      object += json_string(value, "write_safetensors metadata value of " + printable(key));
     }
-    header[std::string(kMetadataKey)] = std::move(meta);
+    add_entry("\"__metadata__\"", object + "}");
   }
   std::vector<std::span<const std::byte>> pieces(2);  // length prefix and header come first
+  std::set<std::string> names;
   std::uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
     const std::string argument = "write_safetensors tensor " + printable(name);
-    require_utf8(name, argument + " name");
+    const std::string name_literal = json_string(name, argument + " name");
     if (name == kMetadataKey)
       fail(ErrorCode::kInvalidArgument, argument,
            ": the name __metadata__ is reserved for the metadata object");
-    if (header.contains(name))
+    if (!names.insert(name).second)
       fail(ErrorCode::kInvalidArgument, argument, ": the name appears twice in the tensor list");
     require_device(tensor, argument, Device::cpu());
     require_contiguous(tensor, argument);
@@ -362,15 +403,17 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     if (tensor.nbytes() > 0 && tensor.data() == nullptr)
       fail(ErrorCode::kInvalidArgument, argument, ": expected data for ", tensor.nbytes(),
            " bytes, found a null pointer");
-    Json dims = Json::array();
+    OrderedJson dims = OrderedJson::array();
     for (const std::int64_t extent : tensor.shape().dims()) dims.push_back(extent);
     const std::uint64_t end = offset + tensor.nbytes();
-    header[name] = Json{
+    // The reference implementation's field order: dtype, shape, data_offsets.
+    const OrderedJson entry = {
         {"dtype", std::string(code)}, {"shape", std::move(dims)}, {"data_offsets", {offset, end}}};
+    add_entry(name_literal, entry.dump());
     pieces.emplace_back(tensor.bytes(), tensor.nbytes());
     offset = end;
   }
-  std::string header_text = header.dump();
+  header_text += '}';
   // Padding to a multiple of 8 keeps the data section 8-byte aligned, as the reference writer does.
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
   std::array<std::byte, kHeaderLengthBytes> length_prefix{};

@@ -23,12 +23,12 @@ MXQ_HD_INLINE constexpr float e4m3_to_float(std::uint8_t code) {
   const std::uint32_t sign = static_cast<std::uint32_t>(code & 0x80U) << 24;
   const std::uint32_t exponent = (code >> 3) & 0xFU;
   const std::uint32_t mantissa = code & 0x7U;
-  if ((code & 0x7FU) == 0x7FU) return detail::bits_float(detail::kF32QuietNanBits);
-  if (exponent == 0) {  // subnormal: m * 2^-9, exact in fp32
-    const float magnitude = static_cast<float>(mantissa) * 0.001953125F;
-    return detail::bits_float(sign | detail::float_bits(magnitude));
-  }
-  return detail::bits_float(sign | ((exponent + 120U) << 23) | (mantissa << 20));
+  const std::uint32_t normal = ((exponent + 120U) << 23) | (mantissa << 20);
+  // Subnormal: m * 2^-9, exact in fp32.
+  const std::uint32_t subnormal = detail::float_bits(static_cast<float>(mantissa) * 0.001953125F);
+  const std::uint32_t magnitude = detail::select(exponent == 0, subnormal, normal);
+  return detail::bits_float(
+      detail::select((code & 0x7FU) == 0x7FU, detail::kF32QuietNanBits, sign | magnitude));
 }
 
 // NaN of either sign -> 0x7F (CUDA canonicalises NaN to +NaN before converting).
@@ -39,9 +39,10 @@ MXQ_HD_INLINE constexpr std::uint8_t float_to_e4m3(
   const std::uint32_t sign = (bits >> 24) & 0x80U;
   constexpr std::uint32_t kOverflowBits = 0x43E80000U;  // 464.0f
   const std::uint32_t overflow_code = saturation == Fp8Saturation::kSatFinite ? 0x7EU : 0x7FU;
-  const std::uint32_t magnitude =
-      abs_bits > kOverflowBits ? overflow_code : detail::round_magnitude_rne<3, 7>(abs_bits);
-  const std::uint32_t code = abs_bits > detail::kF32InfBits ? 0x7FU : (sign | magnitude);
+  const std::uint32_t magnitude = detail::select(abs_bits > kOverflowBits, overflow_code,
+                                                 detail::round_magnitude_rne<3, 7>(abs_bits));
+  const std::uint32_t code =
+      detail::select(abs_bits > detail::kF32InfBits, 0x7FU, sign | magnitude);
   return static_cast<std::uint8_t>(code);
 }
 

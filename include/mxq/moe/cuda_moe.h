@@ -59,6 +59,15 @@ struct MoeRun {
   cudaEvent_t* phase_events = nullptr;
 };
 
+// Where the router's decisions of the last forward (when routing was not precomputed) sit in
+// the workspace: topk ids i32 [T, k] and weights f32 [T, k].
+struct MoeRoutingView {
+  const int* topk_ids;
+  const float* topk_weights;
+};
+MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens,
+                                void* workspace);
+
 // Per-expert bytes the decode tactic streams for one expert (valid rows/columns only).
 std::size_t moe_expert_weight_bytes(const MoeDeviceWeights& w);
 

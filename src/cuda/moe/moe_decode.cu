@@ -27,8 +27,7 @@ constexpr int kMaxTopK = 8;
 struct Workspace {
   int* topk_ids;       // [T*k] (router output)
   float* topk_w;       // [T*k]
-  int* counts;         // [E]
-  int* offsets;        // [E+1]
+  float* logits;       // [T, E_global] (router output)
   int* num_tiles;      // [1]
   int* slot_pair;      // [T*k] pair index of each expert-sorted slot
   int* pair_slot;      // [T*k] slot of each pair, -1 when the expert is not local
@@ -48,7 +47,6 @@ int max_tiles_for(int pairs, int experts) {
 template <typename Visit>
 std::size_t layout(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens, Visit&& visit) {
   const std::size_t pairs = static_cast<std::size_t>(max_tokens) * p.top_k;
-  const std::size_t experts = static_cast<std::size_t>(w.num_local_experts);
   const std::size_t tiles =
       static_cast<std::size_t>(max_tiles_for(static_cast<int>(pairs), w.num_local_experts));
   std::size_t offset = 0;
@@ -57,11 +55,21 @@ std::size_t layout(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens
     offset += align_up(bytes);
     return at;
   };
-  visit(take(pairs * sizeof(int)), take(pairs * sizeof(float)), take(experts * sizeof(int)),
-        take((experts + 1) * sizeof(int)), take(sizeof(int)), take(pairs * sizeof(int)),
-        take(pairs * sizeof(int)), take(tiles * sizeof(int)), take(tiles * sizeof(int)),
-        take(tiles * sizeof(int)), take(pairs * static_cast<std::size_t>(w.inter) * 2),
-        take(pairs * static_cast<std::size_t>(w.hidden) * 4));
+  const std::size_t logits = static_cast<std::size_t>(max_tokens) * w.num_global_experts;
+  // Named, in order: function arguments would be evaluated in an unspecified order.
+  const std::size_t ids = take(pairs * sizeof(int));
+  const std::size_t weights = take(pairs * sizeof(float));
+  const std::size_t logit_rows = take(logits * sizeof(float));
+  const std::size_t num_tiles = take(sizeof(int));
+  const std::size_t slot_pair = take(pairs * sizeof(int));
+  const std::size_t pair_slot = take(pairs * sizeof(int));
+  const std::size_t tile_expert = take(tiles * sizeof(int));
+  const std::size_t tile_slot0 = take(tiles * sizeof(int));
+  const std::size_t tile_rows = take(tiles * sizeof(int));
+  const std::size_t act = take(pairs * static_cast<std::size_t>(w.inter) * 2);
+  const std::size_t y = take(pairs * static_cast<std::size_t>(w.hidden) * 4);
+  visit(ids, weights, logit_rows, num_tiles, slot_pair, pair_slot, tile_expert, tile_slot0,
+        tile_rows, act, y);
   return offset;
 }
 
@@ -69,13 +77,12 @@ Workspace carve(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens, v
   auto* bytes = static_cast<char*>(base);
   Workspace ws{};
   layout(w, p, max_tokens,
-         [&](std::size_t ids, std::size_t tw, std::size_t counts, std::size_t offsets,
-             std::size_t ntiles, std::size_t slot_pair, std::size_t pair_slot, std::size_t texp,
-             std::size_t tslot, std::size_t trows, std::size_t act, std::size_t y) {
+         [&](std::size_t ids, std::size_t tw, std::size_t logits, std::size_t ntiles,
+             std::size_t slot_pair, std::size_t pair_slot, std::size_t texp, std::size_t tslot,
+             std::size_t trows, std::size_t act, std::size_t y) {
            ws.topk_ids = reinterpret_cast<int*>(bytes + ids);
            ws.topk_w = reinterpret_cast<float*>(bytes + tw);
-           ws.counts = reinterpret_cast<int*>(bytes + counts);
-           ws.offsets = reinterpret_cast<int*>(bytes + offsets);
+           ws.logits = reinterpret_cast<float*>(bytes + logits);
            ws.num_tiles = reinterpret_cast<int*>(bytes + ntiles);
            ws.slot_pair = reinterpret_cast<int*>(bytes + slot_pair);
            ws.pair_slot = reinterpret_cast<int*>(bytes + pair_slot);
@@ -92,100 +99,158 @@ __device__ __forceinline__ float bf16_bits_to_float(std::uint16_t bits) {
   return __uint_as_float(static_cast<std::uint32_t>(bits) << 16);
 }
 
-// ---- 1. routing: logits = x . Wr^T + br (fp32), top-k (ties: lower expert id), softmax ----
-__global__ void router_topk_kernel(const std::uint16_t* __restrict__ x,
-                                   const std::uint16_t* __restrict__ router_w,
-                                   const std::uint16_t* __restrict__ router_b, int hidden,
-                                   int experts, int top_k, int* __restrict__ topk_ids,
-                                   float* __restrict__ topk_w) {
-  extern __shared__ float smem[];
-  float* xs = smem;               // [H]
-  float* logits = smem + hidden;  // [E]
-  const int t = blockIdx.x;
-  const std::uint16_t* xrow = x + static_cast<std::size_t>(t) * hidden;
-  for (int h = threadIdx.x; h < hidden; h += blockDim.x) xs[h] = bf16_bits_to_float(xrow[h]);
-  __syncthreads();
-  const int warp = threadIdx.x / 32;
+// ---- 1. routing: logits = x . Wr^T + br (fp32), one warp per (token, expert) --------------
+constexpr int kRouterWarps = 8;
+
+__global__ void __launch_bounds__(kRouterWarps * 32)
+    router_logits_kernel(const std::uint16_t* __restrict__ x,
+                         const std::uint16_t* __restrict__ router_w,
+                         const std::uint16_t* __restrict__ router_b, int hidden, int experts,
+                         float* __restrict__ logits) {
+  const int t = blockIdx.y;
+  const int e = blockIdx.x * kRouterWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int warps = blockDim.x / 32;
-  for (int e = warp; e < experts; e += warps) {
-    const std::uint16_t* wrow = router_w + static_cast<std::size_t>(e) * hidden;
-    float acc = 0.0F;
-    for (int h = lane; h < hidden; h += 32) acc = fmaf(xs[h], bf16_bits_to_float(wrow[h]), acc);
-    for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xFFFFFFFFU, acc, offset);
-    if (lane == 0) logits[e] = acc + (router_b != nullptr ? bf16_bits_to_float(router_b[e]) : 0.0F);
-  }
-  __syncthreads();
-  if (warp != 0) return;
-  float chosen[kMaxTopK];
-  int chosen_id[kMaxTopK];
-  for (int j = 0; j < top_k; ++j) {
-    float best = -INFINITY;
-    int best_id = experts;
-    for (int e = lane; e < experts; e += 32) {
-      const float v = logits[e];
-      // NaN logits never win; among equal values the lower id wins.
-      if (v > best || (v == best && e < best_id)) {
-        best = v;
-        best_id = e;
-      }
+  if (e >= experts) return;
+  const uint4* xrow = reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(t) * hidden);
+  const uint4* wrow =
+      reinterpret_cast<const uint4*>(router_w + static_cast<std::size_t>(e) * hidden);
+  float acc = 0.0F;
+  for (int v = lane; v < hidden / 8; v += 32) {
+    const uint4 xa = __ldg(xrow + v);
+    const uint4 wa = __ldg(wrow + v);
+    const std::uint32_t xs[4] = {xa.x, xa.y, xa.z, xa.w};
+    const std::uint32_t ws[4] = {wa.x, wa.y, wa.z, wa.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      acc = fmaf(__uint_as_float(xs[i] << 16), __uint_as_float(ws[i] << 16), acc);
+      acc = fmaf(__uint_as_float(xs[i] & 0xFFFF0000U), __uint_as_float(ws[i] & 0xFFFF0000U), acc);
     }
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const float other = __shfl_xor_sync(0xFFFFFFFFU, best, offset);
-      const int other_id = __shfl_xor_sync(0xFFFFFFFFU, best_id, offset);
-      if (other > best || (other == best && other_id < best_id)) {
-        best = other;
-        best_id = other_id;
-      }
-    }
-    if (best_id >= experts) best_id = j;  // all remaining logits NaN: deterministic fallback
-    chosen[j] = best;
-    chosen_id[j] = best_id;
-    if (lane == 0) logits[best_id] = -INFINITY;
-    __syncwarp();
-    if (lane == (best_id % 32)) logits[best_id] = -INFINITY;
-    __syncwarp();
   }
+  for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xFFFFFFFFU, acc, offset);
   if (lane == 0) {
-    const float top = chosen[0];
-    float sum = 0.0F;
-    for (int j = 0; j < top_k; ++j) sum += expf(chosen[j] - top);
-    for (int j = 0; j < top_k; ++j) {
-      topk_ids[t * top_k + j] = chosen_id[j];
-      topk_w[t * top_k + j] = expf(chosen[j] - top) / sum;
-    }
+    logits[static_cast<std::size_t>(t) * experts + e] =
+        acc + (router_b != nullptr ? bf16_bits_to_float(router_b[e]) : 0.0F);
   }
 }
 
-// ---- 2. expert lists: counts, offsets, expert-sorted slots, 8-token tiles ------------------
-__global__ void build_lists_kernel(const int* __restrict__ topk_ids, int pairs, int first_expert,
-                                   int experts, Workspace ws) {
+// ---- 2. top-k + softmax (when routing), expert lists and 8-token tiles, in one block -------
+// Slots within an expert are assigned with shared-memory atomics: their order varies, but each
+// slot's result depends only on its own token and expert, so outputs are deterministic.
+constexpr int kListThreads = 1024;
+
+// The routing order: larger logit first, equal logits by lower expert id, NaN below every
+// number; id -1 is "nothing yet".
+__device__ __forceinline__ bool ranks_above(float v, int id, float best, int best_id) {
+  if (id < 0) return false;
+  if (best_id < 0) return true;
+  const bool v_nan = v != v;
+  const bool best_nan = best != best;
+  if (v_nan != best_nan) return best_nan;
+  if (!v_nan && v != best) return v > best;
+  return id < best_id;
+}
+
+__global__ void __launch_bounds__(kListThreads)
+    topk_lists_kernel(const float* __restrict__ logits, int router_experts, int top_k, int tokens,
+                      const int* topk_ids, int* routed_ids, float* routed_w, int first_expert,
+                      int experts, Workspace ws) {
   extern __shared__ int lists_smem[];
   int* counts = lists_smem;                   // [E]
-  int* offsets = lists_smem + experts;        // [E+1]
+  int* offsets = counts + experts;            // [E+1]
   int* tile_offsets = offsets + experts + 1;  // [E+1]
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) counts[e] = 0;
+  int* cursor = tile_offsets + experts + 1;   // [E]
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int pairs = tokens * top_k;
+  if (logits != nullptr) {
+    // Warp per token: k rounds of an argmax (larger logit first; ties: lower expert id; NaN
+    // never wins), then the softmax over the k chosen logits.
+    for (int t = warp; t < tokens; t += kListThreads / 32) {
+      const float* row = logits + static_cast<std::size_t>(t) * router_experts;
+      float chosen[kMaxTopK];
+      int chosen_id[kMaxTopK];
+#pragma unroll
+      for (int j = 0; j < kMaxTopK; ++j) {
+        if (j >= top_k) break;
+        float best = 0.0F;
+        int best_id = -1;
+        for (int e = lane; e < router_experts; e += 32) {
+          bool taken = false;
+#pragma unroll
+          for (int q = 0; q < kMaxTopK; ++q) taken = taken || (q < j && chosen_id[q] == e);
+          if (!taken && ranks_above(row[e], e, best, best_id)) {
+            best = row[e];
+            best_id = e;
+          }
+        }
+        for (int offset = 16; offset > 0; offset /= 2) {
+          const float other = __shfl_xor_sync(0xFFFFFFFFU, best, offset);
+          const int other_id = __shfl_xor_sync(0xFFFFFFFFU, best_id, offset);
+          if (ranks_above(other, other_id, best, best_id)) {
+            best = other;
+            best_id = other_id;
+          }
+        }
+        chosen[j] = best;
+        chosen_id[j] = best_id;
+      }
+      if (lane == 0) {
+        float sum = 0.0F;
+        for (int j = 0; j < top_k; ++j) sum += expf(chosen[j] - chosen[0]);
+        for (int j = 0; j < top_k; ++j) {
+          routed_ids[t * top_k + j] = chosen_id[j];
+          routed_w[t * top_k + j] = expf(chosen[j] - chosen[0]) / sum;
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int e = threadIdx.x; e < experts; e += kListThreads) {
+    counts[e] = 0;
+    cursor[e] = 0;
+  }
   __syncthreads();
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+  for (int p = threadIdx.x; p < pairs; p += kListThreads) {
     const int e = topk_ids[p] - first_expert;
     if (e >= 0 && e < experts) atomicAdd(&counts[e], 1);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {  // E <= a few hundred: a serial scan is cheaper than a sync tree
+  if (warp == 0) {  // exclusive scans of slots and tiles: lane l owns a run of experts
+    const int per_lane = (experts + 31) / 32;
+    const int begin = min(lane * per_lane, experts);
+    const int end = min(begin + per_lane, experts);
     int slots = 0;
     int tiles = 0;
-    for (int e = 0; e < experts; ++e) {
+    for (int e = begin; e < end; ++e) {
+      slots += counts[e];
+      tiles += (counts[e] + kTileTokens - 1) / kTileTokens;
+    }
+    int slot_prefix = slots;
+    int tile_prefix = tiles;
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const int s_up = __shfl_up_sync(0xFFFFFFFFU, slot_prefix, offset);
+      const int t_up = __shfl_up_sync(0xFFFFFFFFU, tile_prefix, offset);
+      if (lane >= offset) {
+        slot_prefix += s_up;
+        tile_prefix += t_up;
+      }
+    }
+    slots = slot_prefix - slots;
+    tiles = tile_prefix - tiles;
+    for (int e = begin; e < end; ++e) {
       offsets[e] = slots;
       tile_offsets[e] = tiles;
       slots += counts[e];
       tiles += (counts[e] + kTileTokens - 1) / kTileTokens;
     }
-    offsets[experts] = slots;
-    tile_offsets[experts] = tiles;
-    *ws.num_tiles = tiles;
+    if (lane == 31) {
+      offsets[experts] = slot_prefix;
+      tile_offsets[experts] = tile_prefix;
+      *ws.num_tiles = tile_prefix;
+    }
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+  for (int e = threadIdx.x; e < experts; e += kListThreads) {
     const int count = counts[e];
     for (int i = 0; i * kTileTokens < count; ++i) {
       const int tile = tile_offsets[e] + i;
@@ -194,22 +259,15 @@ __global__ void build_lists_kernel(const int* __restrict__ topk_ids, int pairs, 
       ws.tile_rows[tile] = min(kTileTokens, count - i * kTileTokens);
     }
   }
-  __syncthreads();
-  // Slots in pair order within each expert (one thread per expert keeps it deterministic).
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    int slot = offsets[e];
-    if (counts[e] == 0) continue;
-    for (int p = 0; p < pairs; ++p) {
-      if (topk_ids[p] - first_expert == e) {
-        ws.slot_pair[slot] = p;
-        ws.pair_slot[p] = slot;
-        ++slot;
-      }
-    }
-  }
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+  for (int p = threadIdx.x; p < pairs; p += kListThreads) {
     const int e = topk_ids[p] - first_expert;
-    if (e < 0 || e >= experts) ws.pair_slot[p] = -1;
+    if (e >= 0 && e < experts) {
+      const int slot = offsets[e] + atomicAdd(&cursor[e], 1);
+      ws.slot_pair[slot] = p;
+      ws.pair_slot[p] = slot;
+    } else {
+      ws.pair_slot[p] = -1;
+    }
   }
 }
 
@@ -233,8 +291,16 @@ __device__ __forceinline__ float apply_activation(GpuActivation kind, float g, f
   }
 }
 
-// Streams rows r and r+8 (of `rows_a`) over K, multiplying by the tile's activations in shared
-// memory; `kAcc` accumulator sets share the activation fragments (GEMM1: gate and up).
+// What one lane streams per 128-wide K chunk: its MX block of rows r and r+8 of every
+// accumulator set (GEMM1: gate and up) with their scales, and the matching 32 activations of its
+// token (B operand) — all loaded one chunk ahead of use.
+template <int kAcc>
+struct ChunkRegs {
+  uint4 w[kAcc][2];
+  std::uint32_t scale[kAcc][2];
+  uint4 x[4];
+};
+
 template <int kAcc>
 struct RowPair {
   const std::uint8_t* row[kAcc][2];    // packed FP4 rows (r, r+8)
@@ -242,43 +308,87 @@ struct RowPair {
 };
 
 template <int kAcc>
-__device__ __forceinline__ void stream_k(const RowPair<kAcc>& rp, const __nv_bfloat16* xs,
-                                         int xs_stride, int k_total, int warp, int lane,
-                                         float (&acc)[kAcc][4]) {
-  const int c = lane % 4;
-  const int n = lane / 4;
-  const int chunks = (k_total + kChunk - 1) / kChunk;
-  for (int chunk = warp; chunk < chunks; chunk += kGemmWarps) {
-    const int k0 = chunk * kChunk + 32 * c;  // this lane's MX block
-    // Ragged K: a lane past the end feeds zeros (mma.sync needs every lane of the warp).
-    const bool has_block = k0 < k_total;
-    uint4 data[kAcc][2];
-    std::uint32_t scales[kAcc][2];
+__device__ __forceinline__ void load_chunk(const RowPair<kAcc>& rp, const std::uint16_t* brow,
+                                           int k0, bool has_block, ChunkRegs<kAcc>& regs) {
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      regs.w[a][h] =
+          has_block ? detail::load_stream_16(rp.row[a][h] + k0 / 2) : make_uint4(0, 0, 0, 0);
+      regs.scale[a][h] = has_block ? __ldg(rp.scale[a][h] + k0 / 32) : 127U;
+    }
+  }
+  const bool has_x = has_block && brow != nullptr;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    regs.x[i] =
+        has_x ? __ldg(reinterpret_cast<const uint4*>(brow + k0) + i) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+template <int kAcc, bool kWideScales>
+__device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc>& regs, float (&acc)[kAcc][4]) {
+  detail::ScaleFactors f[kAcc][2];
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) f[a][h] = detail::e8m0_scale_factors(regs.scale[a][h]);
+  }
+  const std::uint32_t xw[16] = {regs.x[0].x, regs.x[0].y, regs.x[0].z, regs.x[0].w,
+                                regs.x[1].x, regs.x[1].y, regs.x[1].z, regs.x[1].w,
+                                regs.x[2].x, regs.x[2].y, regs.x[2].z, regs.x[2].w,
+                                regs.x[3].x, regs.x[3].y, regs.x[3].z, regs.x[3].w};
+#pragma unroll
+  for (int s = 0; s < 8; ++s) {
 #pragma unroll
     for (int a = 0; a < kAcc; ++a) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        data[a][h] =
-            has_block ? detail::load_stream_16(rp.row[a][h] + k0 / 2) : make_uint4(0, 0, 0, 0);
-        scales[a][h] = has_block ? rp.scale[a][h][k0 / 32] : 127U;
+      const std::uint32_t hw0 = detail::halfword(regs.w[a][0], s);
+      const std::uint32_t hw1 = detail::halfword(regs.w[a][1], s);
+      std::uint32_t frag[4];
+      if constexpr (kWideScales) {
+        frag[0] = detail::decode_e2m1x2(hw0 & 0xFFU, f[a][0]);
+        frag[1] = detail::decode_e2m1x2(hw1 & 0xFFU, f[a][1]);
+        frag[2] = detail::decode_e2m1x2(hw0 >> 8, f[a][0]);
+        frag[3] = detail::decode_e2m1x2(hw1 >> 8, f[a][1]);
+      } else {
+        frag[0] = detail::bf16x2_mul(detail::e2m1x2_to_bf16x2_unscaled(hw0 & 0xFFU), f[a][0].first);
+        frag[1] = detail::bf16x2_mul(detail::e2m1x2_to_bf16x2_unscaled(hw1 & 0xFFU), f[a][1].first);
+        frag[2] = detail::bf16x2_mul(detail::e2m1x2_to_bf16x2_unscaled(hw0 >> 8), f[a][0].first);
+        frag[3] = detail::bf16x2_mul(detail::e2m1x2_to_bf16x2_unscaled(hw1 >> 8), f[a][1].first);
       }
+      detail::mma_bf16_16816(acc[a], frag, xw[2 * s], xw[2 * s + 1]);
     }
-    const __nv_bfloat16* xk = xs + n * xs_stride + (has_block ? k0 : 0);
+  }
+}
+
+// Streams K for rows r and r+8, this warp taking chunks warp, warp + 4, ...; loads run one
+// chunk ahead of the tensor-core work. Scales above 2 (E8M0 > 128) take a two-multiply decode.
+template <int kAcc>
+__device__ __forceinline__ void stream_k(const RowPair<kAcc>& rp, const std::uint16_t* brow,
+                                         int k_total, int warp, int lane, float (&acc)[kAcc][4]) {
+  const int c = lane % 4;
+  const int chunks = (k_total + kChunk - 1) / kChunk;
+  int chunk = warp;
+  if (chunk >= chunks) return;
+  ChunkRegs<kAcc> cur;
+  load_chunk(rp, brow, chunk * kChunk + 32 * c, chunk * kChunk + 32 * c < k_total, cur);
+  for (; chunk < chunks; chunk += kGemmWarps) {
+    ChunkRegs<kAcc> next;
+    const int next_k0 = (chunk + kGemmWarps) * kChunk + 32 * c;
+    load_chunk(rp, brow, next_k0, chunk + kGemmWarps < chunks && next_k0 < k_total, next);
+    bool wide = false;
 #pragma unroll
-    for (int s = 0; s < 8; ++s) {
-      const uint2 bx = has_block ? *reinterpret_cast<const uint2*>(xk + 4 * s) : make_uint2(0, 0);
+    for (int a = 0; a < kAcc; ++a)
 #pragma unroll
-      for (int a = 0; a < kAcc; ++a) {
-        const detail::ScaleFactors f0 = detail::e8m0_scale_factors(scales[a][0]);
-        const detail::ScaleFactors f1 = detail::e8m0_scale_factors(scales[a][1]);
-        const std::uint32_t hw0 = detail::halfword(data[a][0], s);
-        const std::uint32_t hw1 = detail::halfword(data[a][1], s);
-        const std::uint32_t frag[4] = {
-            detail::decode_e2m1x2(hw0 & 0xFFU, f0), detail::decode_e2m1x2(hw1 & 0xFFU, f1),
-            detail::decode_e2m1x2(hw0 >> 8, f0), detail::decode_e2m1x2(hw1 >> 8, f1)};
-        detail::mma_bf16_16816(acc[a], frag, bx.x, bx.y);
-      }
+      for (int h = 0; h < 2; ++h)
+        wide = wide || (cur.scale[a][h] > 128U && cur.scale[a][h] != 255U);
+    if (__any_sync(0xFFFFFFFFU, wide)) {
+      mma_chunk<kAcc, true>(cur, acc);
+    } else {
+      mma_chunk<kAcc, false>(cur, acc);
     }
+    cur = next;
   }
 }
 
@@ -302,23 +412,6 @@ __device__ __forceinline__ void reduce_warps(float (&acc)[kAcc][4], float* red, 
   }
 }
 
-// Loads the tile's token rows (bf16) into shared memory; missing rows are zero.
-__device__ __forceinline__ void load_tile_rows(__nv_bfloat16* xs, int stride,
-                                               const std::uint16_t* src_rows_base,
-                                               const int* row_index, int rows, int width) {
-  const int vec_per_row = width / 8;  // 16-byte vectors (width is a multiple of 32)
-  for (int i = threadIdx.x; i < kTileTokens * vec_per_row; i += blockDim.x) {
-    const int r = i / vec_per_row;
-    const int v = i % vec_per_row;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (r < rows) {
-      value = reinterpret_cast<const uint4*>(src_rows_base +
-                                             static_cast<std::size_t>(row_index[r]) * width)[v];
-    }
-    reinterpret_cast<uint4*>(xs + r * stride)[v] = value;
-  }
-}
-
 struct GemmArgs {
   MoeDeviceWeights w;
   MoeParams p;
@@ -330,32 +423,24 @@ struct GemmArgs {
 __global__ void __launch_bounds__(kGemmWarps * 32) gemm1_swiglu_kernel(GemmArgs args) {
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;
-  extern __shared__ __align__(16) unsigned char gemm_smem[];
-  const int hidden = args.w.hidden;
-  const int stride = hidden + 8;  // bf16 elements; +16 bytes staggers rows across banks
-  auto* xs = reinterpret_cast<__nv_bfloat16*>(gemm_smem);
-  auto* red = reinterpret_cast<float*>(gemm_smem + kTileTokens * stride * 2);
-  __shared__ int tokens[kTileTokens];
-
+  __shared__ float red[(kGemmWarps - 1) * 2 * 4 * 32];
   const int expert = args.ws.tile_expert[tile];
   const int slot0 = args.ws.tile_slot0[tile];
   const int rows = args.ws.tile_rows[tile];
-  if (threadIdx.x < kTileTokens) {
-    tokens[threadIdx.x] =
-        threadIdx.x < rows ? args.ws.slot_pair[slot0 + threadIdx.x] / args.top_k : 0;
-  }
-  __syncthreads();
-  load_tile_rows(xs, stride, args.x, tokens, rows, hidden);
-  __syncthreads();
-
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+  const int n = lane / 4;  // this lane's token column of the B operand
+  const int hidden = args.w.hidden;
+  const std::uint16_t* brow =
+      n < rows
+          ? args.x + static_cast<std::size_t>(args.ws.slot_pair[slot0 + n] / args.top_k) * hidden
+          : nullptr;
+
   const int ch0 = blockIdx.x * kTileRows;
   const int r = lane / 4;
   const std::size_t row_bytes = hidden / 2;
   const std::size_t scale_row = hidden / 32;
-  const std::size_t rows_per_expert = 2 * static_cast<std::size_t>(args.w.inter_padded);
-  const std::size_t base_row = static_cast<std::size_t>(expert) * rows_per_expert;
+  const std::size_t base_row = static_cast<std::size_t>(expert) * 2 * args.w.inter_padded;
   RowPair<2> rp;
   for (int h = 0; h < 2; ++h) {
     const std::size_t gate = base_row + ch0 + r + 8 * h;
@@ -366,15 +451,15 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm1_swiglu_kernel(GemmArgs 
     rp.scale[1][h] = args.w.w13_scale + up * scale_row;
   }
   float acc[2][4] = {};
-  stream_k<2>(rp, xs, stride, hidden, warp, lane, acc);
+  stream_k<2>(rp, brow, hidden, warp, lane, acc);
   reduce_warps<2>(acc, red, warp, lane);
   if (warp != 0) return;
 
   const int c = lane % 4;
   for (int i = 0; i < 4; ++i) {
     const int channel = ch0 + r + (i >= 2 ? 8 : 0);
-    const int n = 2 * c + (i & 1);
-    if (n >= rows) continue;
+    const int col = 2 * c + (i & 1);
+    if (col >= rows) continue;
     float g = acc[0][i];
     float u = acc[1][i];
     if (args.w.b13 != nullptr) {
@@ -383,7 +468,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm1_swiglu_kernel(GemmArgs 
     }
     const float out =
         apply_activation(args.p.activation, g, u, args.p.swiglu_alpha, args.p.swiglu_limit);
-    args.ws.act[static_cast<std::size_t>(slot0 + n) * args.w.inter + channel] =
+    args.ws.act[static_cast<std::size_t>(slot0 + col) * args.w.inter + channel] =
         __float2bfloat16_rn(out);
   }
 }
@@ -391,24 +476,18 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm1_swiglu_kernel(GemmArgs 
 __global__ void __launch_bounds__(kGemmWarps * 32) gemm2_kernel(GemmArgs args) {
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;
-  extern __shared__ __align__(16) unsigned char gemm_smem[];
-  const int inter = args.w.inter;
-  const int stride = inter + 8;
-  auto* xs = reinterpret_cast<__nv_bfloat16*>(gemm_smem);
-  auto* red = reinterpret_cast<float*>(gemm_smem + kTileTokens * stride * 2);
-  __shared__ int slots[kTileTokens];
-
+  __shared__ float red[(kGemmWarps - 1) * 1 * 4 * 32];
   const int expert = args.ws.tile_expert[tile];
   const int slot0 = args.ws.tile_slot0[tile];
   const int rows = args.ws.tile_rows[tile];
-  if (threadIdx.x < kTileTokens) slots[threadIdx.x] = slot0 + threadIdx.x;
-  __syncthreads();
-  load_tile_rows(xs, stride, reinterpret_cast<const std::uint16_t*>(args.ws.act), slots, rows,
-                 inter);
-  __syncthreads();
-
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+  const int n = lane / 4;
+  const int inter = args.w.inter;
+  const std::uint16_t* brow = n < rows ? reinterpret_cast<const std::uint16_t*>(args.ws.act) +
+                                             static_cast<std::size_t>(slot0 + n) * inter
+                                       : nullptr;
+
   const int h0 = blockIdx.x * kTileRows;
   const int r = lane / 4;
   const std::size_t row_bytes = args.w.inter_padded / 2;
@@ -421,19 +500,19 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm2_kernel(GemmArgs args) {
     rp.scale[0][h] = args.w.w2_scale + row * scale_row;
   }
   float acc[1][4] = {};
-  stream_k<1>(rp, xs, stride, inter, warp, lane, acc);
+  stream_k<1>(rp, brow, inter, warp, lane, acc);
   reduce_warps<1>(acc, red, warp, lane);
   if (warp != 0) return;
 
   const int c = lane % 4;
   for (int i = 0; i < 4; ++i) {
     const int h = h0 + r + (i >= 2 ? 8 : 0);
-    const int n = 2 * c + (i & 1);
-    if (n >= rows) continue;
+    const int col = 2 * c + (i & 1);
+    if (col >= rows) continue;
     float v = acc[0][i];
     if (args.w.b2 != nullptr && args.p.add_down_bias)
       v += bf16_bits_to_float(args.w.b2[base_row + h]);
-    args.ws.y[static_cast<std::size_t>(slot0 + n) * args.w.hidden + h] = v;
+    args.ws.y[static_cast<std::size_t>(slot0 + col) * args.w.hidden + h] = v;
   }
 }
 
@@ -456,9 +535,8 @@ __global__ void combine_kernel(const float* __restrict__ y, const int* __restric
   }
 }
 
-std::size_t gemm_smem_bytes(int k) {
-  return static_cast<std::size_t>(kTileTokens) * (k + 8) * 2 +
-         static_cast<std::size_t>(kGemmWarps - 1) * 2 * 4 * 32 * sizeof(float);
+std::size_t lists_smem_bytes(int experts) {
+  return (4 * static_cast<std::size_t>(experts) + 2) * 4;
 }
 
 }  // namespace
@@ -473,7 +551,6 @@ const char* moe_decode_unsupported_reason(const MoeDeviceWeights& w, const MoePa
   if (w.num_local_experts < 1 || w.num_local_experts > 1024) return "experts must be in [1, 1024]";
   if (w.router_w != nullptr && (w.num_global_experts < p.top_k || w.num_global_experts > 1024))
     return "router width must be in [top-k, 1024]";
-  if (gemm_smem_bytes(std::max(w.hidden, w.inter)) > 200 * 1024) return "hidden size too large";
   return nullptr;
 }
 
@@ -502,46 +579,41 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   const Workspace ws = carve(w, p, max_tokens, workspace);
   const int pairs = run.tokens * p.top_k;
 
-  const int* ids = run.topk_ids;
-  const float* weights = run.topk_weights;
-  if (ids == nullptr) {
-    const std::size_t smem = (static_cast<std::size_t>(w.hidden) + w.num_global_experts) * 4;
-    if (smem > 48 * 1024) {
-      MXQ_CUDA_CHECK(cudaFuncSetAttribute(
-          router_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    }
-    router_topk_kernel<<<run.tokens, 256, smem, stream>>>(run.x, w.router_w, w.router_b, w.hidden,
-                                                          w.num_global_experts, p.top_k,
-                                                          ws.topk_ids, ws.topk_w);
+  const float* logits = nullptr;
+  if (run.topk_ids == nullptr) {
+    router_logits_kernel<<<dim3((w.num_global_experts + kRouterWarps - 1) / kRouterWarps,
+                                run.tokens),
+                           kRouterWarps * 32, 0, stream>>>(run.x, w.router_w, w.router_b, w.hidden,
+                                                           w.num_global_experts, ws.logits);
     MXQ_CUDA_CHECK_LAUNCH();
-    ids = ws.topk_ids;
-    weights = ws.topk_w;
+    logits = ws.logits;
   }
-  const std::size_t lists_smem = (3 * static_cast<std::size_t>(w.num_local_experts) + 2) * 4;
-  build_lists_kernel<<<1, 256, lists_smem, stream>>>(ids, pairs, w.first_local_expert,
-                                                     w.num_local_experts, ws);
+  const int* ids = logits != nullptr ? ws.topk_ids : run.topk_ids;
+  const float* weights = logits != nullptr ? ws.topk_w : run.topk_weights;
+  topk_lists_kernel<<<1, kListThreads, lists_smem_bytes(w.num_local_experts), stream>>>(
+      logits, w.num_global_experts, p.top_k, run.tokens, ids, ws.topk_ids, ws.topk_w,
+      w.first_local_expert, w.num_local_experts, ws);
   MXQ_CUDA_CHECK_LAUNCH();
 
   mark(1);
   const int max_tiles = max_tiles_for(pairs, w.num_local_experts);
   const GemmArgs args{w, p, run.x, p.top_k, ws};
-  const std::size_t smem1 = gemm_smem_bytes(w.hidden);
-  MXQ_CUDA_CHECK(cudaFuncSetAttribute(
-      gemm1_swiglu_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem1)));
-  gemm1_swiglu_kernel<<<dim3(w.inter / kTileRows, max_tiles), kGemmWarps * 32, smem1, stream>>>(
-      args);
+  gemm1_swiglu_kernel<<<dim3(w.inter / kTileRows, max_tiles), kGemmWarps * 32, 0, stream>>>(args);
   MXQ_CUDA_CHECK_LAUNCH();
   mark(2);
-  const std::size_t smem2 = gemm_smem_bytes(w.inter);
-  MXQ_CUDA_CHECK(cudaFuncSetAttribute(gemm2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(smem2)));
-  gemm2_kernel<<<dim3(w.hidden / kTileRows, max_tiles), kGemmWarps * 32, smem2, stream>>>(args);
+  gemm2_kernel<<<dim3(w.hidden / kTileRows, max_tiles), kGemmWarps * 32, 0, stream>>>(args);
   MXQ_CUDA_CHECK_LAUNCH();
   mark(3);
   combine_kernel<<<dim3((w.hidden + 255) / 256, run.tokens), 256, 0, stream>>>(
       ws.y, ws.pair_slot, weights, p.top_k, w.hidden, run.out_f32, run.out_bf16);
   MXQ_CUDA_CHECK_LAUNCH();
   mark(4);
+}
+
+MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens,
+                                void* workspace) {
+  const Workspace ws = carve(w, p, max_tokens, workspace);
+  return {ws.topk_ids, ws.topk_w};
 }
 
 std::size_t moe_expert_weight_bytes(const MoeDeviceWeights& w) {

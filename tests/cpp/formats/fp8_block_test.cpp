@@ -206,6 +206,16 @@ TEST(Fp8Block, ExactMultiplesAndLargeMatricesMatchTheReference) {
   expect_matches_reference(random_matrix(777, 1024, 4), BlockShape{1, 128}, ScaleMode::kFp32);
 }
 
+TEST(Fp8Block, HugeBlockExtentsDoNotOverflow) {
+  const BlockShape huge = parse_block_shape("9223372036854775807x9223372036854775807");
+  const Tensor x = random_matrix(33, 65, 9);
+  const Fp8BlockTensor q = quantize_fp8_block(x, huge);
+  EXPECT_EQ(q.scale.shape(), (Shape{1, 1}));
+  const Reference want = reference(x.data_as<float>(), 33, 65, {33, 65}, ScaleMode::kFp32);
+  EXPECT_EQ(q.scale.data_as<float>()[0], want.scale[0]);
+  EXPECT_EQ(dequantize_fp8_block(q.q, q.scale, huge).shape(), (Shape{33, 65}));
+}
+
 TEST(Fp8Block, ScalesHaveTheDeepSeekShape) {
   const Fp8BlockTensor q = quantize_fp8_block(random_matrix(300, 200, 5), BlockShape{128, 64});
   EXPECT_EQ(q.scale.shape(), (Shape{3, 4}));  // ceil(300/128), ceil(200/64)

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -79,14 +80,12 @@ TEST(SafetensorsTest, RoundTripsEveryDtypeAndShape) {
     EXPECT_EQ(entry.shape, tensor.shape());
     EXPECT_EQ(entry.end - entry.begin, tensor.nbytes());
     EXPECT_TRUE(same_bytes(file.bytes(tensor_name), tensor));
-    if (file.is_aligned(tensor_name)) {
-      const TensorView view = file.view(tensor_name);
-      EXPECT_EQ(view.dtype(), tensor.dtype());
-      EXPECT_EQ(view.shape(), tensor.shape());
-      EXPECT_TRUE(view.device().is_cpu());
-      EXPECT_TRUE(view.is_contiguous());
-      EXPECT_EQ(view.bytes(), file.bytes(tensor_name).data());
-    }
+    const TensorView view = file.view(tensor_name);
+    EXPECT_EQ(view.dtype(), tensor.dtype());
+    EXPECT_EQ(view.shape(), tensor.shape());
+    EXPECT_TRUE(view.device().is_cpu());
+    EXPECT_TRUE(view.is_contiguous());
+    EXPECT_EQ(view.bytes(), file.bytes(tensor_name).data());
   }
   EXPECT_FALSE(file.contains("absent"));
   EXPECT_EQ(dir.listing(), std::vector<std::string>{"all.safetensors"});
@@ -139,15 +138,12 @@ TEST(SafetensorsTest, ReadsAHandBuiltImage) {
   EXPECT_EQ(file.bytes("tail").data(), bytes.data() + data_start + 8);
   EXPECT_EQ(std::to_integer<int>(file.bytes("tail")[1]), 0xbb);
   EXPECT_EQ(file.bytes("empty").size(), 0u);
-  if (file.is_aligned("head")) {
-    EXPECT_EQ(file.view("head").data_as<std::int64_t>()[0], 7);
-  } else {
-    expect_error([&] { (void)file.view("head"); }, ErrorCode::kUnsupported,
-                 {"'head'", "not aligned", "bytes()"});
-  }
+  std::int64_t head = 0;
+  std::memcpy(&head, file.view("head").data(), sizeof(head));
+  EXPECT_EQ(head, 7);
 }
 
-TEST(SafetensorsTest, MisalignedTensorIsRefusedAsAViewButReadableAsBytes) {
+TEST(SafetensorsTest, MisalignedTensorsAreReportedAndReadableByCopy) {
   // A u8 tensor of 1 byte first puts the f32 at data offset 1. The image lives in a buffer whose
   // data section starts 8-aligned, so the f32 starts at an odd address.
   const std::string header = R"({"b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
@@ -164,10 +160,11 @@ TEST(SafetensorsTest, MisalignedTensorIsRefusedAsAViewButReadableAsBytes) {
   EXPECT_TRUE(file.is_aligned("b"));
   EXPECT_FALSE(file.is_aligned("f"));
   EXPECT_EQ(std::to_integer<int>(file.view("b").bytes()[0]), 9);
-  expect_error([&] { (void)file.view("f"); }, ErrorCode::kUnsupported,
-               {"'odd'", "'f'", "f32", "offset 1", "not aligned to 4 bytes", "bytes()"});
+  const TensorView view = file.view("f");
+  EXPECT_EQ(view.bytes(), buffer + built.size() - 4);
+  EXPECT_EQ(view.shape(), Shape{1});
   float value = 0;
-  std::memcpy(&value, file.bytes("f").data(), 4);
+  std::memcpy(&value, view.data(), 4);
   EXPECT_EQ(value, 1.0f);
 }
 
@@ -250,7 +247,7 @@ TEST(SafetensorsTest, RejectsMalformedEntries) {
   expect_format_error(entry(R"({"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":0})"),
                       {"unexpected field 'x'"});
   expect_format_error(entry(R"({"dtype":7,"shape":[1],"data_offsets":[0,1]})"),
-                      {"dtype: expected a string", "found a non-negative integer"});
+                      {"dtype: expected a string", "found the non-negative integer 7"});
   expect_format_error(entry(R"({"dtype":"F64","shape":[1],"data_offsets":[0,8]})"),
                       {"tensor 'w'", "dtype: expected one of", "F8_E4M3", "found 'F64'"});
   expect_format_error(entry(R"({"dtype":"U8","shape":3,"data_offsets":[0,3]})"),
@@ -263,13 +260,16 @@ TEST(SafetensorsTest, RejectsMalformedEntries) {
                       {"at most 8 dimensions, found 9"});
   expect_format_error(
       entry(R"({"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,1]})"),
-      {"more bytes than fit"});
+      {"too large", "2^63 bytes"});
+  expect_format_error(
+      entry(R"({"dtype":"U8","shape":[4294967296,0,4294967296],"data_offsets":[0,0]})"),
+      {"too large"});
   expect_format_error(
       entry(R"({"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,1]})"), {"shape[0]"});
   expect_format_error(entry(R"({"dtype":"U8","shape":[1],"data_offsets":[0]})"),
-                      {"data_offsets: expected [begin, end]", "[0]"});
+                      {"data_offsets: expected [begin, end]", "found an array of 1 elements"});
   expect_format_error(entry(R"({"dtype":"U8","shape":[1],"data_offsets":{"a":1}})"),
-                      {"data_offsets: expected [begin, end]"});
+                      {"data_offsets: expected [begin, end]", "an object with 1 keys"});
   expect_format_error(entry(R"({"dtype":"U8","shape":[1],"data_offsets":[-1,0]})"),
                       {"data_offsets[0]", "negative integer"});
   expect_format_error(entry(R"({"dtype":"U8","shape":[0],"data_offsets":[5,4]})"),
@@ -278,6 +278,41 @@ TEST(SafetensorsTest, RejectsMalformedEntries) {
                       {"tensor 'w'", "[0, 65]", "past the data section (64 bytes)", "truncated"});
   expect_format_error(entry(R"({"dtype":"F32","shape":[2,3],"data_offsets":[0,20]})"),
                       {"span 20 bytes", "expected 24", "[2, 3]", "f32"});
+}
+
+TEST(SafetensorsTest, ManyTensorsParseInLinearithmicTime) {
+  // 100k entries: a parser that rescans the header per entry (O(n^2)) takes minutes here.
+  const std::size_t count = 100000;
+  std::string header = "{";
+  for (std::size_t i = 0; i < count; ++i) {
+    // Reverse name order, so sorting by offset is real work.
+    header += (i ? ",\"" : "\"") + std::to_string(count - i) + R"(":{"dtype":"U8","shape":[1],)" +
+              R"("data_offsets":[)" + std::to_string(i) + "," + std::to_string(i + 1) + "]}";
+  }
+  header += "}";
+  Bytes data(count);
+  for (std::size_t i = 0; i < count; ++i) data[i] = static_cast<std::byte>(i % 251);
+  const Bytes bytes = image(header, data);
+  const auto start = std::chrono::steady_clock::now();
+  const SafetensorsFile file = SafetensorsFile::parse(bytes);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(file.entries().size(), count);
+  EXPECT_EQ(file.entries().front().name, std::to_string(count));
+  EXPECT_EQ(std::to_integer<std::size_t>(file.bytes("1")[0]), (count - 1) % 251);
+  EXPECT_LT(seconds, 30.0);
+}
+
+TEST(SafetensorsTest, DeeplyNestedHeadersAreAnErrorNotAStackOverflow) {
+  const std::size_t depth = 200000;
+  expect_format_error(image(std::string(depth, '[') + std::string(depth, ']')),
+                      {"must be a JSON object", "an array of 1 elements"});
+  const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+  expect_format_error(
+      image(R"({"w":{"dtype":"U8","shape":[1],"data_offsets":)" + deep + "}}", Bytes(1)),
+      {"tensor 'w'", "data_offsets", "an array of 1 elements"});
+  expect_format_error(image(R"({"__metadata__":{"k":)" + deep + "}}"),
+                      {"__metadata__ 'k'", "an array of 1 elements"});
 }
 
 TEST(SafetensorsTest, RejectsOverlappingTensors) {
@@ -302,7 +337,7 @@ TEST(SafetensorsTest, RejectsMalformedMetadata) {
   expect_format_error(image(R"({"__metadata__":["a"]})"), {"__metadata__", "object of strings"});
   expect_format_error(
       image(R"({"__metadata__":{"k":1}})"),
-      {"__metadata__ 'k'", "expected a string", "found a non-negative integer '1'"});
+      {"__metadata__ 'k'", "expected a string", "found the non-negative integer 1"});
   const SafetensorsFile file = SafetensorsFile::parse(image(R"({"__metadata__":{"k":"v"}})"));
   EXPECT_EQ(file.metadata().at("k"), "v");
   EXPECT_TRUE(file.entries().empty());

@@ -1,11 +1,13 @@
 // Round-to-nearest-even of an fp32 magnitude onto a small binary float grid (E2M1, E4M3, ...),
 // by integer arithmetic on the fp32 bits. Shared by the element encoders so each format states
 // only its parameters. No floating-point operations: the result cannot depend on the FPU
-// rounding mode, flush-to-zero or fast-math flags, on the host or on the device.
+// rounding mode, flush-to-zero or fast-math flags, on the host or on the device. No branches
+// and no variable shifts either, so loops over it vectorize with plain SSE2.
 #pragma once
 
 #include <bit>
 #include <cstdint>
+#include <utility>
 
 #include "mxq/core/macros.h"
 
@@ -16,21 +18,54 @@ MXQ_HD_INLINE constexpr std::uint32_t float_bits(float value) {
 }
 MXQ_HD_INLINE constexpr float bits_float(std::uint32_t bits) { return std::bit_cast<float>(bits); }
 
+// cond ? a : b without a branch: compilers keep ternaries on these paths as jumps, which stops
+// loops over the codecs from vectorizing.
+MXQ_HD_INLINE constexpr std::uint32_t select(bool cond, std::uint32_t a, std::uint32_t b) {
+  const std::uint32_t mask = 0U - static_cast<std::uint32_t>(cond);
+  return (a & mask) | (b & ~mask);
+}
+
 inline constexpr std::uint32_t kF32AbsMask = 0x7FFFFFFFU;
 inline constexpr std::uint32_t kF32InfBits = 0x7F800000U;
 inline constexpr std::uint32_t kF32QuietNanBits = 0x7FC00000U;
 
+// fp32 bits of the exact value odd * 2^exponent (odd < 2^23 and the result a normal float).
+MXQ_HD_INLINE constexpr std::uint32_t odd_times_power_of_two_bits(std::uint32_t odd, int exponent) {
+  int top = 0;  // floor(log2 odd)
+  while ((odd >> (top + 1)) != 0) ++top;
+  const std::uint32_t fraction = (odd - (1U << top)) << (23 - top);
+  return (static_cast<std::uint32_t>(127 + top + exponent) << 23) | fraction;
+}
+
+// 1 when the magnitude lies above the k-th subnormal midpoint (k + 1/2) u of a grid whose
+// smallest subnormal is u = 2^(1 - kBias - kMantissaBits), or exactly on it when that rounds up
+// to the even code k + 1 (k odd). The midpoint is a compile-time constant.
+template <int kMantissaBits, int kBias, std::uint32_t kK>
+MXQ_HD_INLINE constexpr std::uint32_t above_subnormal_midpoint(std::uint32_t abs_bits) {
+  // (k + 1/2) u = (2k + 1) * 2^(-kBias - kMantissaBits)
+  constexpr std::uint32_t kMidpoint =
+      odd_times_power_of_two_bits(2 * kK + 1, -kBias - kMantissaBits);
+  if constexpr ((kK & 1U) != 0) return static_cast<std::uint32_t>(abs_bits >= kMidpoint);
+  return static_cast<std::uint32_t>(abs_bits > kMidpoint);
+}
+
+template <int kMantissaBits, int kBias, std::uint32_t... kKs>
+MXQ_HD_INLINE constexpr std::uint32_t count_subnormal_midpoints(
+    std::uint32_t abs_bits, std::integer_sequence<std::uint32_t, kKs...> /*unused*/) {
+  return (0U + ... + above_subnormal_midpoint<kMantissaBits, kBias, kKs>(abs_bits));
+}
+
 // Code (without sign) of the value nearest to the magnitude whose fp32 bits are `abs_bits`, on
 // the grid of a binary float with `kMantissaBits` stored mantissa bits and exponent bias `kBias`
-// (subnormals included, ties to even). Codes count up with the value, so a mantissa carry moves
-// into the exponent field naturally. Valid for finite inputs that do not round past the
-// format's largest finite code; callers handle overflow, Inf and NaN first.
+// (subnormals included, ties to the even code). Codes count up with the value, so a mantissa
+// carry moves into the exponent field naturally. Valid for finite inputs that do not round
+// past the format's largest finite code; callers handle overflow, Inf and NaN first (they may
+// pass them: the result is then some code that the caller replaces).
 template <int kMantissaBits, int kBias>
 MXQ_HD_INLINE constexpr std::uint32_t round_magnitude_rne(std::uint32_t abs_bits) {
   constexpr int kDropped = 23 - kMantissaBits;  // fp32 mantissa bits below the target ulp
   // fp32 exponent field of the target's smallest normal, 2^(1 - kBias).
   constexpr std::uint32_t kMinNormalField = 127U - kBias + 1U;
-  const std::uint32_t exponent_field = abs_bits >> 23;
 
   // Normal range: keep the top bits, add just under half an ulp plus the lowest kept bit (ties
   // to even), then re-bias the exponent by subtraction.
@@ -39,23 +74,13 @@ MXQ_HD_INLINE constexpr std::uint32_t round_magnitude_rne(std::uint32_t abs_bits
       (abs_bits + ((1U << (kDropped - 1)) - 1U) + lowest_kept) >> kDropped;
   const std::uint32_t normal_code = rounded - ((127U - kBias) << kMantissaBits);
 
-  // Subnormal range: the code is the magnitude in units of the smallest subnormal,
-  // 2^(1 - kBias - kMantissaBits), rounded to nearest even. The significand (implicit bit
-  // included) is shifted right by the distance between the two grids, at most 31 places (the
-  // significand has 24 bits, so larger shifts give 0 and so does 31).
-  const std::uint32_t significand =
-      exponent_field == 0 ? (abs_bits & 0x7FFFFFU) : ((abs_bits & 0x7FFFFFU) | 0x800000U);
-  const std::uint32_t effective_field = exponent_field == 0 ? 1U : exponent_field;
-  const std::uint32_t grid_distance = 151U - kBias - kMantissaBits - effective_field;
-  const std::uint32_t shift = grid_distance > 31U ? 31U : grid_distance;
-  const std::uint32_t truncated = significand >> shift;
-  const std::uint32_t remainder = significand & ((1U << shift) - 1U);
-  const std::uint32_t half = 1U << (shift - 1U);
-  const std::uint32_t round_up =
-      (remainder > half || (remainder == half && (truncated & 1U))) ? 1U : 0U;
-  const std::uint32_t subnormal_code = truncated + round_up;
+  // Subnormal range (below 2^(1 - kBias)): codes 0 .. 2^kMantissaBits are the multiples of the
+  // smallest subnormal u (the last one is the smallest normal), so the code is the number of
+  // midpoints between them that the magnitude passes (ties to even).
+  const std::uint32_t subnormal_code = count_subnormal_midpoints<kMantissaBits, kBias>(
+      abs_bits, std::make_integer_sequence<std::uint32_t, (1U << kMantissaBits)>{});
 
-  return exponent_field >= kMinNormalField ? normal_code : subnormal_code;
+  return select((abs_bits >> 23) >= kMinNormalField, normal_code, subnormal_code);
 }
 
 }  // namespace mxq::detail
