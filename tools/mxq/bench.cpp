@@ -24,7 +24,7 @@ struct MoeBenchArgs {
   bool json = false;
 };
 
-void print_moe_table(const nlohmann::json& result) {
+[[maybe_unused]] void print_moe_table(const nlohmann::json& result) {
   std::printf("%s: E=%d H=%d I_rank=%d (padded %d) top-%d TP=%d; copy ceiling %.0f GB/s\n",
               result["preset"].get<std::string>().c_str(), result["experts"].get<int>(),
               result["hidden"].get<int>(), result["intermediate_per_rank"].get<int>(),
@@ -56,7 +56,7 @@ struct LinearBenchArgs {
   bool json = false;
 };
 
-void print_linear_table(const nlohmann::json& result) {
+[[maybe_unused]] void print_linear_table(const nlohmann::json& result) {
   std::printf("%s, %d SMs, cuBLASLt %d; %s\n", result["gpu"].get<std::string>().c_str(),
               result["sm_count"].get<int>(), result["cublaslt_version"].get<int>(),
               result["method"].get<std::string>().c_str());
