@@ -10,6 +10,9 @@ namespace mxq::cli {
 void register_info(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_dequantize(CLI::App& app);
+void register_synth(CLI::App& app);
+void register_moe(CLI::App& app);
+void register_run(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_linear(CLI::App& app);
 

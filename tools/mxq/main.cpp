@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
   mxq::cli::register_info(app);
   mxq::cli::register_quantize(app);
   mxq::cli::register_dequantize(app);
+  mxq::cli::register_synth(app);
+  mxq::cli::register_moe(app);
+  mxq::cli::register_run(app);
   mxq::cli::register_bench(app);
   mxq::cli::register_linear(app);
   try {

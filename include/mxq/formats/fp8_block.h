@@ -13,10 +13,9 @@
 #include <string>
 #include <string_view>
 
-#include "mxq/core/macros.h"
 #include "mxq/core/tensor.h"
 #include "mxq/formats/e4m3.h"
-#include "mxq/formats/e8m0.h"
+#include "mxq/formats/fp8_block_scale.h"
 
 namespace mxq {
 
@@ -32,22 +31,8 @@ BlockShape parse_block_shape(std::string_view text, std::string_view argument = 
 std::string to_string(const BlockShape& block);  // "128x64"
 std::ostream& operator<<(std::ostream& out, const BlockShape& block);
 
-enum class ScaleMode { kFp32, kUe8m0 };
 std::string_view to_string(ScaleMode mode);  // "fp32" / "ue8m0"
 ScaleMode parse_scale_mode(std::string_view text, std::string_view argument = "scale mode");
-
-inline constexpr float kFp8AmaxFloor = 1e-4F;
-
-// Scale of one block from its amax (|x| max, sign ignored). Non-finite amax -> NaN.
-MXQ_HD_INLINE constexpr float fp8_block_scale(float amax, ScaleMode mode) {
-  const std::uint32_t abs_bits = detail::float_bits(amax) & detail::kF32AbsMask;
-  if (abs_bits >= detail::kF32InfBits) return detail::bits_float(detail::kF32QuietNanBits);
-  const float magnitude = detail::bits_float(abs_bits);
-  const float scale = (magnitude > kFp8AmaxFloor ? magnitude : kFp8AmaxFloor) / kE4M3Max;
-  // scale lies in [2.2e-7, 7.6e35]: a normal float, so the E8M0 ceil is exact and never clamps.
-  return mode == ScaleMode::kUe8m0 ? e8m0_to_float(float_to_e8m0(scale, E8m0Rounding::kCeil))
-                                   : scale;
-}
 
 struct Fp8BlockTensor {
   Tensor q;          // e4m3 [N, K]

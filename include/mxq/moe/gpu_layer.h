@@ -19,8 +19,7 @@ namespace mxq::moe {
 class MoeGpuLayer {
  public:
   // Copies every rank's current weights (prepared or not) and the router to `device`.
-  static MoeGpuLayer upload(const MoeLayer& layer, int max_tokens,
-                            Device device = Device::cuda(0));
+  static MoeGpuLayer upload(const MoeLayer& layer, int max_tokens, Device device = Device::cuda(0));
 
   [[nodiscard]] int max_tokens() const;
   [[nodiscard]] const MoeConfig& config() const;
