@@ -34,6 +34,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 void run_moe(const MoeOptions& options) {
+  if (options.device == "cuda") require_gpu_for_device_cuda();
   const auto start = std::chrono::steady_clock::now();
   const moe::MoeCheckpoint checkpoint = moe::MoeCheckpoint::open(options.checkpoint);
   moe::MoeConfigOverrides overrides = options.overrides;

@@ -16,7 +16,11 @@ struct GpuMoeRun {
   std::string gpu;
 };
 
-// Throws mxq::Error(kUnsupported) in builds without CUDA or without a visible GPU.
+// Throws mxq::Error(kUnsupported) naming --device cuda in builds without CUDA or without a
+// visible GPU (commands call it before loading anything).
+void require_gpu_for_device_cuda();
+
+// Throws like require_gpu_for_device_cuda.
 GpuMoeRun run_moe_on_gpu(const moe::MoeLayer& layer, const Tensor& x);
 
 // ||out - ref|| / ||ref|| over elements where neither is NaN; counts NaN-position mismatches.

@@ -34,6 +34,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 void progress(std::string_view line) { std::cerr << "mxq run: " << line << std::endl; }
 
 void run_main(const RunOptions& options) {
+  if (options.device == "cuda") require_gpu_for_device_cuda();
   if (options.tp < 1) fail_argument(ErrorCode::kInvalidArgument, "--tp", ">= 1", options.tp);
   if (options.tokens < 1) {
     fail_argument(ErrorCode::kInvalidArgument, "--tokens", ">= 1", options.tokens);
