@@ -30,20 +30,25 @@ struct MoeBenchArgs {
               result["hidden"].get<int>(), result["intermediate_per_rank"].get<int>(),
               result["intermediate_padded"].get<int>(), result["top_k"].get<int>(),
               result["tp"].get<int>(), result["copy_ceiling_gbps"].get<double>());
-  std::printf("%6s %9s %8s %8s %8s %8s %8s %6s %8s %10s %8s\n", "T", "total_us", "route", "gemm1",
-              "gemm2", "combine", "GB/s", "%ceil", "TFLOPS", "bf16_us", "speedup");
+  std::printf("%6s %-16s %9s %8s %8s %8s %8s %8s %6s %8s %10s %8s\n", "T", "gemm", "total_us",
+              "route", "gemm1", "gemm2", "combine", "GB/s", "%ceil", "TFLOPS", "bf16_us",
+              "speedup");
   for (const auto& p : result["points"]) {
-    const auto& m = p["mxq"];
-    std::printf("%6d %9.1f %8.1f %8.1f %8.1f %8.1f %8.0f %6.1f %8.1f", p["tokens"].get<int>(),
-                m["total_us"].get<double>(), m["routing_us"].get<double>(),
-                m["gemm1_us"].get<double>(), m["gemm2_us"].get<double>(),
-                m["combine_us"].get<double>(), m["effective_gbps"].get<double>(),
-                m["pct_of_copy_ceiling"].get<double>(), m["tflops"].get<double>());
-    if (p.contains("baseline_bf16")) {
-      std::printf(" %10.1f %7.2fx", p["baseline_bf16"]["total_us"].get<double>(),
-                  p["speedup_vs_baseline"].get<double>());
+    for (const char* key : {"mxq", "mxq_shared_tile"}) {
+      if (!p.contains(key)) continue;
+      const auto& m = p[key];
+      std::printf("%6d %-16s %9.1f %8.1f %8.1f %8.1f %8.1f %8.0f %6.1f %8.1f",
+                  p["tokens"].get<int>(), m["gemm_variant"].get<std::string>().c_str(),
+                  m["total_us"].get<double>(), m["routing_us"].get<double>(),
+                  m["gemm1_us"].get<double>(), m["gemm2_us"].get<double>(),
+                  m["combine_us"].get<double>(), m["effective_gbps"].get<double>(),
+                  m["pct_of_copy_ceiling"].get<double>(), m["tflops"].get<double>());
+      if (p.contains("baseline_bf16")) {
+        const double base = p["baseline_bf16"]["total_us"].get<double>();
+        std::printf(" %10.1f %7.2fx", base, base / m["total_us"].get<double>());
+      }
+      std::printf("\n");
     }
-    std::printf("\n");
   }
 }
 

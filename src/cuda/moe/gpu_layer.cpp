@@ -53,7 +53,8 @@ Tensor upload_view(const TensorView& view, Device device) {
 
 }  // namespace
 
-MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device device) {
+MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device device,
+                                cuda::GemmVariant gemm) {
   MXQ_CHECK(device.is_cuda(), ErrorCode::kDeviceMismatch,
             "MoeGpuLayer::upload: device: expected a CUDA device, found ", device);
   MXQ_CHECK(max_tokens >= 1, ErrorCode::kInvalidArgument,
@@ -64,6 +65,7 @@ MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device de
   state->config = config;
   state->device = device;
   state->max_tokens = max_tokens;
+  state->params.gemm = gemm;
   state->params.top_k = static_cast<int>(config.top_k);
   state->params.activation = to_gpu(config.activation);
   state->params.swiglu_alpha = static_cast<float>(config.swiglu_alpha);
@@ -142,7 +144,9 @@ MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device de
 
 int MoeGpuLayer::max_tokens() const { return state_->max_tokens; }
 const MoeConfig& MoeGpuLayer::config() const { return state_->config; }
-std::string MoeGpuLayer::tactic_name() const { return "cuda.moe.decode_w4a16_mma"; }
+std::string MoeGpuLayer::tactic_name() const {
+  return std::string("cuda.moe.decode_w4a16_mma.") + cuda::to_string(state_->params.gemm);
+}
 
 void MoeGpuLayer::forward(const TensorView& x, const TensorView& out, cudaStream_t stream,
                           const TensorView& topk_ids, const TensorView& topk_weights) const {

@@ -719,12 +719,12 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
   }
 }
 
-// Launches the staged-tile GEMM, or the register-streaming one when K is too long for a tile.
+// Launches the staged-tile GEMM when asked for and K fits a tile, else the register-streaming one.
 template <bool kGemm1>
 void launch_gemm(const GemmArgs& args, int max_tiles, cudaStream_t stream) {
   const int row_blocks = kGemm1 ? args.w.inter / (kTileRows / 2) : args.w.hidden / kTileRows;
   const TileShape shape = tile_shape(args.w, kGemm1);
-  if (shape.k <= kTileMaxK) {
+  if (args.p.gemm == GemmVariant::kSharedTile && shape.k <= kTileMaxK) {
     // All of the unified L1/shared memory as shared, so 8 tiles fit per SM (the default carveout
     // may leave room for fewer); more than 48 KB of dynamic smem needs the explicit limit.
     MXQ_CUDA_CHECK(cudaFuncSetAttribute(gemm_tile_kernel<kGemm1>,
@@ -835,6 +835,10 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
       ws.y, ws.pair_slot, weights, p.top_k, w.hidden, run.out_f32, run.out_bf16);
   MXQ_CUDA_CHECK_LAUNCH();
   mark(4);
+}
+
+const char* to_string(GemmVariant variant) {
+  return variant == GemmVariant::kSharedTile ? "shared_tile" : "register_stream";
 }
 
 MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens,

@@ -168,24 +168,29 @@ TEST_P(MoeGpuVsCpu, MatchesTheReference) {
   const MoeLayer layer = make_layer(c, 1000 + static_cast<std::uint64_t>(c.experts * c.hidden));
   const Tensor x = make_input(c, 77);
   const MoeForwardResult ref = layer.forward(x);
-  const MoeGpuLayer gpu = MoeGpuLayer::upload(layer, static_cast<int>(c.tokens));
   cudaStream_t stream;
   MXQ_CUDA_CHECK(cudaStreamCreate(&stream));
   const Routing* routing = c.precomputed ? &ref.routing : nullptr;
-  const Tensor out = run_gpu(gpu, c, x, routing, stream, /*capture_graph=*/false);
-  std::int64_t nan_mismatches = 0;
-  const double error = normalized_error(out, ref.output, &nan_mismatches);
-  EXPECT_EQ(nan_mismatches, 0) << c.name;
-  EXPECT_LE(error, 4e-3) << c.name;
-  // A NaN row gives NaN in every element of that token, and only there.
-  if (c.nan_row) {
-    for (std::int64_t h = 0; h < c.hidden; ++h)
-      EXPECT_TRUE(std::isnan(out.data_as<float>()[c.hidden + h]));
-    EXPECT_FALSE(std::isnan(out.data_as<float>()[0]));
+  for (const cuda::GemmVariant variant :
+       {cuda::GemmVariant::kRegisterStream, cuda::GemmVariant::kSharedTile}) {
+    SCOPED_TRACE(cuda::to_string(variant));
+    const MoeGpuLayer gpu =
+        MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0), variant);
+    const Tensor out = run_gpu(gpu, c, x, routing, stream, /*capture_graph=*/false);
+    std::int64_t nan_mismatches = 0;
+    const double error = normalized_error(out, ref.output, &nan_mismatches);
+    EXPECT_EQ(nan_mismatches, 0) << c.name;
+    EXPECT_LE(error, 4e-3) << c.name;
+    // A NaN row gives NaN in every element of that token, and only there.
+    if (c.nan_row) {
+      for (std::int64_t h = 0; h < c.hidden; ++h)
+        EXPECT_TRUE(std::isnan(out.data_as<float>()[c.hidden + h]));
+      EXPECT_FALSE(std::isnan(out.data_as<float>()[0]));
+    }
+    // Graph capture + replay reproduces the eager output bit for bit.
+    const Tensor replayed = run_gpu(gpu, c, x, routing, stream, /*capture_graph=*/true);
+    EXPECT_EQ(std::memcmp(replayed.data(), out.data(), out.nbytes()), 0) << c.name;
   }
-  // Graph capture + replay reproduces the eager output bit for bit.
-  const Tensor replayed = run_gpu(gpu, c, x, routing, stream, /*capture_graph=*/true);
-  EXPECT_EQ(std::memcmp(replayed.data(), out.data(), out.nbytes()), 0) << c.name;
   MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
