@@ -13,19 +13,23 @@
 
 namespace mxq::linear::cuda {
 
-// Tile shapes compiled for the mma.sync fallback: CTA tile kBm x kBn, K chunk kc bytes.
+// Tile shapes compiled for the mma.sync fallback: CTA tile kBm x kBn, K chunk kc bytes; f16_mma
+// selects the variant that unpacks the E4M3 fragments to f16 for m16n8k16 (see mma_sync_gemm.cuh).
 struct MmaSyncShape {
   int bm;
   int bn;
   int kc;
   int stages;
   int threads;
+  bool f16_mma;
 };
-inline constexpr std::array<MmaSyncShape, 4> kMmaSyncShapes = {{
-    {16, 64, 64, 6, 128},    // decode: many CTAs along N; warps 1x4 of 16x16
-    {64, 128, 64, 4, 256},   // medium M; warps 2x4 of 32x32
-    {64, 128, 32, 4, 256},   // blocks whose K extent is not a multiple of 64 (16, 32, 48, 96...)
-    {128, 128, 64, 4, 512},  // large M; warps 4x4 of 32x32
+inline constexpr std::array<MmaSyncShape, 6> kMmaSyncShapes = {{
+    {16, 64, 64, 6, 128, false},    // decode: many CTAs along N; warps 1x4 of 16x16
+    {64, 128, 64, 4, 256, false},   // medium M; warps 2x4 of 32x32
+    {64, 128, 32, 4, 256, false},   // block K extents not a multiple of 64 (16, 32, 48, 96...)
+    {128, 128, 64, 4, 512, false},  // large M; warps 4x4 of 32x32
+    {64, 128, 64, 4, 256, true},    // as above, f16 m16n8k16 on unpacked fragments
+    {128, 128, 64, 4, 512, true},
 }};
 
 // Tile shapes compiled for the Hopper wgmma kernel.
