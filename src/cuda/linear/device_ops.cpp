@@ -169,6 +169,13 @@ void append_cuda_tactics(std::vector<std::unique_ptr<LinearTactic>>& tactics) {
   }
 }
 
+std::shared_ptr<void> stream_ordered_buffer(std::size_t bytes, void* stream) {
+  void* data = nullptr;
+  MXQ_CUDA_CHECK(cudaMallocAsync(&data, bytes == 0 ? 16 : bytes, as_stream(stream)));
+  // No throwing from a deleter; an error here resurfaces at the next checked CUDA call.
+  return {data, [stream](void* p) { (void)cudaFreeAsync(p, as_stream(stream)); }};
+}
+
 DeviceScope::DeviceScope(Device device) {
   if (!device.is_cuda()) return;
   int current = 0;
