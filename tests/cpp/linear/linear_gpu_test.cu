@@ -227,6 +227,17 @@ TEST(LinearOnGpu, PackedUe8m0ScalesGiveIdenticalBits) {
   }
 }
 
+TEST(LinearOnGpu, BlocksNotAMultipleOf16AreRefusedWithTheReason) {
+  const Tensor x = to_gpu(random_bf16(4, 256, 112));
+  const BlockFp8Weight w =
+      quantize_weight(random_f32(100, 256, 113), BlockShape{100, 128}).to(kGpu);
+  const std::string message = testing::message_of([&] { (void)linear(x, w); });
+  EXPECT_NE(message.find("needs block extents that are multiples of 16; the block is 100x128"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(testing::code_of([&] { (void)linear(x, w); }), ErrorCode::kUnsupported);
+}
+
 TEST(LinearOnGpu, AnUnsupportedTacticIsNeverRun) {
   const Fp8BlockTensor x = to_gpu(quantize_fp8_groups(random_bf16(4, 256, 110), 64));
   const BlockFp8Weight w = quantize_weight(random_f32(64, 256, 111), BlockShape{64, 64}).to(kGpu);
