@@ -105,25 +105,28 @@ __device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 
-// Blocks until the phase with the given parity has completed. A wait that never ends (a TMA
-// that faulted, a broken pipeline) traps after ~2^26 polls instead of hanging the GPU: every
-// legitimate wait here is a few microseconds at most.
+// Blocks until the phase with the given parity has completed. The polling loop lives inside one
+// asm statement, so the compiler sees no divergent branch while wgmma are in flight (a
+// divergent path there makes ptxas serialize the wgmma, C7518). A wait that never ends (a TMA
+// that faulted, a broken pipeline) traps after 2^26 polls instead of hanging the GPU: every
+// legitimate wait here is a few microseconds.
 __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t parity) {
-  const std::uint32_t addr = smem_addr(bar);
-  std::uint32_t done = 0;
-  std::uint32_t polls = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-    if (++polls == (1U << 26)) __trap();
-  } while (done == 0);
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      ".reg .u32 polls;\n"
+      "mov.u32 polls, 0;\n"
+      "MXQ_WAIT_LOOP:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@done bra MXQ_WAIT_DONE;\n"
+      "add.u32 polls, polls, 1;\n"
+      "setp.lt.u32 done, polls, 67108864;\n"
+      "@done bra MXQ_WAIT_LOOP;\n"
+      "trap;\n"
+      "MXQ_WAIT_DONE:\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
 }
 
 // ---- TMA (bulk tensor copies) -------------------------------------------------------------------

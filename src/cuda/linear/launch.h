@@ -32,20 +32,25 @@ inline constexpr std::array<MmaSyncShape, 6> kMmaSyncShapes = {{
     {128, 128, 64, 4, 512, true},
 }};
 
-// Tile shapes compiled for the Hopper wgmma kernel.
+// Tile shapes compiled for the Hopper wgmma kernel; `overlap` selects the variant that promotes
+// each K-block while the next block's wgmma run (two accumulators). ptxas holds a 384-thread
+// kernel to 168 registers per thread, too few for two 64x128 accumulators plus the result, so
+// the overlapping variant has one consumer warpgroup (256 threads).
 struct WgmmaShape {
   int bm;
   int bn;
   int stages;
+  bool overlap;
 };
-inline constexpr std::array<WgmmaShape, 3> kWgmmaShapes = {{
-    {64, 64, 8},
-    {64, 128, 8},
-    {128, 128, 5},
+inline constexpr std::array<WgmmaShape, 4> kWgmmaShapes = {{
+    {64, 64, 8, false},
+    {64, 128, 8, false},
+    {128, 128, 5, false},
+    {64, 128, 8, true},  // one consumer warpgroup: 2 x 64 + 64 fp32 registers fit its 232
 }};
 
 std::string to_string(const MmaSyncShape& shape);  // "m64n128k64"
-std::string to_string(const WgmmaShape& shape);    // "m128n128"
+std::string to_string(const WgmmaShape& shape);    // "m128n128", "m128n128_overlap"
 
 // True when the mma.sync kernel can use 16-byte cp.async for both operands.
 bool mma_sync_vector_loads(const BlockFp8GemmArgs& args);
