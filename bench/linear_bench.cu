@@ -206,10 +206,12 @@ double time_us(const std::function<void(int, cudaStream_t)>& launch, int sets, i
 // B = W BLK128x128, D = y^T) is timed instead and reported as such.
 class CublasLtBlockFp8 {
  public:
-  CublasLtBlockFp8(cublasLtHandle_t handle, int m, int n, int k, void* workspace)
+  // `first` provides the scale pointers set while cuBLASLt picks an algorithm.
+  CublasLtBlockFp8(cublasLtHandle_t handle, int m, int n, int k, void* workspace,
+                   const OperandSet& first)
       : handle_(handle), m_(m), n_(n), k_(k), workspace_(workspace) {
     for (const bool transposed : {false, true}) {
-      if (try_orientation(transposed)) {
+      if (try_orientation(transposed, first)) {
         transposed_ = transposed;
         ok_ = true;
         return;
@@ -242,7 +244,7 @@ class CublasLtBlockFp8 {
   }
 
  private:
-  bool try_orientation(bool transposed) {
+  bool try_orientation(bool transposed, const OperandSet& first) {
     release();
     // cuBLAS sizes: D (rows x cols) = op(A) (rows x K) * op(B) (K x cols), col-major.
     const int rows = transposed ? m_ : n_;
@@ -263,6 +265,15 @@ class CublasLtBlockFp8 {
                                              sizeof(a_mode)) == CUBLAS_STATUS_SUCCESS &&
               cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
                                              sizeof(b_mode)) == CUBLAS_STATUS_SUCCESS;
+    const void* w_scale = first.w_scale.data();
+    const void* a_scale = first.a_scale.data();
+    const void* a_scale_ptr = transposed ? a_scale : w_scale;
+    const void* b_scale_ptr = transposed ? w_scale : a_scale;
+    ok = ok &&
+         cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale_ptr,
+                                        sizeof(a_scale_ptr)) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale_ptr,
+                                        sizeof(b_scale_ptr)) == CUBLAS_STATUS_SUCCESS;
     ok = ok && cublasLtMatrixLayoutCreate(&a_desc_, CUDA_R_8F_E4M3, k_, rows, k_) ==
                    CUBLAS_STATUS_SUCCESS;
     ok = ok && cublasLtMatrixLayoutCreate(&b_desc_, CUDA_R_8F_E4M3, k_, cols, k_) ==
@@ -407,7 +418,7 @@ nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress
       // cuBLASLt baseline.
       double cublas_us = 0.0;
       if (options.baseline) {
-        CublasLtBlockFp8 cublas(handle, m, n, k, workspace.data());
+        CublasLtBlockFp8 cublas(handle, m, n, k, workspace.data(), operand_sets[0]);
         if (cublas.ok()) {
           cublas_us = time_us(
               [&](int s, cudaStream_t st) {

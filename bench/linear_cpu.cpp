@@ -42,9 +42,9 @@ int main() {
       for (int run = 0; run < 5; ++run) {
         const auto start = std::chrono::steady_clock::now();
         (void)mxq::linear::linear(x, w, nullptr, options);
-        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                               start)
-                         .count());
+        ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count());
       }
       std::sort(ms.begin(), ms.end());
       const double gflops = 2.0 * s.m * s.n * static_cast<double>(s.k) / (ms[2] * 1e-3) / 1e9;

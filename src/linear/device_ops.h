@@ -30,6 +30,11 @@ void quantize_activations_on_device(const TensorView& x, std::int64_t group_k, S
 
 void append_cuda_tactics(std::vector<std::unique_ptr<LinearTactic>>& tactics);
 
+// `bytes` of device memory on the current device, allocated in the order of `stream` and freed
+// in that order when the last owner lets go (so a kernel queued before the release still reads
+// valid memory).
+std::shared_ptr<void> stream_ordered_buffer(std::size_t bytes, void* stream);
+
 // Makes `device` the current CUDA device for the scope (kernels launch on the current device);
 // nothing for the CPU.
 class DeviceScope {

@@ -27,6 +27,8 @@ void quantize_activations_on_device(const TensorView&, std::int64_t, ScaleMode, 
 }
 void append_cuda_tactics(std::vector<std::unique_ptr<LinearTactic>>&) {}
 
+std::shared_ptr<void> stream_ordered_buffer(std::size_t, void*) { no_cuda(); }
+
 DeviceScope::DeviceScope(Device device) {
   if (device.is_cuda()) no_cuda();
 }

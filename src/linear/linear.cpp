@@ -9,6 +9,17 @@
 namespace mxq::linear {
 namespace {
 
+// Keeps a host tensor alive in PreparedLinear::storage.
+std::shared_ptr<void> keep(Tensor tensor) { return std::make_shared<Tensor>(std::move(tensor)); }
+
+// Stream-ordered device scratch of `count` elements of T.
+template <typename T>
+T* scratch(PreparedLinear& prepared, std::int64_t count, void* stream) {
+  prepared.storage.push_back(
+      internal::stream_ordered_buffer(static_cast<std::size_t>(count) * sizeof(T), stream));
+  return static_cast<T*>(prepared.storage.back().get());
+}
+
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
@@ -68,14 +79,12 @@ void bind_weight_bias_out(PreparedLinear& prepared, const BlockFp8Weight& w, con
   } else if (w.device().is_cpu()) {
     Tensor unpacked = unpack_ue8m0(w.scale, w.row_blocks(), w.col_blocks());
     ops.w_scale = unpacked.data_as<float>();
-    prepared.storage.push_back(std::move(unpacked));
+    prepared.storage.push_back(keep(std::move(unpacked)));
   } else {
-    Tensor unpacked = Tensor::empty(DType::kF32, {w.row_blocks(), w.col_blocks()}, w.device());
-    internal::unpack_ue8m0_on_device(w.scale, w.row_blocks(), w.col_blocks(),
-                                     unpacked.data_as<float>(), w.row_blocks(), w.col_blocks(), 1,
-                                     stream);
-    ops.w_scale = unpacked.data_as<float>();
-    prepared.storage.push_back(std::move(unpacked));
+    float* unpacked = scratch<float>(prepared, w.row_blocks() * w.col_blocks(), stream);
+    internal::unpack_ue8m0_on_device(w.scale, w.row_blocks(), w.col_blocks(), unpacked,
+                                     w.row_blocks(), w.col_blocks(), 1, stream);
+    ops.w_scale = unpacked;
   }
   ops.w_scale_ld = w.col_blocks();
   if (bias != nullptr) {
@@ -139,22 +148,20 @@ PreparedLinear prepare_linear(const Fp8BlockTensor& x, const BlockFp8Weight& w,
     ops.a_scale = scales.data_as<float>();
     ops.a_scale_row_stride = groups;
     ops.a_scale_group_stride = 1;
-    prepared.storage.push_back(std::move(scales));
+    prepared.storage.push_back(keep(std::move(scales)));
   } else {
     // CUDA tactics read scales K-group major with rows padded to a multiple of 4.
     const std::int64_t ld = round_up(m, 4);
-    Tensor scales = Tensor::empty(DType::kF32, {groups, ld}, x.q.device());
+    float* scales = scratch<float>(prepared, groups * ld, options.stream);
     if (packed) {
-      internal::unpack_ue8m0_on_device(x.scale, m, groups, scales.data_as<float>(), ld, 1, ld,
-                                       options.stream);
+      internal::unpack_ue8m0_on_device(x.scale, m, groups, scales, ld, 1, ld, options.stream);
     } else {
-      internal::transpose_scales_on_device(x.scale.data_as<float>(), m, groups,
-                                           scales.data_as<float>(), ld, options.stream);
+      internal::transpose_scales_on_device(x.scale.data_as<float>(), m, groups, scales, ld,
+                                           options.stream);
     }
-    ops.a_scale = scales.data_as<float>();
+    ops.a_scale = scales;
     ops.a_scale_row_stride = 1;
     ops.a_scale_group_stride = ld;
-    prepared.storage.push_back(std::move(scales));
   }
   bind_weight_bias_out(prepared, w, bias, out, options.stream);
   return prepared;
@@ -188,24 +195,21 @@ Tensor linear(const TensorView& x, const BlockFp8Weight& w, const TensorView* bi
     ops.a_scale = quantized.scale.data_as<float>();
     ops.a_scale_row_stride = ceil_div(k, group_k);
     ops.a_scale_group_stride = 1;
-    prepared.storage.push_back(std::move(quantized.q));
-    prepared.storage.push_back(std::move(quantized.scale));
+    prepared.storage.push_back(keep(std::move(quantized.q)));
+    prepared.storage.push_back(keep(std::move(quantized.scale)));
   } else {
     // Rows padded to 16 bytes (aligned vector loads), scale rows to a multiple of 4 (TMA).
     const std::int64_t ldq = round_up(k, 16);
     const std::int64_t scale_ld = round_up(m, 4);
-    Tensor q = Tensor::empty(DType::kE4M3, {m, ldq}, x.device());
-    Tensor scales = Tensor::empty(DType::kF32, {ceil_div(k, group_k), scale_ld}, x.device());
-    internal::quantize_activations_on_device(x, group_k, options.activation_scales,
-                                             static_cast<std::uint8_t*>(q.data()), ldq,
-                                             scales.data_as<float>(), scale_ld, options.stream);
-    ops.a = static_cast<const std::uint8_t*>(q.data());
+    auto* q = scratch<std::uint8_t>(prepared, m * ldq, options.stream);
+    float* scales = scratch<float>(prepared, ceil_div(k, group_k) * scale_ld, options.stream);
+    internal::quantize_activations_on_device(x, group_k, options.activation_scales, q, ldq, scales,
+                                             scale_ld, options.stream);
+    ops.a = q;
     ops.lda = ldq;
-    ops.a_scale = scales.data_as<float>();
+    ops.a_scale = scales;
     ops.a_scale_row_stride = 1;
     ops.a_scale_group_stride = scale_ld;
-    prepared.storage.push_back(std::move(q));
-    prepared.storage.push_back(std::move(scales));
   }
   Tensor out = Tensor::empty(options.out_dtype, {m, w.n()}, w.device());
   bind_weight_bias_out(prepared, w, bias, out, options.stream);
@@ -228,13 +232,14 @@ Fp8BlockTensor quantize_activations(const TensorView& x, std::int64_t group_k, S
   Fp8BlockTensor out{Tensor::empty(DType::kE4M3, {m, k}, x.device()),
                      Tensor::empty(DType::kF32, {m, groups}, x.device()), BlockShape{1, group_k}};
   if (m == 0 || k == 0) return out;
-  Tensor group_major = Tensor::empty(DType::kF32, {groups, m}, x.device());
-  internal::quantize_activations_on_device(x, group_k, mode,
-                                           static_cast<std::uint8_t*>(out.q.data()), k,
-                                           group_major.data_as<float>(), m, stream);
+  const std::shared_ptr<void> group_major =
+      internal::stream_ordered_buffer(static_cast<std::size_t>(groups * m) * sizeof(float), stream);
+  auto* scales = static_cast<float*>(group_major.get());
+  internal::quantize_activations_on_device(
+      x, group_k, mode, static_cast<std::uint8_t*>(out.q.data()), k, scales, m, stream);
   // [G, M] -> [M, G]: a transpose whose "rows" are the K-groups.
-  internal::transpose_scales_on_device(group_major.data_as<float>(), groups, m,
-                                       out.scale.data_as<float>(), groups, stream);
+  internal::transpose_scales_on_device(scales, groups, m, out.scale.data_as<float>(), groups,
+                                       stream);
   return out;
 }
 

@@ -136,7 +136,8 @@ void register_bench(CLI::App& app) {
     options.repeats = linear_args->repeats;
     options.baseline = !linear_args->no_baseline;
     options.fallback_64 = !linear_args->no_fallback_64;
-    const nlohmann::json result = bench::run_linear_bench(options, !linear_args->json);
+    // Progress lines go to stderr, so --json output stays clean.
+    const nlohmann::json result = bench::run_linear_bench(options, /*progress=*/true);
     if (linear_args->json) {
       print_json(result);
     } else {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,11 +49,13 @@ Fp8BlockTensor quantize_activations(const TensorView& x, std::int64_t group_k,
 
 // Everything a tactic needs, prepared once: the problem and its operands (activation scales in
 // the layout tactics share, packed UE8M0 scales unpacked, bias and output bound). `storage`
-// keeps the temporaries alive. For calling tactics directly (benchmarks, the autotuner).
+// keeps the temporaries alive; on a GPU they are allocated and freed in the order of
+// options.stream (cudaMallocAsync / cudaFreeAsync), so releasing them never races a kernel
+// still reading them. For calling tactics directly (benchmarks, the autotuner).
 struct PreparedLinear {
   LinearProblem problem;
   LinearOperands operands;
-  std::vector<Tensor> storage;
+  std::vector<std::shared_ptr<void>> storage;
 };
 // x: pre-quantized activations as in linear(); out: [M, N] of options.out_dtype, contiguous, on
 // the weight's device.

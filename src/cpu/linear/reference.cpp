@@ -12,7 +12,8 @@
 namespace mxq::linear::cpu {
 namespace {
 
-constexpr std::int64_t kRowsPerTile = 8;  // weight rows dequantized together
+constexpr std::int64_t kRowsPerTile = 8;    // weight rows dequantized together
+constexpr std::int64_t kRowsPerBlock = 64;  // rows of x dequantized together
 
 double bias_at(const LinearOperands& ops, std::int64_t n) {
   if (ops.bias == nullptr) return 0.0;
@@ -50,46 +51,51 @@ void linear_reference(const LinearOperands& ops, const LinearProblem& problem) {
   const std::int64_t k_total = problem.k;
   const std::int64_t bn = problem.block.n;
   const std::int64_t bk = problem.block.k;
-
-  // Dequantized activations, exact in fp64 (4 significant bits times 24).
-  std::vector<double> x(static_cast<std::size_t>(m_total * k_total));
-  parallel_for(m_total, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t m = begin; m < end; ++m) {
-      for (std::int64_t k = 0; k < k_total; ++k) {
-        const float scale =
-            ops.a_scale[(k / bk) * ops.a_scale_group_stride + m * ops.a_scale_row_stride];
-        x[static_cast<std::size_t>(m * k_total + k)] =
-            static_cast<double>(e4m3_to_float(ops.a[m * ops.lda + k])) * static_cast<double>(scale);
-      }
-    }
-  });
-
   const std::int64_t tiles = (n_total + kRowsPerTile - 1) / kRowsPerTile;
-  parallel_for(tiles, 1, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<double> w(static_cast<std::size_t>(kRowsPerTile * k_total));
-    for (std::int64_t tile = begin; tile < end; ++tile) {
-      const std::int64_t n0 = tile * kRowsPerTile;
-      const std::int64_t rows = std::min(kRowsPerTile, n_total - n0);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const std::int64_t n = n0 + r;
+
+  // Rows of x are taken kRowsPerBlock at a time, dequantized exactly in fp64 (4 significant
+  // bits times 24), so memory stays bounded and the block is reused across every weight row.
+  std::vector<double> x(static_cast<std::size_t>(std::min(kRowsPerBlock, m_total) * k_total));
+  for (std::int64_t m0 = 0; m0 < m_total; m0 += kRowsPerBlock) {
+    const std::int64_t rows = std::min(kRowsPerBlock, m_total - m0);
+    parallel_for(rows, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) {
+        const std::int64_t m = m0 + r;
         for (std::int64_t k = 0; k < k_total; ++k) {
-          const float scale = ops.w_scale[(n / bn) * ops.w_scale_ld + k / bk];
-          w[static_cast<std::size_t>(r * k_total + k)] =
-              static_cast<double>(e4m3_to_float(ops.w[n * ops.ldw + k])) *
+          const float scale =
+              ops.a_scale[(k / bk) * ops.a_scale_group_stride + m * ops.a_scale_row_stride];
+          x[static_cast<std::size_t>(r * k_total + k)] =
+              static_cast<double>(e4m3_to_float(ops.a[m * ops.lda + k])) *
               static_cast<double>(scale);
         }
       }
-      for (std::int64_t m = 0; m < m_total; ++m) {
-        const double* x_row = x.data() + m * k_total;
+    });
+    parallel_for(tiles, 1, [&](std::int64_t begin, std::int64_t end) {
+      std::vector<double> w(static_cast<std::size_t>(kRowsPerTile * k_total));
+      for (std::int64_t tile = begin; tile < end; ++tile) {
+        const std::int64_t n0 = tile * kRowsPerTile;
+        const std::int64_t cols = std::min(kRowsPerTile, n_total - n0);
+        for (std::int64_t c = 0; c < cols; ++c) {
+          const std::int64_t n = n0 + c;
+          for (std::int64_t k = 0; k < k_total; ++k) {
+            const float scale = ops.w_scale[(n / bn) * ops.w_scale_ld + k / bk];
+            w[static_cast<std::size_t>(c * k_total + k)] =
+                static_cast<double>(e4m3_to_float(ops.w[n * ops.ldw + k])) *
+                static_cast<double>(scale);
+          }
+        }
         for (std::int64_t r = 0; r < rows; ++r) {
-          const double* w_row = w.data() + r * k_total;
-          double sum = 0.0;
-          for (std::int64_t k = 0; k < k_total; ++k) sum += x_row[k] * w_row[k];
-          store(ops, problem, m, n0 + r, sum + bias_at(ops, n0 + r));
+          const double* x_row = x.data() + r * k_total;
+          for (std::int64_t c = 0; c < cols; ++c) {
+            const double* w_row = w.data() + c * k_total;
+            double sum = 0.0;
+            for (std::int64_t k = 0; k < k_total; ++k) sum += x_row[k] * w_row[k];
+            store(ops, problem, m0 + r, n0 + c, sum + bias_at(ops, n0 + c));
+          }
         }
       }
-    }
-  });
+    });
+  }
 }
 
 }  // namespace mxq::linear::cpu

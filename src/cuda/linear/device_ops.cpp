@@ -111,20 +111,20 @@ class WgmmaTactic final : public LinearTactic {
   std::string name_;
 };
 
-// The general path: mma.sync e4m3 tensor cores, every block with bn, bk multiples of 16.
+// The general path: mma.sync e4m3 tensor cores (or, as an alternative for the tuner, the same
+// fragments unpacked to f16 for mma.sync f16), every block with bn, bk multiples of 16.
 class MmaSyncTactic final : public LinearTactic {
  public:
   explicit MmaSyncTactic(cuda::MmaSyncShape shape)
-      : shape_(shape), name_("cuda.mma_sync." + cuda::to_string(shape)) {}
+      : shape_(shape),
+        name_((shape.f16_mma ? "cuda.mma_f16." : "cuda.mma_sync.") + cuda::to_string(shape)) {}
 
   [[nodiscard]] const std::string& name() const override { return name_; }
   [[nodiscard]] TacticKind kind() const override { return TacticKind::kFallback; }
   [[nodiscard]] std::vector<TacticParam> params() const override {
-    return {{"block_m", shape_.bm},
-            {"block_n", shape_.bn},
-            {"k_chunk", shape_.kc},
-            {"stages", shape_.stages},
-            {"threads", shape_.threads}};
+    return {{"block_m", shape_.bm},      {"block_n", shape_.bn},
+            {"k_chunk", shape_.kc},      {"stages", shape_.stages},
+            {"threads", shape_.threads}, {"f16_mma", shape_.f16_mma ? 1 : 0}};
   }
   [[nodiscard]] Support check(const LinearProblem& p) const override {
     if (Support common = common_cuda_checks(p); !common) return common;
@@ -167,6 +167,13 @@ void append_cuda_tactics(std::vector<std::unique_ptr<LinearTactic>>& tactics) {
   for (const cuda::MmaSyncShape& shape : cuda::kMmaSyncShapes) {
     tactics.push_back(std::make_unique<MmaSyncTactic>(shape));
   }
+}
+
+std::shared_ptr<void> stream_ordered_buffer(std::size_t bytes, void* stream) {
+  void* data = nullptr;
+  MXQ_CUDA_CHECK(cudaMallocAsync(&data, bytes == 0 ? 16 : bytes, as_stream(stream)));
+  // No throwing from a deleter; an error here resurfaces at the next checked CUDA call.
+  return {data, [stream](void* p) { (void)cudaFreeAsync(p, as_stream(stream)); }};
 }
 
 DeviceScope::DeviceScope(Device device) {

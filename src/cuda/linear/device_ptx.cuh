@@ -60,6 +60,25 @@ __device__ __forceinline__ void mma_m16n8k32_e4m3(float (&d)[4], const std::uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// D = A (16x16 f16, row) * B (16x8 f16, col) + C, fp32 accumulate.
+__device__ __forceinline__ void mma_m16n8k16_f16(float (&d)[4], std::uint32_t a0, std::uint32_t a1,
+                                                 std::uint32_t a2, std::uint32_t a3,
+                                                 std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Two E4M3 codes (low byte first) -> f16x2 (low half first); exact, E4M3 is a subset of f16.
+__device__ __forceinline__ std::uint32_t e4m3x2_to_f16x2(std::uint32_t pair) {
+  std::uint32_t out;
+  const auto bits = static_cast<std::uint16_t>(pair & 0xFFFFU);
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(out) : "h"(bits));
+  return out;
+}
+
 // ---- mbarrier -----------------------------------------------------------------------------------
 
 __device__ __forceinline__ void mbarrier_init(std::uint64_t* bar, std::uint32_t count) {
@@ -86,25 +105,28 @@ __device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 
-// Blocks until the phase with the given parity has completed. A wait that never ends (a TMA
-// that faulted, a broken pipeline) traps after ~2^26 polls instead of hanging the GPU: every
-// legitimate wait here is a few microseconds at most.
+// Blocks until the phase with the given parity has completed. The polling loop lives inside one
+// asm statement, so the compiler sees no divergent branch while wgmma are in flight (a
+// divergent path there makes ptxas serialize the wgmma, C7518). A wait that never ends (a TMA
+// that faulted, a broken pipeline) traps after 2^26 polls instead of hanging the GPU: every
+// legitimate wait here is a few microseconds.
 __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t parity) {
-  const std::uint32_t addr = smem_addr(bar);
-  std::uint32_t done = 0;
-  std::uint32_t polls = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-    if (++polls == (1U << 26)) __trap();
-  } while (done == 0);
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      ".reg .u32 polls;\n"
+      "mov.u32 polls, 0;\n"
+      "MXQ_WAIT_LOOP:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@done bra MXQ_WAIT_DONE;\n"
+      "add.u32 polls, polls, 1;\n"
+      "setp.lt.u32 done, polls, 67108864;\n"
+      "@done bra MXQ_WAIT_LOOP;\n"
+      "trap;\n"
+      "MXQ_WAIT_DONE:\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
 }
 
 // ---- TMA (bulk tensor copies) -------------------------------------------------------------------

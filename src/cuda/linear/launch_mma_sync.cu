@@ -16,18 +16,21 @@ using TileM128N128K64 = device::MmaSyncTile<128, 128, 64, 4, 4, 4>;
 
 // The table in launch.h (what dispatch offers) and the compiled tiles must agree.
 template <typename Tile>
-constexpr bool matches(const MmaSyncShape& shape) {
+constexpr bool matches(const MmaSyncShape& shape, bool f16_mma) {
   return shape.bm == Tile::kBm && shape.bn == Tile::kBn && shape.kc == Tile::kKc &&
-         shape.stages == Tile::kStages && shape.threads == Tile::kThreads;
+         shape.stages == Tile::kStages && shape.threads == Tile::kThreads &&
+         shape.f16_mma == f16_mma;
 }
-static_assert(matches<TileM16N64K64>(kMmaSyncShapes[0]));
-static_assert(matches<TileM64N128K64>(kMmaSyncShapes[1]));
-static_assert(matches<TileM64N128K32>(kMmaSyncShapes[2]));
-static_assert(matches<TileM128N128K64>(kMmaSyncShapes[3]));
+static_assert(matches<TileM16N64K64>(kMmaSyncShapes[0], false));
+static_assert(matches<TileM64N128K64>(kMmaSyncShapes[1], false));
+static_assert(matches<TileM64N128K32>(kMmaSyncShapes[2], false));
+static_assert(matches<TileM128N128K64>(kMmaSyncShapes[3], false));
+static_assert(matches<TileM64N128K64>(kMmaSyncShapes[4], true));
+static_assert(matches<TileM128N128K64>(kMmaSyncShapes[5], true));
 
-template <typename Tile, bool kVecLoad, bool kOutBf16>
+template <typename Tile, bool kVecLoad, bool kOutBf16, bool kF16Mma>
 void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
-  auto* kernel = &device::block_fp8_mma_sync_kernel<Tile, kVecLoad, kOutBf16>;
+  auto* kernel = &device::block_fp8_mma_sync_kernel<Tile, kVecLoad, kOutBf16, kF16Mma>;
   MXQ_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
   const dim3 grid(static_cast<unsigned>((args.n + Tile::kBn - 1) / Tile::kBn),
@@ -40,13 +43,13 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   MXQ_CUDA_CHECK_LAUNCH();
 }
 
-template <typename Tile>
+template <typename Tile, bool kF16Mma = false>
 void launch_variants(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   const bool vec = mma_sync_vector_loads(args);
-  if (vec && args.out_bf16) return launch_tile<Tile, true, true>(args, stream);
-  if (vec && !args.out_bf16) return launch_tile<Tile, true, false>(args, stream);
-  if (!vec && args.out_bf16) return launch_tile<Tile, false, true>(args, stream);
-  return launch_tile<Tile, false, false>(args, stream);
+  if (vec && args.out_bf16) return launch_tile<Tile, true, true, kF16Mma>(args, stream);
+  if (vec && !args.out_bf16) return launch_tile<Tile, true, false, kF16Mma>(args, stream);
+  if (!vec && args.out_bf16) return launch_tile<Tile, false, true, kF16Mma>(args, stream);
+  return launch_tile<Tile, false, false, kF16Mma>(args, stream);
 }
 
 bool aligned(const void* pointer, std::uintptr_t bytes) {
@@ -73,17 +76,26 @@ void launch_mma_sync(const MmaSyncShape& shape, const BlockFp8GemmArgs& args, cu
   if (!aligned(args.a_scale, 4) || !aligned(args.w_scale, 4)) {
     fail(ErrorCode::kInternal, "mma.sync block-FP8 GEMM: scale tensors must be 4-byte aligned");
   }
-  if (shape.bm == 16 && shape.bn == 64 && shape.kc == 64) {
-    return launch_variants<TileM16N64K64>(args, stream);
-  }
-  if (shape.bm == 64 && shape.bn == 128 && shape.kc == 64) {
-    return launch_variants<TileM64N128K64>(args, stream);
-  }
-  if (shape.bm == 64 && shape.bn == 128 && shape.kc == 32) {
-    return launch_variants<TileM64N128K32>(args, stream);
-  }
-  if (shape.bm == 128 && shape.bn == 128 && shape.kc == 64) {
-    return launch_variants<TileM128N128K64>(args, stream);
+  if (shape.f16_mma) {
+    if (shape.bm == 64 && shape.bn == 128 && shape.kc == 64) {
+      return launch_variants<TileM64N128K64, true>(args, stream);
+    }
+    if (shape.bm == 128 && shape.bn == 128 && shape.kc == 64) {
+      return launch_variants<TileM128N128K64, true>(args, stream);
+    }
+  } else {
+    if (shape.bm == 16 && shape.bn == 64 && shape.kc == 64) {
+      return launch_variants<TileM16N64K64>(args, stream);
+    }
+    if (shape.bm == 64 && shape.bn == 128 && shape.kc == 64) {
+      return launch_variants<TileM64N128K64>(args, stream);
+    }
+    if (shape.bm == 64 && shape.bn == 128 && shape.kc == 32) {
+      return launch_variants<TileM64N128K32>(args, stream);
+    }
+    if (shape.bm == 128 && shape.bn == 128 && shape.kc == 64) {
+      return launch_variants<TileM128N128K64>(args, stream);
+    }
   }
   fail(ErrorCode::kInternal, "mma.sync block-FP8 GEMM: tile ", to_string(shape),
        " is not compiled");

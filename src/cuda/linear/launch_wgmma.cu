@@ -109,7 +109,7 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
 }  // namespace
 
 std::string to_string(const WgmmaShape& shape) {
-  return detail::concat('m', shape.bm, 'n', shape.bn);
+  return detail::concat('m', shape.bm, 'n', shape.bn, shape.overlap ? "_overlap" : "");
 }
 
 void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream) {
@@ -124,14 +124,17 @@ void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStr
               aligned(args.a_scale, 16),
           "16-byte aligned A, W, scales and output");
   if (args.m <= 0 || args.n <= 0 || args.k <= 0) return;
-  if (shape.bm == 64 && shape.bn == 64) {
+  if (shape.bm == 64 && shape.bn == 64 && !shape.overlap) {
     return launch_tile<device::WgmmaTile<64, 64, 8>>(args, stream);
   }
-  if (shape.bm == 64 && shape.bn == 128) {
+  if (shape.bm == 64 && shape.bn == 128 && !shape.overlap) {
     return launch_tile<device::WgmmaTile<64, 128, 8>>(args, stream);
   }
-  if (shape.bm == 128 && shape.bn == 128) {
+  if (shape.bm == 128 && shape.bn == 128 && !shape.overlap) {
     return launch_tile<device::WgmmaTile<128, 128, 5>>(args, stream);
+  }
+  if (shape.bm == 64 && shape.bn == 128 && shape.overlap) {
+    return launch_tile<device::WgmmaTile<64, 128, 8, true>>(args, stream);
   }
   fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: tile ", to_string(shape),
        " is not compiled");

@@ -110,7 +110,11 @@ struct TileLoader {
   }
 };
 
-template <typename Tile, bool kVecLoad, bool kOutBf16>
+// kF16Mma = false: mma.sync.m16n8k32 e4m3 (native on sm_89; on sm_90 ptxas lowers it to
+// f16 unpacks + HMMA + an fp32 add of the accumulator). kF16Mma = true: the same fragments
+// unpacked to f16 once (exact) and fed to mma.sync.m16n8k16 f16 accumulating in place, which
+// saves the adds on sm_90. Both sum the same exact products in fp32.
+template <typename Tile, bool kVecLoad, bool kOutBf16, bool kF16Mma = false>
 __global__ void __launch_bounds__(Tile::kThreads)
     block_fp8_mma_sync_kernel(const cuda::BlockFp8GemmArgs args) {
   extern __shared__ __align__(128) std::uint8_t smem[];
@@ -222,11 +226,47 @@ __global__ void __launch_bounds__(Tile::kThreads)
         b_frag[2 * pair + 1][0] = r[2];
         b_frag[2 * pair + 1][1] = r[3];
       }
+      if constexpr (kF16Mma) {
+        // An e4m3 word of a k32 fragment holds 4 consecutive k; its low and high pairs become
+        // two f16x2. Thread (g, t) then feeds k32-positions {4t, 4t+1} where the k16 mma expects
+        // {2t, 2t+1} and {4t+2, 4t+3} where it expects {2t+8, 2t+9} - the same permutation of k
+        // for A and B, so every product pairs the right elements and the sum is unchanged.
+        std::uint32_t a16[Tile::kMi][8];
+        std::uint32_t b16[Tile::kNi][4];
 #pragma unroll
-      for (int mi = 0; mi < Tile::kMi; ++mi) {
+        for (int mi = 0; mi < Tile::kMi; ++mi) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            a16[mi][2 * r] = e4m3x2_to_f16x2(a_frag[mi][r]);
+            a16[mi][2 * r + 1] = e4m3x2_to_f16x2(a_frag[mi][r] >> 16);
+          }
+        }
 #pragma unroll
         for (int ni = 0; ni < Tile::kNi; ++ni) {
-          mma_m16n8k32_e4m3(partial[mi][ni], a_frag[mi], b_frag[ni][0], b_frag[ni][1]);
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            b16[ni][2 * r] = e4m3x2_to_f16x2(b_frag[ni][r]);
+            b16[ni][2 * r + 1] = e4m3x2_to_f16x2(b_frag[ni][r] >> 16);
+          }
+        }
+#pragma unroll
+        for (int mi = 0; mi < Tile::kMi; ++mi) {
+#pragma unroll
+          for (int ni = 0; ni < Tile::kNi; ++ni) {
+            // k32 positions 0..15 (e4m3 a0 = row g, a1 = row g+8; b0), then 16..31 (a2, a3; b1).
+            mma_m16n8k16_f16(partial[mi][ni], a16[mi][0], a16[mi][2], a16[mi][1], a16[mi][3],
+                             b16[ni][0], b16[ni][1]);
+            mma_m16n8k16_f16(partial[mi][ni], a16[mi][4], a16[mi][6], a16[mi][5], a16[mi][7],
+                             b16[ni][2], b16[ni][3]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int mi = 0; mi < Tile::kMi; ++mi) {
+#pragma unroll
+          for (int ni = 0; ni < Tile::kNi; ++ni) {
+            mma_m16n8k32_e4m3(partial[mi][ni], a_frag[mi], b_frag[ni][0], b_frag[ni][1]);
+          }
         }
       }
     }

@@ -37,12 +37,14 @@ struct WgmmaGemmArgs {
 
 namespace mxq::linear::device {
 
-template <int kBm_, int kBn_, int kStages_>
+template <int kBm_, int kBn_, int kStages_, bool kOverlap_ = false>
 struct WgmmaTile {
   static constexpr int kBm = kBm_;
   static constexpr int kBn = kBn_;
   static constexpr int kBk = 128;  // one scale block of K per stage
   static constexpr int kStages = kStages_;
+  // Overlap each K-block's promotion with the next block's wgmma (two accumulators).
+  static constexpr bool kOverlap = kOverlap_;
   static constexpr int kConsumers = kBm / 64;  // consumer warpgroups
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kAccumulators = kBn / 2;  // fp32 per thread for a 64 x kBn wgmma tile
@@ -166,48 +168,101 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           args.w_scale + static_cast<std::int64_t>(n_tile * Tile::kBn / 128) * args.w_scale_ld;
 
       float result[Tile::kAccumulators];
-      float accumulator[Tile::kAccumulators];
 #pragma unroll
       for (int i = 0; i < Tile::kAccumulators; ++i) result[i] = 0.0F;
 
-      float w_scale_next = __ldg(w_scale_row);
-      for (int kb = 0; kb < k_blocks; ++kb, ++iteration) {
-        const float w_scale = w_scale_next;
-        if (kb + 1 < k_blocks) w_scale_next = __ldg(w_scale_row + kb + 1);
-        const int s = iteration % Tile::kStages;
-        const std::uint32_t phase = static_cast<std::uint32_t>(iteration / Tile::kStages) & 1U;
+      // Waits for the stage of K-block iteration `it`, reads the two activation scales this
+      // thread needs (everything read from a stage is read before it is handed back) and issues
+      // the block's four wgmma into `acc` as one commit group (the first overwrites acc).
+      auto issue_block = [&](float(&acc)[Tile::kAccumulators], int it, float& scale_lo,
+                             float& scale_hi) {
+        const int s = it % Tile::kStages;
+        const std::uint32_t phase = static_cast<std::uint32_t>(it / Tile::kStages) & 1U;
         mbarrier_wait(&full[s], phase);
-
-        // Everything read from this stage is read before it is handed back.
         const float* a_scale =
             reinterpret_cast<const float*>(smem + Tile::kScaleOffset + s * Tile::kScaleBytes);
-        const float a_scale_lo = a_scale[row_lo];
-        const float a_scale_hi = a_scale[row_hi];
+        scale_lo = a_scale[row_lo];
+        scale_hi = a_scale[row_hi];
         const std::uint32_t a_base =
             smem_addr(smem + Tile::kAOffset + s * Tile::kABytes) + warpgroup * 64 * Tile::kBk;
         const std::uint32_t b_base = smem_addr(smem + Tile::kBOffset + s * Tile::kBBytes);
-
-        wgmma_fence_operands(accumulator);
+        wgmma_fence_operands(acc);
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < Tile::kBk / 32; ++k) {
-          wgmma_m64k32_e4m3<Tile::kBn>(accumulator, wgmma_desc_k128_sw128(a_base + k * 32),
+          wgmma_m64k32_e4m3<Tile::kBn>(acc, wgmma_desc_k128_sw128(a_base + k * 32),
                                        wgmma_desc_k128_sw128(b_base + k * 32), k > 0);
         }
         wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operands(accumulator);
-        if (lane == 0) mbarrier_arrive(&empty[s]);
-
-        const float scale_lo = a_scale_lo * w_scale;
-        const float scale_hi = a_scale_hi * w_scale;
+      };
+      // Hands the stage of iteration `it` back to the producer (one arrival per warp).
+      auto release_block = [&](int it) {
+        if (lane == 0) mbarrier_arrive(&empty[it % Tile::kStages]);
+      };
+      // result += acc * (a_scale[row] * w_scale): the fp32 promotion of one K-block.
+      auto promote = [&](float(&acc)[Tile::kAccumulators], float scale_lo, float scale_hi) {
+        wgmma_fence_operands(acc);
 #pragma unroll
         for (int i = 0; i < Tile::kAccumulators / 4; ++i) {
-          result[4 * i + 0] += accumulator[4 * i + 0] * scale_lo;
-          result[4 * i + 1] += accumulator[4 * i + 1] * scale_lo;
-          result[4 * i + 2] += accumulator[4 * i + 2] * scale_hi;
-          result[4 * i + 3] += accumulator[4 * i + 3] * scale_hi;
+          result[4 * i + 0] += acc[4 * i + 0] * scale_lo;
+          result[4 * i + 1] += acc[4 * i + 1] * scale_lo;
+          result[4 * i + 2] += acc[4 * i + 2] * scale_hi;
+          result[4 * i + 3] += acc[4 * i + 3] * scale_hi;
         }
+      };
+      const auto w_scale_of = [&](int kb) { return __ldg(w_scale_row + kb); };
+
+      if constexpr (!Tile::kOverlap) {
+        float accumulator[Tile::kAccumulators];
+        float w_scale_next = w_scale_of(0);
+        for (int kb = 0; kb < k_blocks; ++kb, ++iteration) {
+          const float w_scale = w_scale_next;
+          if (kb + 1 < k_blocks) w_scale_next = w_scale_of(kb + 1);
+          float a_lo = 0.0F;
+          float a_hi = 0.0F;
+          issue_block(accumulator, iteration, a_lo, a_hi);
+          wgmma_wait<0>();
+          wgmma_fence_operands(accumulator);
+          release_block(iteration);
+          promote(accumulator, a_lo * w_scale, a_hi * w_scale);
+        }
+      } else {
+        // Software pipeline over two accumulators: K-block kb+1's wgmma run on the tensor
+        // cores while block kb is promoted on the CUDA cores. wgmma_wait<1> leaves the newer
+        // group in flight and guarantees the older one (the block being promoted) is complete.
+        float acc_even[Tile::kAccumulators];
+        float acc_odd[Tile::kAccumulators];
+        float even_lo = 0.0F, even_hi = 0.0F, odd_lo = 0.0F, odd_hi = 0.0F;
+        float even_w = w_scale_of(0);
+        float odd_w = 0.0F;
+        const int first = iteration;
+        issue_block(acc_even, first, even_lo, even_hi);
+        for (int kb = 0; kb < k_blocks; kb += 2) {
+          // acc_even holds block kb.
+          if (kb + 1 < k_blocks) {
+            odd_w = w_scale_of(kb + 1);
+            issue_block(acc_odd, first + kb + 1, odd_lo, odd_hi);
+            wgmma_wait<1>();
+          } else {
+            wgmma_wait<0>();
+          }
+          wgmma_fence_operands(acc_even);
+          release_block(first + kb);
+          promote(acc_even, even_lo * even_w, even_hi * even_w);
+          if (kb + 1 >= k_blocks) break;
+          // acc_odd holds block kb + 1.
+          if (kb + 2 < k_blocks) {
+            even_w = w_scale_of(kb + 2);
+            issue_block(acc_even, first + kb + 2, even_lo, even_hi);
+            wgmma_wait<1>();
+          } else {
+            wgmma_wait<0>();
+          }
+          wgmma_fence_operands(acc_odd);
+          release_block(first + kb + 1);
+          promote(acc_odd, odd_lo * odd_w, odd_hi * odd_w);
+        }
+        iteration = first + k_blocks;
       }
 
       // ---- epilogue: this warpgroup's 64 x kBn block ----

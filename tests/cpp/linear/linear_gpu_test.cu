@@ -5,6 +5,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -43,6 +45,31 @@ Tensor poisoned_output(std::int64_t m, std::int64_t n, DType dtype) {
   Tensor out = Tensor::empty(dtype, {m, n}, kGpu);
   MXQ_CUDA_CHECK(cudaMemset(out.data(), 0xFF, out.nbytes()));
   return out;
+}
+
+// Where `out` departs from `ref` (both [M, N]): the first elements off by more than 5% of the
+// reference's RMS, to tell a layout bug (rows, columns, tiles) from a precision problem.
+std::string describe_mismatch(const Tensor& out, const Tensor& ref) {
+  const std::vector<double> a = testing::values_of(out);
+  const std::vector<double> b = testing::values_of(ref);
+  const std::int64_t cols = ref.shape()[1];
+  double rms = 0.0;
+  for (const double v : b) rms += v * v;
+  rms = std::sqrt(rms / static_cast<double>(std::max<std::size_t>(b.size(), 1)));
+  std::ostringstream text;
+  int shown = 0;
+  std::int64_t bad = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!(std::fabs(a[i] - b[i]) <= 0.05 * rms)) {
+      ++bad;
+      if (shown++ < 6) {
+        text << " (m=" << static_cast<std::int64_t>(i) / cols
+             << ", n=" << static_cast<std::int64_t>(i) % cols << ": got " << a[i] << ", want "
+             << b[i] << ")";
+      }
+    }
+  }
+  return std::to_string(bad) + " elements off by > 5% of RMS" + text.str();
 }
 
 struct Case {
@@ -93,7 +120,8 @@ TEST_P(EveryCudaTactic, MatchesTheReferenceOnIdenticalInputs) {
       MXQ_CUDA_CHECK(cudaDeviceSynchronize());
       const auto result = compare(out, out_dtype == DType::kBF16 ? reference_bf16 : reference_f32);
       EXPECT_LE(result.normalized_error, kMaxNormalizedError)
-          << tactic->name() << " " << describe(c) << " out=" << out_dtype;
+          << tactic->name() << " " << describe(c) << " out=" << out_dtype << ": "
+          << describe_mismatch(out, out_dtype == DType::kBF16 ? reference_bf16 : reference_f32);
       EXPECT_EQ(result.nan_mismatches, 0)
           << tactic->name() << " " << describe(c) << " out=" << out_dtype
           << ": first unwritten or NaN element " << result.first_bad;
@@ -109,6 +137,10 @@ TEST_P(EveryCudaTactic, MatchesTheReferenceOnIdenticalInputs) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, EveryCudaTactic,
     ::testing::Values(
+        // Smallest first: one tile and one K-block (the data path), then several K-blocks (the
+        // pipeline), so a failure points at its cause.
+        Case{64, 128, 128, {128, 128}, false}, Case{128, 128, 128, {128, 128}, false},
+        Case{64, 128, 1024, {128, 128}, false},
         // The fast path's layout: M = 1, ragged M, N % 16 == 0 but not a tile multiple.
         Case{1, 256, 512, {128, 128}, false}, Case{3, 144, 384, {128, 128}, true},
         Case{130, 400, 1024, {128, 128}, false}, Case{64, 2112, 256, {128, 128}, true},
@@ -193,6 +225,17 @@ TEST(LinearOnGpu, PackedUe8m0ScalesGiveIdenticalBits) {
     // The device unpacking of the weight's scales is exact.
     EXPECT_TRUE(same_bits(w_packed.to(kGpu).with_fp32_scales().scale, w.scale)) << tactic;
   }
+}
+
+TEST(LinearOnGpu, BlocksNotAMultipleOf16AreRefusedWithTheReason) {
+  const Tensor x = to_gpu(random_bf16(4, 256, 112));
+  const BlockFp8Weight w =
+      quantize_weight(random_f32(100, 256, 113), BlockShape{100, 128}).to(kGpu);
+  const std::string message = testing::message_of([&] { (void)linear(x, w); });
+  EXPECT_NE(message.find("needs block extents that are multiples of 16; the block is 100x128"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(testing::code_of([&] { (void)linear(x, w); }), ErrorCode::kUnsupported);
 }
 
 TEST(LinearOnGpu, AnUnsupportedTacticIsNeverRun) {
