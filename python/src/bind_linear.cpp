@@ -1,0 +1,4 @@
+#include "bindings.h"
+namespace mxq::python {
+void bind_linear(nb::module_&) {}
+}
