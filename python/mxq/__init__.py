@@ -12,12 +12,16 @@ from . import _mxq
 from ._errors import DtypeError, Error, InvalidArgumentError
 from ._mxq import BlockShape
 from . import formats
+from .linear import BlockFp8Linear
+from .moe import MoELayer
 
 __version__: str = _mxq.__version__
 with_cuda: bool = _mxq.with_cuda
 
 __all__ = [
+    "BlockFp8Linear",
     "BlockShape",
+    "MoELayer",
     "DtypeError",
     "Error",
     "InvalidArgumentError",
