@@ -60,15 +60,28 @@ std::optional<BlockShape> try_block_shape(nb::handle value) {
     return parse_block_shape(nb::cast<std::string>(value), "block");
   }
   if (nb::isinstance<nb::sequence>(value) && nb::len(value) == 2) {
-    std::int64_t n = 0;
-    std::int64_t k = 0;
-    if (nb::try_cast(value[0], n, false) && nb::try_cast(value[1], k, false)) {
-      if (n < 1 || k < 1) {
-        fail_argument(ErrorCode::kInvalidArgument, "block", "two positive extents (n, k)",
-                      detail::concat("(", n, ", ", k, ")"));
+    // Integers of any kind (int, numpy.int64, ...: anything with __index__), never floats.
+    std::int64_t extents[2] = {0, 0};
+    for (int i = 0; i < 2; ++i) {
+      nb::object item = value[i];
+      if (PyFloat_Check(item.ptr())) return std::nullopt;
+      PyObject* index = PyNumber_Index(item.ptr());
+      if (index == nullptr) {
+        PyErr_Clear();
+        return std::nullopt;
       }
-      return BlockShape{n, k};
+      extents[i] = PyLong_AsLongLong(index);
+      Py_DECREF(index);
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return std::nullopt;
+      }
     }
+    if (extents[0] < 1 || extents[1] < 1) {
+      fail_argument(ErrorCode::kInvalidArgument, "block", "two positive extents (n, k)",
+                    detail::concat("(", extents[0], ", ", extents[1], ")"));
+    }
+    return BlockShape{extents[0], extents[1]};
   }
   return std::nullopt;
 }
