@@ -7,6 +7,7 @@
 #include "mxq/core/error.h"
 
 #if MXQ_WITH_CUDA
+#include "linear_bench.h"
 #include "moe_bench.h"
 #endif
 
@@ -23,7 +24,7 @@ struct MoeBenchArgs {
   bool json = false;
 };
 
-void print_moe_table(const nlohmann::json& result) {
+[[maybe_unused]] void print_moe_table(const nlohmann::json& result) {
   std::printf("%s: E=%d H=%d I_rank=%d (padded %d) top-%d TP=%d; copy ceiling %.0f GB/s\n",
               result["preset"].get<std::string>().c_str(), result["experts"].get<int>(),
               result["hidden"].get<int>(), result["intermediate_per_rank"].get<int>(),
@@ -43,6 +44,42 @@ void print_moe_table(const nlohmann::json& result) {
                   p["speedup_vs_baseline"].get<double>());
     }
     std::printf("\n");
+  }
+}
+
+struct LinearBenchArgs {
+  std::string preset = "deepseek-v3";
+  std::vector<int> m = {64, 128, 4096};
+  int repeats = 30;
+  bool no_baseline = false;
+  bool no_fallback_64 = false;
+  bool json = false;
+};
+
+[[maybe_unused]] void print_linear_table(const nlohmann::json& result) {
+  std::printf("%s, %d SMs, cuBLASLt %d; %s\n", result["gpu"].get<std::string>().c_str(),
+              result["sm_count"].get<int>(), result["cublaslt_version"].get<int>(),
+              result["method"].get<std::string>().c_str());
+  std::printf("%6s %6s %5s  %-32s %-8s %9s %8s %8s %10s\n", "N", "K", "M", "kernel (* = auto)",
+              "blocks", "us", "TFLOPS", "GB/s", "vs cuBLAS");
+  for (const auto& p : result["points"]) {
+    for (const auto& t : p["timings"]) {
+      std::printf("%6d %6d %5d  %-32s %-8s %9.1f %8.1f %8.0f", p["n"].get<int>(), p["k"].get<int>(),
+                  p["m"].get<int>(), t["name"].get<std::string>().c_str(),
+                  t["blocks"].get<std::string>().c_str(), t["us"].get<double>(),
+                  t["tflops"].get<double>(), t["gbps"].get<double>());
+      if (t.contains("speedup_vs_cublaslt")) {
+        std::printf(" %9.2fx", t["speedup_vs_cublaslt"].get<double>());
+      }
+      std::printf("\n");
+    }
+    if (p.contains("cublaslt_vs_mxq_normalized_difference")) {
+      std::printf("%20s cuBLASLt vs mxq output: normalized difference %.2e\n", "",
+                  p["cublaslt_vs_mxq_normalized_difference"].get<double>());
+    }
+    if (p.contains("cublaslt_note")) {
+      std::printf("%20s %s\n", "", p["cublaslt_note"].get<std::string>().c_str());
+    }
   }
 }
 
@@ -68,6 +105,44 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   moe->add_flag("--no-baseline", args->no_baseline, "Skip the bf16 baseline");
   moe->add_flag("--json", args->json, "Print JSON");
+  auto linear_args = std::make_shared<LinearBenchArgs>();
+  auto* linear = bench->add_subcommand(
+      "linear",
+      "Time every supported block-FP8 linear tactic and cuBLASLt's block-scaled FP8 GEMM "
+      "(VEC128 activation x BLK128x128 weight scales) on the same inputs; µs, TFLOPS, GB/s, "
+      "speed-up; plus the fallback on 64x64 blocks");
+  linear->add_option("--preset", linear_args->preset, "(N, K) pairs: deepseek-v3")
+      ->check(CLI::IsMember({"deepseek-v3"}))
+      ->capture_default_str();
+  linear->add_option("--m", linear_args->m, "Token counts M")
+      ->delimiter(',')
+      ->capture_default_str();
+  linear->add_option("--repeats", linear_args->repeats, "Timed runs per point (median), >= 20")
+      ->capture_default_str();
+  linear->add_flag("--no-baseline", linear_args->no_baseline, "Skip cuBLASLt");
+  linear->add_flag("--no-fallback-64", linear_args->no_fallback_64,
+                   "Skip the fallback on 64x64 blocks");
+  linear->add_flag("--json", linear_args->json, "Print JSON");
+  linear->callback([linear_args] {
+#if MXQ_WITH_CUDA
+    bench::LinearBenchOptions options;
+    options.preset = linear_args->preset;
+    options.m = linear_args->m;
+    options.repeats = linear_args->repeats;
+    options.baseline = !linear_args->no_baseline;
+    options.fallback_64 = !linear_args->no_fallback_64;
+    const nlohmann::json result = bench::run_linear_bench(options, !linear_args->json);
+    if (linear_args->json) {
+      print_json(result);
+    } else {
+      print_linear_table(result);
+    }
+#else
+    fail(ErrorCode::kUnsupported,
+         "mxq bench linear needs a CUDA build of mxq (configure with -DMXQ_CUDA=ON) and a GPU");
+#endif
+  });
+
   moe->callback([args] {
 #if MXQ_WITH_CUDA
     bench::MoeBenchOptions options;

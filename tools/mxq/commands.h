@@ -14,5 +14,6 @@ void register_synth(CLI::App& app);
 void register_moe(CLI::App& app);
 void register_run(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_linear(CLI::App& app);
 
 }  // namespace mxq::cli

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   mxq::cli::register_moe(app);
   mxq::cli::register_run(app);
   mxq::cli::register_bench(app);
+  mxq::cli::register_linear(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

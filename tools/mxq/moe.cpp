@@ -5,6 +5,7 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "moe_gpu.h"
 #include "moe_report.h"
 #include "mxq/core/error.h"
 #include "mxq/io/npy.h"
@@ -33,10 +34,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 void run_moe(const MoeOptions& options) {
-  if (options.device == "cuda") {
-    fail(ErrorCode::kUnsupported,
-         "--device cuda: the MoE GPU kernels are not available yet; use --device cpu");
-  }
+  if (options.device == "cuda") require_gpu_for_device_cuda();
   const auto start = std::chrono::steady_clock::now();
   const moe::MoeCheckpoint checkpoint = moe::MoeCheckpoint::open(options.checkpoint);
   moe::MoeConfigOverrides overrides = options.overrides;
@@ -58,7 +56,17 @@ void run_moe(const MoeOptions& options) {
   const double prepare_seconds = seconds_since(prepare_start);
   const moe::PaddingSummary padding = layer.padding_summary();
 
-  const moe::MoeForwardResult result = layer.forward(x);
+  const bool on_gpu = options.device == "cuda";
+  GpuMoeRun gpu_run;
+  moe::MoeForwardResult result;
+  if (on_gpu) {
+    gpu_run = run_moe_on_gpu(layer, x);
+    result.output = gpu_run.output;
+    result.total_seconds = gpu_run.forward_ms * 1e-3;
+    result.rank_seconds.assign(static_cast<std::size_t>(layer.num_ranks()), 0.0);
+  } else {
+    result = layer.forward(x);
+  }
   io::write_npy(options.output, result.output);
   const std::int64_t tokens = x.shape()[0];
 
@@ -89,8 +97,10 @@ void run_moe(const MoeOptions& options) {
         {"intermediate_per_partition", {{"before", padding.before}, {"after", padding.after}}},
         {"wasted_fraction", padding.wasted_fraction()},
         {"ranks", ranks},
-        {"tactic", "cpu-reference (MXFP4 decoded to fp64, fp64 dot products, bf16 intermediate)"},
-        {"device", "cpu"},
+        {"tactic", on_gpu ? gpu_run.tactic
+                          : "cpu-reference (MXFP4 decoded to fp64, fp64 dot products, bf16 "
+                            "intermediate)"},
+        {"device", on_gpu ? "cuda (" + gpu_run.gpu + ")" : "cpu"},
         {"tokens", tokens},
         {"timings",
          {{"load_seconds", load_seconds},

@@ -30,6 +30,19 @@ inline double sum_lanes(V8d s) {
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
+// out[i] = table[codes[i]] over the 16-entry table (low, high): one two-register permutation
+// (vpermt2pd on AVX-512) with GCC; clang (used only for static analysis) lacks
+// __builtin_shuffle with run-time indices, so it gets the equivalent per-lane lookup.
+inline V8d select16(V8d low, V8d high, V8l codes) {
+#if defined(__clang__)
+  V8d out;
+  for (int i = 0; i < 8; ++i) out[i] = codes[i] < 8 ? low[codes[i]] : high[codes[i] - 8];
+  return out;
+#else
+  return __builtin_shuffle(low, high, codes);
+#endif
+}
+
 // Decodes a row of k elements: per block, the 16 E2M1 values times the block scale form a
 // two-register table; each group of 8 elements (4 packed bytes, element 2j in the low nibble
 // of byte j) selects from it with one permutation.
@@ -46,7 +59,7 @@ inline void decode_row(const Mxfp4DecodeTables& tables, const std::uint8_t* pack
       std::uint32_t word;
       std::memcpy(&word, packed + block * 16 + group * 4, sizeof(word));  // little-endian
       const V8l codes = ((V8l{} + static_cast<std::int64_t>(word)) >> shifts) & 15;
-      store8(out + block * 32 + group * 8, __builtin_shuffle(table_low, table_high, codes));
+      store8(out + block * 32 + group * 8, select16(table_low, table_high, codes));
     }
   }
 }

@@ -1,6 +1,8 @@
 // The `mxq synth`, `mxq moe` and `mxq run` commands, run as a user would.
 #include <gtest/gtest.h>
+
 #include <sys/wait.h>
+#include "mxq/core/build_info.h"
 
 #include <cstdio>
 #include <fstream>
@@ -105,9 +107,17 @@ TEST(Cli, MoeErrorsAreClearAndNonZero) {
   io::write_npy(dir.file("x.npy"), synthetic_tokens(2, 64, 1));
   const std::string base = "moe --checkpoint " + dir.file("ckpt") + " --input " +
                            dir.file("x.npy") + " --output " + dir.file("y.npy");
-  CommandResult result = run(base + " --device cuda", dir);
-  EXPECT_NE(result.exit_code, 0);
-  EXPECT_NE(result.err.find("not available yet"), std::string::npos) << result.err;
+  // --device cuda: runs where a GPU is visible, else fails up front saying why.
+  const bool has_gpu = !query_gpus().gpus.empty();
+  CommandResult result = run(base + " --device cuda --json", dir);
+  if (has_gpu) {
+    EXPECT_EQ(result.exit_code, 0) << result.err;
+    EXPECT_NE(result.out.find("cuda.moe"), std::string::npos) << result.out;
+  } else {
+    EXPECT_NE(result.exit_code, 0);
+    EXPECT_NE(result.err.find("--device cuda"), std::string::npos) << result.err;
+    EXPECT_EQ(result.err.find("padding"), std::string::npos) << "fails before loading anything";
+  }
   result = run(base + " --layer 7", dir);
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.err.find("layer"), std::string::npos) << result.err;
@@ -120,9 +130,12 @@ TEST(Cli, MoeErrorsAreClearAndNonZero) {
                dir);
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.err.find("x: expected shape [T, 64]"), std::string::npos) << result.err;
-  result = run("run --device cuda", dir);
-  EXPECT_NE(result.exit_code, 0);
-  EXPECT_NE(result.err.find("not available yet"), std::string::npos) << result.err;
+  if (!has_gpu) {
+    result = run("run --device cuda", dir);
+    EXPECT_NE(result.exit_code, 0);
+    EXPECT_NE(result.err.find("--device cuda"), std::string::npos) << result.err;
+    EXPECT_EQ(result.err.find("checkpoint"), std::string::npos) << "fails before loading";
+  }
 }
 
 }  // namespace

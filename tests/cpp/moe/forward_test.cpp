@@ -382,3 +382,42 @@ TEST(Forward, RejectsBadInputsAndRouting) {
 
 }  // namespace
 }  // namespace mxq::moe
+
+namespace mxq::moe {
+namespace {
+
+TEST(Forward, ALayerWithoutBiasesEqualsOneWithZeroBiases) {
+  TinyLayer with_zero = make_tiny_layer(Activation::kSwigluOai, 4);
+  TinyLayer without = make_tiny_layer(Activation::kSwigluOai, 4);
+  without.config.has_bias = false;
+  std::vector<std::pair<std::string, Tensor>> kept;
+  for (auto& [name, tensor] : with_zero.tensors) {
+    if (is_bias(parse_tensor_name(name)->kind)) {
+      std::memset(tensor.data(), 0, tensor.nbytes());
+    } else {
+      Tensor copy = Tensor::empty(tensor.dtype(), tensor.shape());
+      std::memcpy(copy.data(), tensor.data(), tensor.nbytes());
+      kept.emplace_back(name, std::move(copy));
+    }
+  }
+  without.tensors = std::move(kept);
+  const Batch batch = make_batch(6, with_zero.config, 2);
+  const MoeLayer a = build(with_zero, {});
+  const MoeLayer b = build(without, {1, 2, 0});
+  EXPECT_FALSE(b.rank(0).has(MoeParam::kW2Bias));
+  EXPECT_TRUE(testing::same_bits(a.forward(batch.x, &batch.routing).output,
+                                 b.forward(batch.x, &batch.routing).output));
+}
+
+TEST(Forward, AnEmptyBatchGivesAnEmptyOutput) {
+  const TinyLayer tiny = make_tiny_layer(Activation::kSwiglu, 2);
+  const MoeLayer layer = build(tiny, {});
+  Routing routing;
+  routing.ids = Tensor::empty(DType::kI32, {0, 2});
+  routing.weights = Tensor::empty(DType::kF32, {0, 2});
+  const MoeForwardResult result = layer.forward(Tensor::empty(DType::kF32, {0, 64}), &routing);
+  EXPECT_EQ(result.output.shape(), (Shape{0, 64}));
+}
+
+}  // namespace
+}  // namespace mxq::moe
