@@ -64,13 +64,27 @@ std::string describe_dlpack_dtype(nb::dlpack::dtype t) {
   using Code = nb::dlpack::dtype_code;
   std::string kind;
   switch (static_cast<Code>(t.code)) {
-    case Code::Int: kind = "int"; break;
-    case Code::UInt: kind = "uint"; break;
-    case Code::Float: kind = "float"; break;
-    case Code::Bfloat: kind = "bfloat"; break;
-    case Code::Complex: kind = "complex"; break;
-    case Code::Bool: kind = "bool"; break;
-    default: kind = "dlpack type code " + std::to_string(int(t.code)) + " of "; break;
+    case Code::Int:
+      kind = "int";
+      break;
+    case Code::UInt:
+      kind = "uint";
+      break;
+    case Code::Float:
+      kind = "float";
+      break;
+    case Code::Bfloat:
+      kind = "bfloat";
+      break;
+    case Code::Complex:
+      kind = "complex";
+      break;
+    case Code::Bool:
+      kind = "bool";
+      break;
+    default:
+      kind = "dlpack type code " + std::to_string(int(t.code)) + " of ";
+      break;
   }
   std::string out = kind + std::to_string(int(t.bits));
   if (t.lanes != 1) out += "x" + std::to_string(int(t.lanes));
@@ -156,19 +170,20 @@ ArrayArg array_arg(nb::handle array, std::string_view argument,
   }
   nb::ndarray<nb::ro> a;
   if (!nb::try_cast(source, a, /*convert=*/false)) {
-    throw nb::type_error((arg + ": expected an array (NumPy, PyTorch, CuPy or any DLPack "
-                                "exporter), found " +
-                          nb::cast<std::string>(nb::str(nb::handle(
-                              reinterpret_cast<PyObject*>(Py_TYPE(array.ptr())))))).c_str());
+    throw nb::type_error((arg +
+                          ": expected an array (NumPy, PyTorch, CuPy or any DLPack "
+                          "exporter), found " +
+                          nb::cast<std::string>(nb::str(
+                              nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(array.ptr()))))))
+                             .c_str());
   }
-  const std::optional<DType> dtype =
-      dtype_override ? dtype_override : dtype_from_dlpack(a.dtype());
+  const std::optional<DType> dtype = dtype_override ? dtype_override : dtype_from_dlpack(a.dtype());
   if (!dtype) {
-    throw nb::type_error(
-        (arg + ": expected " +
-         (requirements.dtypes.empty() ? std::string("an mxq dtype") : dtype_list(requirements.dtypes)) +
-         ", found " + describe_dlpack_dtype(a.dtype()))
-            .c_str());
+    throw nb::type_error((arg + ": expected " +
+                          (requirements.dtypes.empty() ? std::string("an mxq dtype")
+                                                       : dtype_list(requirements.dtypes)) +
+                          ", found " + describe_dlpack_dtype(a.dtype()))
+                             .c_str());
   }
   if (!requirements.dtypes.empty()) {
     bool accepted = false;
@@ -193,10 +208,9 @@ ArrayArg array_arg(nb::handle array, std::string_view argument,
   if (a.device_type() == nb::device::cuda::value) {
     device = Device::cuda(a.device_id());
   } else if (a.device_type() != nb::device::cpu::value) {
-    throw nb::value_error(
-        (arg + ": expected host (CPU) or CUDA memory, found DLPack device type " +
-         std::to_string(a.device_type()))
-            .c_str());
+    throw nb::value_error((arg + ": expected host (CPU) or CUDA memory, found DLPack device type " +
+                           std::to_string(a.device_type()))
+                              .c_str());
   }
   if (requirements.host_only && !device.is_cpu()) {
     std::ostringstream found;
@@ -213,8 +227,9 @@ ArrayArg array_arg(nb::handle array, std::string_view argument,
   }
   result.view = TensorView(const_cast<void*>(a.data()), *dtype, shape, strides, device);
   if (requirements.contiguous && !result.view.is_contiguous()) {
-    throw nb::value_error((arg + ": expected a C-contiguous (row-major, dense) array, found "
-                                 "shape " +
+    throw nb::value_error((arg +
+                           ": expected a C-contiguous (row-major, dense) array, found "
+                           "shape " +
                            shape.str() + " with element strides " + strides.str() +
                            " (use numpy.ascontiguousarray or .contiguous())")
                               .c_str());
@@ -234,9 +249,9 @@ nb::object wrap_storage(void* data, const TensorView& view, nb::handle owner, bo
                                                     strides.data(), storage),
                      nb::rv_policy::reference);
   } else {
-    array = nb::cast(nb::ndarray<nb::numpy>(data, shape.size(), shape.data(), owner,
-                                            strides.data(), storage),
-                     nb::rv_policy::reference);
+    array = nb::cast(
+        nb::ndarray<nb::numpy>(data, shape.size(), shape.data(), owner, strides.data(), storage),
+        nb::rv_policy::reference);
   }
   const std::string ml = ml_dtype_name(view.dtype());
   if (!ml.empty()) array = array.attr("view")(nb::module_::import_("ml_dtypes").attr(ml.c_str()));

@@ -27,10 +27,10 @@ struct ArrayArg {
 };
 
 struct ArrayRequirements {
-  std::vector<DType> dtypes;   // accepted dtypes; empty = any
-  int rank = -1;               // -1 = any
-  bool contiguous = true;      // C-contiguous (row-major, dense)
-  bool host_only = true;       // CPU memory only
+  std::vector<DType> dtypes;  // accepted dtypes; empty = any
+  int rank = -1;              // -1 = any
+  bool contiguous = true;     // C-contiguous (row-major, dense)
+  bool host_only = true;      // CPU memory only
 };
 
 // Raises TypeError/ValueError naming `argument` when `array` does not meet `requirements`.

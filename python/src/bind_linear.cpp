@@ -88,12 +88,14 @@ void bind_linear(nb::module_& m) {
                    [](const BlockFp8Weight& w) { return std::string(to_string(w.scale_layout())); })
       // The parts never change after construction, so read-only views of them are safe while
       // the weight lives (the view keeps it alive).
-      .def_prop_ro("q", [](nb::handle self) {
-        return view_as_numpy(nb::cast<const BlockFp8Weight&>(self).q.view(), self);
-      })
-      .def_prop_ro("scale", [](nb::handle self) {
-        return view_as_numpy(nb::cast<const BlockFp8Weight&>(self).scale.view(), self);
-      })
+      .def_prop_ro("q",
+                   [](nb::handle self) {
+                     return view_as_numpy(nb::cast<const BlockFp8Weight&>(self).q.view(), self);
+                   })
+      .def_prop_ro("scale",
+                   [](nb::handle self) {
+                     return view_as_numpy(nb::cast<const BlockFp8Weight&>(self).scale.view(), self);
+                   })
       .def("with_fp32_scales", &BlockFp8Weight::with_fp32_scales)
       .def("with_packed_ue8m0_scales", &BlockFp8Weight::with_packed_ue8m0_scales)
       .def(
