@@ -1,0 +1,30 @@
+"""mxq: quantized LLM layers (MXFP4 MoE, block-FP8 linear, bit-exact formats).
+
+Arrays go in and out without copies where layout and device allow (DLPack / buffer protocol:
+NumPy, PyTorch, CuPy). Outputs are NumPy arrays that own mxq tensors; bf16 / E4M3 / E8M0
+results use ml_dtypes' NumPy dtypes. Errors from the C++ core are :class:`mxq.Error`.
+See docs/python.md.
+"""
+
+from __future__ import annotations
+
+from . import _mxq
+from ._errors import DtypeError, Error, InvalidArgumentError
+from ._mxq import BlockShape
+from . import formats
+from .linear import BlockFp8Linear
+from .moe import MoELayer
+
+__version__: str = _mxq.__version__
+with_cuda: bool = _mxq.with_cuda
+
+__all__ = [
+    "BlockFp8Linear",
+    "BlockShape",
+    "MoELayer",
+    "DtypeError",
+    "Error",
+    "InvalidArgumentError",
+    "formats",
+    "with_cuda",
+]

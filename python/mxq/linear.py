@@ -1,0 +1,102 @@
+"""mxq.BlockFp8Linear: y = x W^T (+ bias) with a block-FP8 weight (DeepSeek-V3 style).
+
+x is bf16 [M, K] (``ml_dtypes.bfloat16`` NumPy arrays, or any bf16 DLPack array on the host),
+quantized inside the op per 1 x block.k group; the output is bf16 (or float32) [M, N].
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from . import _mxq
+from ._mxq import BlockShape
+
+ArrayLike = Any
+
+__all__ = ["BlockFp8Linear"]
+
+
+class BlockFp8Linear:
+    """A block-FP8 weight and the linear op over it (CPU tactics on the host)."""
+
+    def __init__(self, weight: "_mxq.BlockFp8Weight", bias: Optional[np.ndarray] = None,
+                 origin: Optional[Dict[str, str]] = None) -> None:
+        self._weight = weight
+        self.bias = bias
+        self.origin = origin or {}
+
+    @classmethod
+    def from_checkpoint(cls, path: str, name: str, bias: Optional[ArrayLike] = None) -> "BlockFp8Linear":
+        """Load ``{name}.weight`` (F8_E4M3 [N, K]) and ``{name}.weight_scale_inv`` (F32).
+
+        ``path`` is a DeepSeek-V3 style directory (config.json's weight_block_size) or one
+        .safetensors file with ``weight_block_size`` metadata (e.g. ``mxq quantize fp8-block``).
+        """
+        weight, origin = _mxq.BlockFp8Weight.load(str(path), name)
+        return cls(weight, bias, origin)
+
+    @classmethod
+    def from_arrays(cls, q: ArrayLike, scale: ArrayLike, block: Any = (128, 128),
+                    bias: Optional[ArrayLike] = None) -> "BlockFp8Linear":
+        """From E4M3 codes [N, K] (float8_e4m3fn or uint8) and scales: float32
+        [ceil(N/bn), ceil(K/bk)] or packed UE8M0 int32. The weight keeps its own copy."""
+        return cls(_mxq.BlockFp8Weight.from_arrays(q, scale, block), bias)
+
+    @classmethod
+    def quantize(cls, w: ArrayLike, block: Any = (128, 128), scale_mode: str = "fp32",
+                 bias: Optional[ArrayLike] = None) -> "BlockFp8Linear":
+        """Quantize a float32/bfloat16 weight [N, K] in blocks of ``block``."""
+        return cls(_mxq.BlockFp8Weight.quantize(w, block, scale_mode), bias)
+
+    @property
+    def n(self) -> int:
+        return self._weight.n
+
+    @property
+    def k(self) -> int:
+        return self._weight.k
+
+    @property
+    def block(self) -> BlockShape:
+        return self._weight.block
+
+    @property
+    def scale_layout(self) -> str:
+        """"fp32" or "packed-ue8m0"."""
+        return self._weight.scale_layout
+
+    @property
+    def q(self) -> np.ndarray:
+        """Read-only view of the E4M3 codes [N, K] (no copy)."""
+        return self._weight.q
+
+    @property
+    def scale(self) -> np.ndarray:
+        """Read-only view of the scales (no copy)."""
+        return self._weight.scale
+
+    def with_packed_ue8m0_scales(self) -> "BlockFp8Linear":
+        """The same weight with DeepGEMM's packed UE8M0 scales (every scale a power of two)."""
+        return BlockFp8Linear(self._weight.with_packed_ue8m0_scales(), self.bias, self.origin)
+
+    def forward(self, x: ArrayLike, tactic: str = "auto", activation_scales: str = "fp32",
+                out_dtype: str = "bf16") -> np.ndarray:
+        """y [M, N] (bfloat16 or float32) for bf16 x [M, K]."""
+        return self._weight.linear(x, self.bias, tactic, activation_scales, out_dtype)
+
+    __call__ = forward
+
+    def explain(self, m: int, tactic: str = "auto", activation_scales: str = "fp32",
+                out_dtype: str = "bf16") -> Dict[str, Any]:
+        """Which tactic runs for M = ``m`` tokens and, for every other tactic, why not.
+
+        Returns a dict: problem, requested, chosen (None if nothing supports it),
+        chosen_because, rejected [(tactic, reason)], text (the human-readable form).
+        """
+        return self._weight.explain(m, self.bias is not None, tactic, activation_scales, out_dtype)
+
+    def __repr__(self) -> str:
+        return (f"BlockFp8Linear(N={self.n}, K={self.k}, block={self.block!r}, "
+                f"scales={self.scale_layout})")

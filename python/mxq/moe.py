@@ -1,0 +1,230 @@
+"""mxq.MoELayer: an MXFP4 Mixture-of-Experts layer (gpt-oss / DeepSeek style), CPU reference.
+
+The C++ ``MoeLayer`` holds *every* rank of a TP x EP grid in one object (rank id =
+``ep_rank * tp_size + tp_rank``) and its forward pass sums the ranks, as a distributed run would
+after its all-reduce. :meth:`MoELayer.from_checkpoint` therefore loads the whole simulated grid;
+:meth:`MoELayer.rank` gives one rank's shard facts and weights. Loading a single rank per process
+needs the distributed runtime, which mxq does not have yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from . import _mxq
+
+ArrayLike = Any
+
+__all__ = ["MoELayer", "MoERank", "MoEUpdate", "ForwardResult", "PARAMS"]
+
+PARAMS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
+
+
+@dataclass(frozen=True)
+class ForwardResult:
+    """Everything one forward pass computed (arrays are float32 [T, H] unless noted)."""
+
+    output: np.ndarray  # the rank sum rounded once to bf16 values (stored as float32)
+    accumulator: np.ndarray  # the fp32 rank sum before that rounding
+    magnitude: np.ndarray  # sum of |weight * y| over ranks and slots: the fp32 error scale
+    expert_ids: np.ndarray  # int32 [T, top_k]; -1 for tokens whose input is not finite
+    expert_weights: np.ndarray  # float32 [T, top_k]
+    routing_seconds: float
+    rank_seconds: List[float]
+    total_seconds: float
+
+
+class MoERank:
+    """Read-only view of one rank of the simulated grid (its shard and its weights)."""
+
+    def __init__(self, layer: "MoELayer", rank_id: int) -> None:
+        self._layer = layer
+        self._rank_id = rank_id
+
+    @property
+    def rank_id(self) -> int:
+        return self._rank_id
+
+    @property
+    def info(self) -> Dict[str, int]:
+        """tp/ep rank and size, the channel and expert ranges held, I_rank and alignment."""
+        return self._layer._core.rank_info(self._rank_id)
+
+    @property
+    def intermediate_per_partition(self) -> int:
+        return self.info["intermediate_per_partition"]
+
+    def param(self, name: str) -> np.ndarray:
+        """A copy of parameter ``name`` (one of PARAMS) in the current layout."""
+        return self._layer._core.rank_param(self._rank_id, name)
+
+    def param_address(self, name: str) -> int:
+        """Address of the parameter's storage (fixed across update sessions once prepared)."""
+        return self._layer._core.rank_param_address(self._rank_id, name)
+
+    def __repr__(self) -> str:
+        i = self.info
+        return (f"MoERank(tp {i['tp_rank']}/{i['tp_size']}, ep {i['ep_rank']}/{i['ep_size']}, "
+                f"experts [{i['expert_begin']}, +{i['experts_local']}), "
+                f"I_rank={i['intermediate_per_partition']})")
+
+
+class MoEUpdate:
+    """A weight-update session (use as a context manager: ``with layer.update() as u``).
+
+    Entering restores the checkpoint layout; :meth:`load` takes full checkpoint tensors (either
+    layout's names, router included) in any order and number of calls; leaving prepares again
+    with the previous alignment. A tensor that is unknown, of the wrong shape or dtype raises
+    and changes nothing; the session still ends (tensors loaded before it stay loaded).
+    """
+
+    def __init__(self, layer: "MoELayer") -> None:
+        self._layer = layer
+        self._active = False
+
+    def __enter__(self) -> "MoEUpdate":
+        self._layer._core.begin_update()
+        self._active = True
+        return self
+
+    def load(self, name: str, tensor: ArrayLike) -> None:
+        """Load checkpoint tensor ``name`` (read without a copy; the layer copies its shard)."""
+        if not self._active:
+            raise RuntimeError("MoEUpdate.load: the session is not open (use `with layer.update()`)")
+        self._layer._core.load(name, tensor)
+
+    def __exit__(self, *exc: object) -> None:
+        self._active = False
+        self._layer._core.end_update()
+
+
+class MoELayer:
+    """One MXFP4 MoE layer over a simulated TP x EP grid (see the module docstring)."""
+
+    def __init__(self, core: "_mxq.MoeLayer") -> None:
+        self._core = core
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str,
+        layer: int = 0,
+        tp_rank: Optional[int] = None,
+        tp_size: int = 1,
+        ep_rank: Optional[int] = None,
+        ep_size: int = 1,
+        align: Optional[int] = 128,
+        *,
+        intermediate_per_rank: int = 0,
+        top_k: Optional[int] = None,
+        activation: Optional[str] = None,
+    ) -> "MoELayer":
+        """Load layer ``layer`` of a checkpoint (directory or .safetensors file) for all ranks.
+
+        ``tp_size`` x ``ep_size`` ranks are simulated; each copies only its rows/columns of the
+        memory-mapped tensors. ``align`` pads I_rank to a multiple of it (``prepare``); None or 0
+        keeps the checkpoint layout. ``tp_rank`` / ``ep_rank`` are accepted for the future
+        one-rank-per-process loader and must be None now (use :meth:`rank`).
+        """
+        if tp_rank is not None or ep_rank is not None:
+            raise NotImplementedError(
+                "tp_rank/ep_rank: loading one rank per process needs mxq's distributed runtime, "
+                "which is not available yet; from_checkpoint loads every rank of the "
+                f"tp_size x ep_size grid: use layer.rank(tp_rank, ep_rank) for one rank")
+        core = _mxq.MoeLayer.from_checkpoint(
+            str(path), layer, tp_size, ep_size, intermediate_per_rank, top_k, activation)
+        result = cls(core)
+        if align:
+            result.prepare(align)
+        return result
+
+    # --- facts (read-only) ---
+    @property
+    def config(self) -> Dict[str, Any]:
+        """hidden_size, intermediate_size, num_experts, top_k, activation, has_bias, ..."""
+        return self._core.config
+
+    @property
+    def layer_index(self) -> int:
+        return self._core.layer_index
+
+    @property
+    def tp_size(self) -> int:
+        return self._core.tp_size
+
+    @property
+    def ep_size(self) -> int:
+        return self._core.ep_size
+
+    @property
+    def num_ranks(self) -> int:
+        return self._core.num_ranks
+
+    @property
+    def intermediate_per_partition(self) -> int:
+        """I_rank: the TP width in checkpoint layout, the padded P once prepared."""
+        return self._core.intermediate_per_partition
+
+    @property
+    def prepared(self) -> bool:
+        return self._core.prepared
+
+    @property
+    def padding_summary(self) -> Dict[str, Any]:
+        """before/after I_rank, wasted_fraction and the warning message."""
+        return self._core.padding_summary
+
+    def rank(self, tp_rank: int = 0, ep_rank: int = 0) -> MoERank:
+        """One rank of the grid (rank id = ep_rank * tp_size + tp_rank)."""
+        for value, size, label in ((tp_rank, self.tp_size, "tp_rank"), (ep_rank, self.ep_size, "ep_rank")):
+            if not 0 <= value < size:
+                raise ValueError(f"{label}: expected a value in [0, {size}), found {value}")
+        return MoERank(self, ep_rank * self.tp_size + tp_rank)
+
+    @property
+    def ranks(self) -> List[MoERank]:
+        return [MoERank(self, r) for r in range(self.num_ranks)]
+
+    # --- actions ---
+    def prepare(self, align: int = 128) -> Dict[str, Any]:
+        """Pad every rank's I_rank to a multiple of ``align``; returns the padding summary."""
+        return self._core.prepare(align)
+
+    def restore(self) -> None:
+        """Undo the padding in place (back to checkpoint layout)."""
+        self._core.restore_checkpoint_layout()
+
+    def forward(
+        self,
+        x: ArrayLike,
+        expert_ids: Optional[ArrayLike] = None,
+        expert_weights: Optional[ArrayLike] = None,
+    ) -> np.ndarray:
+        """Output float32 [T, H] for ``x`` [T, H] (float32, rounded to bf16 on entry, or bfloat16).
+
+        Routing is the layer's router unless ``expert_ids`` (int32 [T, top_k]) and
+        ``expert_weights`` (float32 [T, top_k]) are given.
+        """
+        return self._core.forward(x, expert_ids, expert_weights)["output"]
+
+    def forward_details(
+        self,
+        x: ArrayLike,
+        expert_ids: Optional[ArrayLike] = None,
+        expert_weights: Optional[ArrayLike] = None,
+    ) -> ForwardResult:
+        """Like :meth:`forward`, with the fp32 accumulator, routing and timings."""
+        return ForwardResult(**self._core.forward(x, expert_ids, expert_weights))
+
+    def update(self) -> MoEUpdate:
+        """A weight-update session: ``with layer.update() as u: u.load(name, array)``."""
+        return MoEUpdate(self)
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"MoELayer(layer={self.layer_index}, E={c['num_experts']}, H={c['hidden_size']}, "
+                f"I={c['intermediate_size']}, top_k={c['top_k']}, tp={self.tp_size}, "
+                f"ep={self.ep_size}, I_rank={self.intermediate_per_partition})")

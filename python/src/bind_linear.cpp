@@ -1,0 +1,148 @@
+// mxq.BlockFp8Linear's core: a block-FP8 weight, the linear op and its dispatch explanation.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstring>
+#include <string>
+
+#include "array_bridge.h"
+#include "bindings.h"
+#include "block_shape_arg.h"
+#include "mxq/linear/dispatch.h"
+#include "mxq/linear/linear.h"
+#include "mxq/linear/weight.h"
+
+namespace mxq::python {
+namespace {
+
+using linear::BlockFp8Weight;
+
+Tensor copy_to_tensor(const TensorView& view, DType dtype) {
+  Tensor out = Tensor::empty(dtype, view.shape());
+  std::memcpy(out.data(), view.data(), view.nbytes());
+  return out;
+}
+
+DType out_dtype_arg(const std::string& text) {
+  if (text == "bf16" || text == "bfloat16") return DType::kBF16;
+  if (text == "f32" || text == "float32") return DType::kF32;
+  fail_argument(ErrorCode::kInvalidArgument, "out_dtype", "\"bf16\" or \"f32\"",
+                "\"" + text + "\"");
+}
+
+linear::LinearOptions options_arg(const std::string& tactic, const std::string& activation_scales,
+                                  const std::string& out_dtype) {
+  linear::LinearOptions options;
+  options.tactic = tactic;
+  options.activation_scales = parse_scale_mode(activation_scales, "activation_scales");
+  options.out_dtype = out_dtype_arg(out_dtype);
+  return options;
+}
+
+}  // namespace
+
+void bind_linear(nb::module_& m) {
+  nb::class_<BlockFp8Weight>(m, "BlockFp8Weight", "mxq::linear::BlockFp8Weight (host)")
+      .def_static(
+          "load",
+          [](const std::string& checkpoint, const std::string& name) {
+            linear::WeightOrigin origin;
+            BlockFp8Weight w;
+            {
+              nb::gil_scoped_release release;
+              w = linear::load_weight(checkpoint, name, &origin);
+            }
+            nb::dict o;
+            o["file"] = origin.file;
+            o["block_from"] = origin.block_from;
+            return nb::make_tuple(nb::cast(std::move(w)), o);
+          },
+          nb::arg("checkpoint"), nb::arg("name"))
+      .def_static(
+          "from_arrays",
+          [](nb::handle q, nb::handle scale, nb::handle block) {
+            const ArrayArg qa = array_arg(q, "q", {{DType::kE4M3, DType::kU8}, 2, true, true});
+            const ArrayArg sa =
+                array_arg(scale, "scale", {{DType::kF32, DType::kI32}, 2, true, true});
+            const BlockShape shape = block_shape_arg(block, "block");
+            // The weight owns its parts (the C++ Tensor has no borrowed storage): one copy.
+            return linear::make_block_fp8_weight(copy_to_tensor(qa.view, DType::kE4M3),
+                                                 copy_to_tensor(sa.view, sa.view.dtype()), shape);
+          },
+          nb::arg("q"), nb::arg("scale"), nb::arg("block"))
+      .def_static(
+          "quantize",
+          [](nb::handle w, nb::handle block, const std::string& scale_mode) {
+            const ArrayArg wa = array_arg(w, "w", {{DType::kF32, DType::kBF16}, 2, true, true});
+            const BlockShape shape = block_shape_arg(block, "block");
+            const ScaleMode mode = parse_scale_mode(scale_mode, "scale_mode");
+            nb::gil_scoped_release release;
+            return linear::quantize_weight(wa.view, shape, mode);
+          },
+          nb::arg("w"), nb::arg("block"), nb::arg("scale_mode") = "fp32")
+      .def_prop_ro("n", &BlockFp8Weight::n)
+      .def_prop_ro("k", &BlockFp8Weight::k)
+      .def_prop_ro("block", [](const BlockFp8Weight& w) { return w.block; })
+      .def_prop_ro("scale_layout",
+                   [](const BlockFp8Weight& w) { return std::string(to_string(w.scale_layout())); })
+      // The parts never change after construction, so read-only views of them are safe while
+      // the weight lives (the view keeps it alive).
+      .def_prop_ro("q",
+                   [](nb::handle self) {
+                     return view_as_numpy(nb::cast<const BlockFp8Weight&>(self).q.view(), self);
+                   })
+      .def_prop_ro("scale",
+                   [](nb::handle self) {
+                     return view_as_numpy(nb::cast<const BlockFp8Weight&>(self).scale.view(), self);
+                   })
+      .def("with_fp32_scales", &BlockFp8Weight::with_fp32_scales)
+      .def("with_packed_ue8m0_scales", &BlockFp8Weight::with_packed_ue8m0_scales)
+      .def(
+          "linear",
+          [](const BlockFp8Weight& w, nb::handle x, nb::handle bias, const std::string& tactic,
+             const std::string& activation_scales, const std::string& out_dtype) {
+            const ArrayArg xa = array_arg(x, "x", {{DType::kBF16}, 2, true, true});
+            std::optional<ArrayArg> ba;
+            if (!bias.is_none()) {
+              ba = array_arg(bias, "bias", {{DType::kBF16, DType::kF32}, 1, true, true});
+            }
+            const linear::LinearOptions options = options_arg(tactic, activation_scales, out_dtype);
+            Tensor out;
+            {
+              nb::gil_scoped_release release;
+              out = linear::linear(xa.view, w, ba ? &ba->view : nullptr, options);
+            }
+            return to_numpy(std::move(out));
+          },
+          nb::arg("x"), nb::arg("bias") = nb::none(), nb::arg("tactic") = "auto",
+          nb::arg("activation_scales") = "fp32", nb::arg("out_dtype") = "bf16")
+      .def(
+          "explain",
+          [](const BlockFp8Weight& w, std::int64_t tokens, bool has_bias, const std::string& tactic,
+             const std::string& activation_scales, const std::string& out_dtype) {
+            // make_problem reads only the shape and dtype of x and bias, never their data.
+            const TensorView x(nullptr, DType::kBF16, Shape{tokens, w.k()});
+            const TensorView bias(nullptr, DType::kF32, Shape{w.n()});
+            const linear::LinearOptions options = options_arg(tactic, activation_scales, out_dtype);
+            const linear::LinearProblem problem =
+                linear::make_problem(x, w, has_bias ? &bias : nullptr, options);
+            const linear::Explanation e = linear::explain(problem, tactic);
+            nb::dict d;
+            d["problem"] = problem.str();
+            d["requested"] = e.requested;
+            d["chosen"] = e.chosen ? nb::cast(e.chosen->name()) : nb::none();
+            d["chosen_because"] = e.chosen_because;
+            nb::list rejected;
+            for (const linear::TacticRejection& r : e.rejected) {
+              rejected.append(nb::make_tuple(r.tactic, r.reason));
+            }
+            d["rejected"] = rejected;
+            d["text"] = e.str();
+            return d;
+          },
+          nb::arg("m"), nb::arg("has_bias") = false, nb::arg("tactic") = "auto",
+          nb::arg("activation_scales") = "fp32", nb::arg("out_dtype") = "bf16");
+}
+
+}  // namespace mxq::python

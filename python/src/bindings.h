@@ -1,0 +1,15 @@
+// One bind_* function per C++ module, called once from module.cpp.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace mxq::python {
+
+namespace nb = nanobind;
+
+void bind_errors(nb::module_& m);
+void bind_formats(nb::module_& m);
+void bind_moe(nb::module_& m);
+void bind_linear(nb::module_& m);
+
+}  // namespace mxq::python

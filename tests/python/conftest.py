@@ -1,0 +1,50 @@
+"""Shared fixtures: the installed `mxq` package, its bundled CLI and synthetic checkpoints."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """Runs the C++ CLI through `python -m mxq` and fails the test with its stderr on error."""
+    result = subprocess.run([sys.executable, "-m", "mxq", *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.fail(f"mxq {' '.join(args)} exited {result.returncode}: {result.stderr}")
+    return result
+
+
+def _torch():
+    try:
+        import torch  # noqa: F401
+
+        return torch
+    except ImportError:
+        return None
+
+
+def _cuda_available() -> bool:
+    torch = _torch()
+    return bool(torch is not None and torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_cuda = pytest.mark.skip(reason="needs a CUDA GPU and PyTorch with CUDA")
+    skip_torch = pytest.mark.skip(reason="needs PyTorch")
+    for item in items:
+        if "cuda" in item.keywords and not _cuda_available():
+            item.add_marker(skip_cuda)
+        if "torch" in item.keywords and _torch() is None:
+            item.add_marker(skip_torch)
+
+
+@pytest.fixture(scope="session")
+def moe_checkpoint(tmp_path_factory) -> Path:
+    """A small gpt-oss-layout checkpoint (E=8, H=128, I=96: uneven TP splits and padding)."""
+    path = tmp_path_factory.mktemp("moe") / "ckpt"
+    run_cli("synth", "gpt-oss", str(path), "--experts", "8", "--hidden", "128",
+            "--intermediate", "96", "--top-k", "2", "--layers", "2", "--seed", "7")
+    return path

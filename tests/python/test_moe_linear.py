@@ -1,0 +1,200 @@
+"""mxq.MoELayer and mxq.BlockFp8Linear: bitwise equal to the C++ CLI on the same files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mxq
+from mxq import formats
+
+from conftest import run_cli
+
+
+def tensors_of(checkpoint: Path) -> dict:
+    from safetensors.numpy import load_file
+
+    out = {}
+    for f in sorted(checkpoint.glob("*.safetensors")):
+        out.update(load_file(str(f)))
+    return out
+
+
+def tokens(n: int, h: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, h)).astype(np.float32)
+
+
+@pytest.mark.parametrize("layer,tp,ep,align", [(0, 1, 1, 128), (1, 2, 2, 128), (0, 3, 1, 0),
+                                               (1, 1, 3, 64)])
+def test_moe_forward_equals_cli(moe_checkpoint, tmp_path, layer, tp, ep, align):
+    x = tokens(9, 128, seed=layer * 10 + tp)
+    x[4, 7] = np.nan  # a non-finite token gets NaN, others are unaffected
+    np.save(tmp_path / "x.npy", x)
+    run_cli("moe", "--checkpoint", str(moe_checkpoint), "--layer", str(layer), "--input",
+            str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"), "--tp", str(tp),
+            "--ep", str(ep), "--align", str(align))
+    cli = np.load(tmp_path / "y.npy")
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, layer=layer, tp_size=tp, ep_size=ep,
+                                       align=align)
+    y = moe.forward(x)
+    assert y.dtype == np.float32 and y.shape == (9, 128)
+    assert np.array_equal(y.view(np.uint32), cli.view(np.uint32))
+    assert np.isnan(y[4]).all() and not np.isnan(np.delete(y, 4, 0)).any()
+    # bf16 input gives the same result as f32 input (rounded to bf16 on entry)
+    assert np.array_equal(moe.forward(x.astype(ml_dtypes.bfloat16)).view(np.uint32),
+                          y.view(np.uint32))
+
+
+def test_moe_properties_and_ranks(moe_checkpoint):
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2, ep_size=3, align=128)
+    c = moe.config
+    assert (c["num_experts"], c["hidden_size"], c["intermediate_size"], c["top_k"]) == (8, 128, 96, 2)
+    assert moe.num_ranks == 6 and moe.prepared
+    # One owner for I_rank: the layer, every rank and the padding summary agree.
+    assert moe.intermediate_per_partition == 128
+    assert moe.padding_summary["before"] == 64 and moe.padding_summary["after"] == 128
+    assert abs(moe.padding_summary["wasted_fraction"] - (1 - 96 / (2 * 128))) < 1e-12
+    r = moe.rank(tp_rank=1, ep_rank=2)
+    assert r.rank_id == 5 and r.info["expert_begin"] == 6 and r.info["experts_local"] == 2
+    assert r.info["intermediate_begin"] == 64 and r.info["intermediate_valid"] == 32
+    assert r.param("w13").shape == (2, 2 * 128, 64) and r.param("w2").shape == (2, 128, 64)
+    moe.restore()
+    assert moe.intermediate_per_partition == 64 and not moe.prepared
+    assert r.param("w13").shape == (2, 2 * 64, 64)
+    with pytest.raises(AttributeError):
+        moe.intermediate_per_partition = 3
+    with pytest.raises(ValueError, match="tp_rank"):
+        moe.rank(tp_rank=2)
+    with pytest.raises(NotImplementedError, match="tp_rank"):
+        mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_rank=0, tp_size=2)
+
+
+def test_moe_update_session_context_manager(moe_checkpoint):
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, layer=0, tp_size=2, align=128)
+    x = tokens(5, 128, seed=3)
+    before = moe.forward(x)
+    address = moe.rank(1, 0).param_address("w13_scale")
+    tensors = {k: v for k, v in tensors_of(moe_checkpoint).items() if ".layers.0." in k}
+    # Load layer 1's weights into layer 0 (renamed): the output must change ...
+    other = {k.replace(".layers.1.", ".layers.0."): v
+             for k, v in tensors_of(moe_checkpoint).items() if ".layers.1." in k}
+    with moe.update() as u:
+        for name, value in other.items():
+            u.load(name, value)
+    assert moe.prepared and moe.intermediate_per_partition == 128
+    assert moe.rank(1, 0).param_address("w13_scale") == address  # storage reused
+    assert not np.array_equal(moe.forward(x), before, equal_nan=True)
+    # ... and loading the original back restores it bit for bit.
+    with moe.update() as u:
+        for name, value in tensors.items():
+            u.load(name, value)
+    assert np.array_equal(moe.forward(x).view(np.uint32), before.view(np.uint32))
+
+
+def test_moe_update_rejects_bad_tensor_and_still_ends(moe_checkpoint):
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, layer=0)
+    x = tokens(3, 128, seed=4)
+    before = moe.forward(x)
+    name = "model.layers.0.mlp.experts.down_proj_scales"
+    good = tensors_of(moe_checkpoint)[name]
+    with pytest.raises(ValueError, match="down_proj_scales"):
+        with moe.update() as u:
+            u.load(name, good[:, :, :1].copy())  # wrong shape
+    with pytest.raises(TypeError):
+        with moe.update() as u:
+            u.load(name, good.astype(np.float32))  # wrong dtype
+    assert moe.prepared and np.array_equal(moe.forward(x).view(np.uint32), before.view(np.uint32))
+
+
+def test_moe_forward_input_errors(moe_checkpoint):
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    with pytest.raises(TypeError, match="^x: "):
+        moe.forward(np.ones((2, 128), np.float64))
+    with pytest.raises(ValueError, match="^x: expected a C-contiguous"):
+        moe.forward(np.ones((128, 2), np.float32).T)
+    with pytest.raises(ValueError, match="x"):
+        moe.forward(np.ones((2, 64), np.float32))
+
+
+def test_moe_precomputed_routing_matches_router(moe_checkpoint):
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    x = tokens(6, 128, seed=5)
+    details = moe.forward_details(x)
+    again = moe.forward(x, details.expert_ids, details.expert_weights)
+    assert np.array_equal(again.view(np.uint32), details.output.view(np.uint32))
+    assert details.expert_ids.dtype == np.int32 and details.expert_ids.shape == (6, 2)
+
+
+# --- block-FP8 linear ---------------------------------------------------------------------
+
+def test_linear_loads_cli_quantized_file(tmp_path):
+    w = np.random.default_rng(12).standard_normal((192, 320)).astype(np.float32)
+    np.save(tmp_path / "proj.npy", w)
+    run_cli("quantize", "fp8-block", str(tmp_path / "proj.npy"), str(tmp_path / "proj.safetensors"),
+            "--block", "64x128", "--name", "proj")
+    lin = mxq.BlockFp8Linear.from_checkpoint(tmp_path / "proj.safetensors", "proj")
+    assert lin.block == (64, 128) and (lin.n, lin.k) == (192, 320)
+    q, scale = formats.quantize_fp8_block(w, [64, 128])
+    assert np.array_equal(lin.q.view(np.uint8), q.view(np.uint8))
+    assert np.array_equal(lin.scale, scale)
+    assert not lin.q.flags.writeable
+
+
+@pytest.mark.parametrize("block", [(128, 128), (64, 32)])
+def test_linear_matches_exact_float64_oracle(block):
+    """With power-of-two (UE8M0) scales every product is exact in float64 and so is the sum of
+    these K terms, whatever the order: the reference's fp64 result is known exactly."""
+    rng = np.random.default_rng(13)
+    w = rng.standard_normal((96, 256)).astype(np.float32)
+    x = rng.standard_normal((5, 256)).astype(np.float32).astype(ml_dtypes.bfloat16)
+    lin = mxq.BlockFp8Linear.quantize(w, block, scale_mode="ue8m0")
+    y = lin.forward(x, tactic="cpu.reference", activation_scales="ue8m0", out_dtype="f32")
+    wq = formats.dequantize_fp8_block(lin.q, np.ascontiguousarray(lin.scale), block).astype(np.float64)
+    xq, xs = formats.quantize_fp8_groups(x, block[1], "ue8m0")
+    xd = formats.dequantize_fp8_block(xq, xs, (1, block[1])).astype(np.float64)
+    expect = (xd @ wq.T).astype(np.float32)
+    assert y.dtype == np.float32 and np.array_equal(y.view(np.uint32), expect.view(np.uint32))
+    # bf16 output = the same value rounded once
+    yb = lin.forward(x, tactic="cpu.reference", activation_scales="ue8m0")
+    assert yb.dtype == ml_dtypes.bfloat16
+    assert np.array_equal(yb.view(np.uint16), (xd @ wq.T).astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+def test_linear_from_arrays_and_packed_scales_agree():
+    rng = np.random.default_rng(14)
+    w = rng.standard_normal((128, 256)).astype(np.float32)
+    q, s = formats.quantize_fp8_block(w, (128, 128), "ue8m0")
+    a = mxq.BlockFp8Linear.from_arrays(q, s, [128, 128])
+    b = a.with_packed_ue8m0_scales()
+    assert a.scale_layout == "fp32" and b.scale_layout == "packed-ue8m0"
+    x = rng.standard_normal((3, 256)).astype(ml_dtypes.bfloat16)
+    assert np.array_equal(a.forward(x).view(np.uint16), b.forward(x).view(np.uint16))
+
+
+def test_linear_explain_and_errors():
+    lin = mxq.BlockFp8Linear.quantize(np.ones((64, 128), np.float32), (64, 64))
+    e = lin.explain(16)
+    assert e["chosen"] is not None and "M=16 N=64 K=128 block=64x64" in e["problem"]
+    assert all(name != e["chosen"] for name, _ in e["rejected"])
+    assert e["chosen"] in e["text"]
+    with pytest.raises(TypeError, match="^x: expected bf16"):
+        lin.forward(np.ones((2, 128), np.float32))
+    with pytest.raises(ValueError, match="x"):
+        lin.forward(np.ones((2, 64), ml_dtypes.bfloat16))
+    with pytest.raises(ValueError, match="tactic|no-such"):
+        lin.forward(np.ones((2, 128), ml_dtypes.bfloat16), tactic="no-such-tactic")
+
+
+def test_python_m_mxq_runs_the_cli():
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "mxq", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == f"mxq {mxq.__version__}"
+    bad = subprocess.run([sys.executable, "-m", "mxq", "moe", "--checkpoint", "/nonexistent",
+                          "--input", "a.npy", "--output", "b.npy"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "mxq: error:" in bad.stderr
