@@ -9,6 +9,7 @@ packages=(
   build-essential cmake ninja-build git
   googletest libbenchmark-dev nlohmann-json3-dev libcli11-dev  # C++ dependencies
   clang clang-format clang-tidy libclang-rt-14-dev             # lint + libFuzzer
+  python3 python3-dev python3-venv                              # the Python package
 )
 
 missing=()
