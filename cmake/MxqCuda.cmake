@@ -8,6 +8,11 @@ if(NOT MXQ_CUDA STREQUAL "OFF")
     # sm_90a: wgmma and setmaxnreg need the architecture-specific target.
     set(CMAKE_CUDA_ARCHITECTURES OFF)
     enable_language(CUDA)
+    # CMake < 3.26 knows no C++20 flag for nvcc (CMake then refuses CUDA_STANDARD 20).
+    if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     string(APPEND CMAKE_CUDA_FLAGS " -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr")
