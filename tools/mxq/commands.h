@@ -10,5 +10,7 @@ namespace mxq::cli {
 void register_info(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_dequantize(CLI::App& app);
+void register_tune(CLI::App& app);
+void register_cache(CLI::App& app);
 
 }  // namespace mxq::cli
