@@ -352,8 +352,21 @@ TuneRecord Autotuner::tune_key(const Problem& problem, std::int64_t bucket, cons
   probe.problem = problem;
   probe.bucket = bucket;
   const std::string key = probe.key();
-  const auto existing = entries_.find(key);
-  const bool hit = existing != entries_.end() && servable_locked(existing->second);
+  auto existing = entries_.find(key);
+  bool hit = existing != entries_.end() && servable_locked(existing->second);
+  if (!hit && mode() == AutotuneMode::kTune && store_ && !store_->foreign()) {
+    // Another process (or another tuner of this one, e.g. the target model's) may have
+    // measured it since we read the file: never measure a key twice.
+    std::vector<CacheEntry> fresh;
+    if (store_->reload_if_changed(fresh)) {
+      for (CacheEntry& e : fresh) {
+        std::string k = e.key();
+        if (dirty_.count(k) == 0) entries_.insert_or_assign(std::move(k), std::move(e));
+      }
+      existing = entries_.find(key);
+      hit = existing != entries_.end() && servable_locked(existing->second);
+    }
+  }
   if (hit) {
     record.tactic = existing->second.tactic;
     record.median_us = existing->second.median_us;

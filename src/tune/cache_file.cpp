@@ -502,6 +502,20 @@ CacheStore::Outcome CacheStore::load(std::vector<CacheEntry>& entries) {
   return outcome;
 }
 
+bool CacheStore::reload_if_changed(std::vector<CacheEntry>& entries) {
+  FileIdentity current;
+  if (!stat_identity(path_, current)) return false;
+  if (have_snapshot_ && current == snapshot_identity_) return false;
+  ReadResult read = read_cache_file(path_);
+  if (read.status != ReadStatus::kOk || !(read.file.fingerprint == fingerprint_)) return false;
+  snapshot_.clear();
+  for (const CacheEntry& e : read.file.entries) snapshot_.emplace(e.key(), e);
+  snapshot_identity_ = read.identity;
+  have_snapshot_ = true;
+  entries = std::move(read.file.entries);
+  return true;
+}
+
 CacheStore::Outcome CacheStore::save(std::span<const CacheEntry> updates) {
   return rewrite(updates, nullptr);
 }

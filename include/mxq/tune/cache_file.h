@@ -123,6 +123,9 @@ class CacheStore {
   // Reads the file (no lock needed: writers rename whole files). Missing: empty. Unreadable:
   // moved aside under the lock, empty. Another fingerprint: empty, foreign() = true.
   Outcome load(std::vector<CacheEntry>& entries);
+  // Re-reads the file only if another process replaced it since this store last read or wrote
+  // it (one stat otherwise); returns true and its entries when it did and they are usable.
+  bool reload_if_changed(std::vector<CacheEntry>& entries);
   // Lock, re-read (skipped when the file is still the version this store last read or wrote),
   // merge `updates` over it, write atomically. A foreign file is not touched (ok = false).
   Outcome save(std::span<const CacheEntry> updates);
