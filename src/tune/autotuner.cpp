@@ -238,8 +238,14 @@ void Autotuner::persist_locked() {
   std::vector<CacheEntry> updates;
   for (const std::string& key : dirty_) updates.push_back(entries_.at(key));
   try {
-    const CacheStore::Outcome outcome = store_->save(updates);
+    CacheStore::Outcome outcome = store_->save(updates);
     for (const std::string& w : outcome.warnings) warnings_.push_back(w);
+    if (outcome.ok && outcome.moved_aside) {
+      // The file broke since we read it: write back everything this process knows of it.
+      std::vector<CacheEntry> everything;
+      for (const auto& [key, e] : entries_) everything.push_back(e);
+      outcome = store_->save(everything);
+    }
     if (outcome.ok) {
       dirty_.clear();
     } else if (store_->foreign()) {

@@ -469,6 +469,7 @@ CacheStore::Outcome CacheStore::load(std::vector<CacheEntry>& entries) {
         const std::string moved = move_aside(path_);
         warn(outcome, "autotune cache " + path_ + " is unreadable (" + read.problem +
                           "); moved aside to " + moved + ", starting with an empty cache");
+        outcome.moved_aside = true;
         read = ReadResult{};
       }
     } catch (const std::exception& error) {
@@ -535,6 +536,7 @@ CacheStore::Outcome CacheStore::rewrite(std::span<const CacheEntry> updates,
       const std::string moved = move_aside(path_);
       warn(outcome, "autotune cache " + path_ + " is unreadable (" + read.problem +
                         "); moved aside to " + moved + " before saving");
+      outcome.moved_aside = true;
       snapshot_.clear();
     } else if (read.status == ReadStatus::kMissing) {
       snapshot_.clear();

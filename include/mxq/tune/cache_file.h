@@ -115,6 +115,7 @@ class CacheStore {
  public:
   struct Outcome {
     bool ok = true;                     // load: entries usable; save: written
+    bool moved_aside = false;           // the file was unreadable and has been moved aside
     std::vector<std::string> warnings;  // also logged with log_warn
   };
 
