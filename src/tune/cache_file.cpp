@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -14,29 +15,50 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <nlohmann/json.hpp>
+#include <charconv>
+#include <optional>
 
 #include "mxq/core/error.h"
 #include "mxq/core/log.h"
+#include "tune/json_reader.h"
 
 namespace mxq::tune {
 namespace {
-
-using nlohmann::json;
 
 std::string errno_text() { return std::strerror(errno); }
 
 // ---- serialization -----------------------------------------------------------------------
 
 void append_string(std::string& out, std::string_view text) {
-  out += json(std::string(text)).dump();
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (u < 0x20) {
+      out += "\\u00";
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 0xF]);
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+}
+
+void append_int(std::string& out, std::int64_t value) {
+  char buffer[24];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  out.append(buffer, result.ptr);
 }
 
 void append_number(std::string& out, double value) {
-  char buffer[40];
+  char buffer[64];
   if (!std::isfinite(value)) value = 0;
-  std::snprintf(buffer, sizeof buffer, "%.4f", value);
-  out += buffer;
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed, 4);
+  out.append(buffer, result.ptr);
 }
 
 void append_entry(std::string& out, const CacheEntry& e) {
@@ -49,7 +71,7 @@ void append_entry(std::string& out, const CacheEntry& e) {
     first = false;
     append_string(out, d.name);
     out += ':';
-    out += std::to_string(d.value);
+    append_int(out, d.value);
   }
   out += "},\"dtypes\":{";
   first = true;
@@ -61,7 +83,7 @@ void append_entry(std::string& out, const CacheEntry& e) {
     append_string(out, d.dtype);
   }
   out += "},\"bucket\":";
-  out += std::to_string(e.bucket);
+  append_int(out, e.bucket);
   out += ",\"tactic\":";
   append_string(out, e.tactic);
   out += ",\"median_us\":";
@@ -73,7 +95,7 @@ void append_entry(std::string& out, const CacheEntry& e) {
   out += ",\"tuned_at\":";
   append_string(out, e.tuned_at);
   out += ",\"ranks\":";
-  out += std::to_string(e.ranks);
+  append_int(out, e.ranks);
   out += ",\"candidates\":{";
   first = true;
   for (const CandidateTiming& c : e.candidates) {
@@ -86,100 +108,197 @@ void append_entry(std::string& out, const CacheEntry& e) {
   out += "}}";
 }
 
+void append_fingerprint(std::string& out, const Fingerprint& fp) {
+  out += "{";
+  bool first = true;
+  for (const auto& [name, value] : fp.fields()) {
+    if (!first) out += ", ";
+    first = false;
+    append_string(out, name);
+    out += ": ";
+    const bool numeric = name == "cpu_threads" || name == "sm_count" || name == "driver_version" ||
+                         name == "runtime_version";
+    if (numeric) {
+      out += value;
+    } else {
+      append_string(out, value);
+    }
+  }
+  out += "}";
+}
+
 // ---- parsing -----------------------------------------------------------------------------
+
+using detail::JsonReader;
+using Kind = JsonReader::Kind;
 
 [[noreturn]] void bad_format(const std::string& what) { fail(ErrorCode::kFormat, what); }
 
-const json& member(const json& object, const char* name, const char* where) {
-  const auto it = object.find(name);
-  if (it == object.end()) bad_format(std::string(where) + ": missing \"" + name + "\"");
-  return *it;
+std::string read_string_field(JsonReader& r, const std::string& where) {
+  if (r.peek() != Kind::kString) bad_format(where + " is not a string");
+  return r.read_string();
 }
 
-std::string string_member(const json& object, const char* name, const char* where) {
-  const json& value = member(object, name, where);
-  if (!value.is_string()) bad_format(std::string(where) + ": \"" + name + "\" is not a string");
-  return value.get<std::string>();
+std::int64_t read_int_field(JsonReader& r, const std::string& where) {
+  std::int64_t value = 0;
+  if (r.peek() != Kind::kNumber || !r.try_read_int(value)) bad_format(where + " is not an integer");
+  return value;
 }
 
-std::int64_t int_member(const json& object, const char* name, const char* where) {
-  const json& value = member(object, name, where);
-  if (!value.is_number_integer()) {
-    bad_format(std::string(where) + ": \"" + name + "\" is not an integer");
-  }
-  return value.get<std::int64_t>();
-}
-
-double number_member(const json& object, const char* name, const char* where) {
-  const json& value = member(object, name, where);
-  if (!value.is_number()) bad_format(std::string(where) + ": \"" + name + "\" is not a number");
-  return value.get<double>();
-}
-
-Fingerprint parse_fingerprint(const json& value) {
-  const char* where = "fingerprint";
-  if (!value.is_object()) bad_format("\"fingerprint\" is not an object");
+Fingerprint read_fingerprint(JsonReader& r) {
+  if (r.peek() != Kind::kObject) bad_format("\"fingerprint\" is not an object");
   Fingerprint fp;
-  fp.backend = string_member(value, "backend", where);
-  fp.device = string_member(value, "device", where);
-  fp.cpu_threads = static_cast<int>(int_member(value, "cpu_threads", where));
-  fp.sm_count = static_cast<int>(int_member(value, "sm_count", where));
-  fp.compute_capability = string_member(value, "compute_capability", where);
-  fp.driver_version = static_cast<int>(int_member(value, "driver_version", where));
-  fp.runtime_version = static_cast<int>(int_member(value, "runtime_version", where));
-  fp.mxq_version = string_member(value, "mxq_version", where);
-  fp.registry_hash = string_member(value, "registry_hash", where);
+  std::string key;
+  int seen = 0;
+  r.begin_object();
+  while (r.next_member(key)) {
+    const std::string where = "fingerprint \"" + key + "\"";
+    ++seen;
+    if (key == "backend") {
+      fp.backend = read_string_field(r, where);
+    } else if (key == "device") {
+      fp.device = read_string_field(r, where);
+    } else if (key == "cpu_threads") {
+      fp.cpu_threads = static_cast<int>(read_int_field(r, where));
+    } else if (key == "sm_count") {
+      fp.sm_count = static_cast<int>(read_int_field(r, where));
+    } else if (key == "compute_capability") {
+      fp.compute_capability = read_string_field(r, where);
+    } else if (key == "driver_version") {
+      fp.driver_version = static_cast<int>(read_int_field(r, where));
+    } else if (key == "runtime_version") {
+      fp.runtime_version = static_cast<int>(read_int_field(r, where));
+    } else if (key == "mxq_version") {
+      fp.mxq_version = read_string_field(r, where);
+    } else if (key == "registry_hash") {
+      fp.registry_hash = read_string_field(r, where);
+    } else {
+      --seen;
+      r.skip_value();
+    }
+  }
+  if (seen != static_cast<int>(fp.fields().size())) {
+    bad_format("fingerprint: missing fields (need " + std::to_string(fp.fields().size()) + ")");
+  }
   return fp;
 }
 
-json fingerprint_json(const Fingerprint& fp) {
-  return json{{"backend", fp.backend},
-              {"device", fp.device},
-              {"cpu_threads", fp.cpu_threads},
-              {"sm_count", fp.sm_count},
-              {"compute_capability", fp.compute_capability},
-              {"driver_version", fp.driver_version},
-              {"runtime_version", fp.runtime_version},
-              {"mxq_version", fp.mxq_version},
-              {"registry_hash", fp.registry_hash}};
-}
-
-CacheEntry parse_entry(const json& value) {
-  const char* where = "entry";
-  if (!value.is_object()) bad_format("entry is not an object");
-  const std::string op = string_member(value, "op", where);
-  const json& shape = member(value, "shape", where);
-  const json& dtypes = member(value, "dtypes", where);
-  if (!shape.is_object() || !dtypes.is_object()) bad_format("entry shape/dtypes are not objects");
-  std::vector<ShapeDim> dims;
-  for (const auto& [name, dim] : shape.items()) {
-    if (!dim.is_number_integer()) bad_format("entry shape field " + name + " is not an integer");
-    dims.push_back({name, dim.get<std::int64_t>()});
+// One entry. A well-formed JSON value that is not a valid entry gives `problem` (the reader is
+// left after the value, so the file's other entries still load); bad JSON throws.
+std::optional<CacheEntry> read_entry(JsonReader& r, std::string& problem) {
+  if (r.peek() != Kind::kObject) {
+    problem = "entry is not an object";
+    r.skip_value();
+    return std::nullopt;
   }
-  std::vector<DtypeField> types;
-  for (const auto& [name, dtype] : dtypes.items()) {
-    if (!dtype.is_string()) bad_format("entry dtype field " + name + " is not a string");
-    types.push_back({name, dtype.get<std::string>()});
-  }
+  auto bad = [&](const std::string& what) {
+    if (problem.empty()) problem = what;
+    r.skip_value();
+  };
+  auto string_field = [&](const std::string& key, std::string& out) {
+    if (r.peek() == Kind::kString) {
+      out = r.read_string();
+    } else {
+      bad("\"" + key + "\" is not a string");
+    }
+  };
+  auto number_field = [&](const std::string& key, double& out) {
+    if (r.peek() == Kind::kNumber) {
+      out = r.read_number();
+    } else {
+      bad("\"" + key + "\" is not a number");
+    }
+  };
   CacheEntry e;
-  try {
-    e.problem = Problem(op, std::move(dims), std::move(types));
-  } catch (const Error& error) {
-    bad_format(std::string("entry problem: ") + error.what());
+  std::string op;
+  std::vector<ShapeDim> dims;
+  std::vector<DtypeField> dtypes;
+  bool have_op = false, have_shape = false, have_dtypes = false, have_bucket = false,
+       have_tactic = false;
+  std::string key;
+  std::string name;
+  r.begin_object();
+  while (r.next_member(key)) {
+    if (key == "op") {
+      have_op = true;
+      string_field(key, op);
+    } else if (key == "shape" || key == "dtypes" || key == "candidates") {
+      if (r.peek() != Kind::kObject) {
+        bad("\"" + key + "\" is not an object");
+        continue;
+      }
+      if (key == "shape") have_shape = true;
+      if (key == "dtypes") have_dtypes = true;
+      r.begin_object();
+      while (r.next_member(name)) {
+        if (key == "shape") {
+          std::int64_t v = 0;
+          if (r.peek() != Kind::kNumber) {
+            bad("shape field " + name + " is not an integer");
+          } else if (r.try_read_int(v)) {
+            dims.push_back({name, v});
+          } else if (problem.empty()) {
+            problem = "shape field " + name + " is not an integer";
+          }
+        } else if (key == "dtypes") {
+          std::string dtype;
+          string_field("dtype " + name, dtype);
+          dtypes.push_back({name, dtype});
+        } else {
+          double us = 0;
+          number_field("candidate " + name, us);
+          e.candidates.push_back({name, us});
+        }
+      }
+    } else if (key == "bucket") {
+      have_bucket = true;
+      if (r.peek() != Kind::kNumber) {
+        bad("\"bucket\" is not an integer");
+      } else if (!r.try_read_int(e.bucket) && problem.empty()) {
+        problem = "\"bucket\" is not an integer";
+      }
+    } else if (key == "tactic") {
+      have_tactic = true;
+      string_field(key, e.tactic);
+    } else if (key == "median_us") {
+      number_field(key, e.median_us);
+    } else if (key == "default_us") {
+      number_field(key, e.default_us);
+    } else if (key == "pass") {
+      string_field(key, e.pass);
+    } else if (key == "tuned_at") {
+      string_field(key, e.tuned_at);
+    } else if (key == "ranks") {
+      std::int64_t ranks = 1;
+      if (r.peek() != Kind::kNumber) {
+        bad("\"ranks\" is not an integer");
+      } else if (r.try_read_int(ranks)) {
+        e.ranks = static_cast<int>(ranks);
+      } else if (problem.empty()) {
+        problem = "\"ranks\" is not an integer";
+      }
+    } else {
+      r.skip_value();  // fields of a later schema minor version
+    }
   }
-  e.bucket = int_member(value, "bucket", where);
-  if (e.bucket < 1) bad_format("entry bucket " + std::to_string(e.bucket) + " < 1");
-  e.tactic = string_member(value, "tactic", where);
-  e.median_us = number_member(value, "median_us", where);
-  e.default_us = number_member(value, "default_us", where);
-  e.pass = string_member(value, "pass", where);
-  e.tuned_at = string_member(value, "tuned_at", where);
-  e.ranks = static_cast<int>(int_member(value, "ranks", where));
-  const json& candidates = member(value, "candidates", where);
-  if (!candidates.is_object()) bad_format("entry candidates is not an object");
-  for (const auto& [tactic, us] : candidates.items()) {
-    if (!us.is_number()) bad_format("entry candidate " + tactic + " time is not a number");
-    e.candidates.push_back({tactic, us.get<double>()});
+  if (!problem.empty()) return std::nullopt;
+  for (const auto& [present, field] : {std::pair{have_op, "op"}, {have_shape, "shape"},
+                                       {have_dtypes, "dtypes"}, {have_bucket, "bucket"},
+                                       {have_tactic, "tactic"}}) {
+    if (!present) {
+      problem = std::string("missing \"") + field + "\"";
+      return std::nullopt;
+    }
+  }
+  if (e.bucket < 1) {
+    problem = "bucket " + std::to_string(e.bucket) + " < 1";
+    return std::nullopt;
+  }
+  try {
+    e.problem = Problem(op, std::move(dims), std::move(dtypes));
+  } catch (const Error& error) {
+    problem = std::string("problem: ") + error.what();
+    return std::nullopt;
   }
   return e;
 }
@@ -252,9 +371,9 @@ std::string serialize_entries(const Fingerprint& fingerprint, const Entries& ent
   out += "{\n  \"format\": ";
   append_string(out, kCacheFormat);
   out += ",\n  \"schema_version\": ";
-  out += std::to_string(kCacheSchemaVersion);
+  append_int(out, kCacheSchemaVersion);
   out += ",\n  \"fingerprint\": ";
-  out += fingerprint_json(fingerprint).dump();
+  append_fingerprint(out, fingerprint);
   out += ",\n";
   out += "  \"entries\": [";
   bool first = true;
@@ -275,42 +394,73 @@ std::string serialize_cache(const CacheFile& file) {
 }
 
 CacheFile parse_cache(std::string_view text) {
-  json root;
-  try {
-    root = json::parse(text.begin(), text.end());
-  } catch (const json::exception& error) {
-    bad_format(std::string("not valid JSON: ") + error.what());
+  JsonReader r(text);
+  if (r.peek() != Kind::kObject) bad_format("top level is not an object");
+  CacheFile file;
+  std::string format;
+  std::optional<std::int64_t> version;
+  bool have_fingerprint = false;
+  bool have_entries = false;
+  std::vector<std::pair<std::string, CacheEntry>> keyed;  // written files are sorted already
+  std::string key;
+  r.begin_object();
+  while (r.next_member(key)) {
+    if (key == "format") {
+      if (r.peek() == Kind::kString) {
+        format = r.read_string();
+      } else {
+        r.skip_value();
+      }
+    } else if (key == "schema_version") {
+      std::int64_t v = -1;
+      if (r.peek() != Kind::kNumber) {
+        r.skip_value();
+      } else if (!r.try_read_int(v)) {
+        v = -1;
+      }
+      version = v;
+    } else if (key == "fingerprint") {
+      file.fingerprint = read_fingerprint(r);
+      have_fingerprint = true;
+    } else if (key == "entries") {
+      if (r.peek() != Kind::kArray) bad_format("\"entries\" is not an array");
+      have_entries = true;
+      r.begin_array();
+      for (std::size_t index = 0; r.next_element(); ++index) {
+        std::string problem;
+        std::optional<CacheEntry> e = read_entry(r, problem);
+        if (!e) {
+          file.skipped.push_back("entry " + std::to_string(index) + ": " + problem);
+          continue;
+        }
+        keyed.emplace_back(e->key(), std::move(*e));
+      }
+    } else {
+      r.skip_value();
+    }
   }
-  if (!root.is_object()) bad_format("top level is not an object");
-  const auto format = root.find("format");
-  if (format == root.end() || !format->is_string() || format->get<std::string>() != kCacheFormat) {
+  r.expect_end();
+  if (format != kCacheFormat) {
     bad_format("not an mxq autotune cache (\"format\" is not \"" + std::string(kCacheFormat) + "\")");
   }
-  const auto version = root.find("schema_version");
-  if (version == root.end() || !version->is_number_integer() ||
-      version->get<std::int64_t>() != kCacheSchemaVersion) {
-    bad_format("schema_version is " + (version == root.end() ? std::string("missing") : version->dump()) +
+  if (!version || *version != kCacheSchemaVersion) {
+    bad_format("schema_version is " + (version ? std::to_string(*version) : std::string("missing")) +
                ", this mxq reads " + std::to_string(kCacheSchemaVersion));
   }
-  CacheFile file;
-  file.fingerprint = parse_fingerprint(member(root, "fingerprint", "file"));
-  const json& entries = member(root, "entries", "file");
-  if (!entries.is_array()) bad_format("\"entries\" is not an array");
-  std::map<std::string, CacheEntry> by_key;
-  std::size_t index = 0;
-  for (const json& value : entries) {
-    try {
-      CacheEntry e = parse_entry(value);
-      std::string key = e.key();
-      if (by_key.count(key) != 0) file.skipped.push_back("entry " + std::to_string(index) + " (" + key + "): duplicate key, the later one is kept");
-      by_key.insert_or_assign(std::move(key), std::move(e));
-    } catch (const Error& error) {
-      file.skipped.push_back("entry " + std::to_string(index) + ": " + error.what());
-    }
-    ++index;
+  if (!have_fingerprint) bad_format("missing \"fingerprint\"");
+  if (!have_entries) bad_format("missing \"entries\"");
+  const auto by_key = [](const auto& a, const auto& b) { return a.first < b.first; };
+  if (!std::is_sorted(keyed.begin(), keyed.end(), by_key)) {
+    std::stable_sort(keyed.begin(), keyed.end(), by_key);
   }
-  file.entries.reserve(by_key.size());
-  for (auto& [key, e] : by_key) file.entries.push_back(std::move(e));
+  file.entries.reserve(keyed.size());
+  for (std::size_t i = 0; i < keyed.size(); ++i) {
+    if (i + 1 < keyed.size() && keyed[i].first == keyed[i + 1].first) {
+      file.skipped.push_back("entry " + keyed[i].first + ": duplicate key, the later one is kept");
+      continue;
+    }
+    file.entries.push_back(std::move(keyed[i].second));
+  }
   return file;
 }
 
