@@ -2,7 +2,8 @@
 // - lookup of a (problem, token count) in a tuner serving 10,000 decisions: time and heap
 //   allocations per call (targets: <= 100 ns median, 0 allocations);
 // - load + save of a 10,000-entry cache file (target: <= 100 ms), and its parts.
-// Run: build/bench/mxq_bench_tune --benchmark_repetitions=10 --benchmark_report_aggregates_only=true
+// Run: build/bench/mxq_bench_tune --benchmark_repetitions=10
+// --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -39,8 +40,8 @@ namespace mxq::tune {
 namespace {
 
 constexpr int kEntries = 10000;
-const std::vector<std::int64_t> kBuckets = {1, 2, 4, 8, 16, 32, 64, 128,
-                                            256, 512, 1024, 2048, 4096};
+const std::vector<std::int64_t> kBuckets = {1,   2,   4,   8,    16,   32,  64,
+                                            128, 256, 512, 1024, 2048, 4096};
 
 // 10,000 servable toy_gemm decisions: 770 problems x 13 buckets, cut at 10,000.
 std::vector<CacheEntry> make_entries() {

@@ -31,7 +31,8 @@ constexpr std::array<EnvVarSpec, 7> kRegistry = {{
      "comma-separated ops that always run their default tactic (never tuned or served from cache)",
      ""},
     {"MXQ_AUTOTUNE_BUDGET", EnvType::kInt, "0",
-     "seconds one tuning pass may spend; what is left untuned runs the default tactic; 0 = no limit",
+     "seconds one tuning pass may spend; what is left untuned runs the default tactic; 0 = no "
+     "limit",
      ""},
 }};
 

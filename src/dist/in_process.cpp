@@ -85,8 +85,8 @@ class InProcessGroup::Member final : public Communicator {
   }
 
   std::vector<Bytes> all_gather(std::span<const std::uint8_t> bytes) override {
-    const Bytes result = group_.exchange(rank_, "all_gather", Bytes(bytes.begin(), bytes.end()),
-                                         concatenate, 0);
+    const Bytes result =
+        group_.exchange(rank_, "all_gather", Bytes(bytes.begin(), bytes.end()), concatenate, 0);
     std::vector<Bytes> out;
     std::size_t at = 0;
     for (int r = 0; r < group_.size_; ++r) {
@@ -138,7 +138,8 @@ std::vector<std::uint8_t> InProcessGroup::exchange(
                                   [&](const std::string& k) { return k == kinds_[0]; });
     if (!same) {
       error_ = "ranks called different collectives:";
-      for (int r = 0; r < size_; ++r) error_ += " rank " + std::to_string(r) + " " + kinds_[static_cast<std::size_t>(r)] + ";";
+      for (int r = 0; r < size_; ++r)
+        error_ += " rank " + std::to_string(r) + " " + kinds_[static_cast<std::size_t>(r)] + ";";
     } else {
       try {
         result_ = combine(slots_, arg, size_);
@@ -147,7 +148,8 @@ std::vector<std::uint8_t> InProcessGroup::exchange(
       }
     }
     arrived_.notify_all();
-  } else if (!arrived_.wait_for(lock, timeout_, [&] { return generation_ != generation || !error_.empty(); })) {
+  } else if (!arrived_.wait_for(lock, timeout_,
+                                [&] { return generation_ != generation || !error_.empty(); })) {
     error_ = "rank " + std::to_string(rank) + " waited " + std::to_string(timeout_.count()) +
              " ms in " + kind + " for the other ranks (" + std::to_string(waiting_) + " of " +
              std::to_string(size_) + " arrived)";

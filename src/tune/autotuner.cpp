@@ -38,15 +38,14 @@ std::vector<double> bytes_to_doubles(const std::vector<std::uint8_t>& bytes) {
   return values;
 }
 
-std::vector<std::uint8_t> text_bytes(const std::string& text) {
-  return {text.begin(), text.end()};
-}
+std::vector<std::uint8_t> text_bytes(const std::string& text) { return {text.begin(), text.end()}; }
 
 // The cache path a tuner reads (and, except in fresh mode, writes).
 std::string resolve_cache_path(const AutotunerConfig& config, const Fingerprint& fingerprint) {
   if (config.options.mode == AutotuneMode::kOff) return {};
   std::string path = config.options.cache_path;
-  if (path.empty()) path = default_cache_path(fingerprint, config.deployment.value_or(Deployment{}));
+  if (path.empty())
+    path = default_cache_path(fingerprint, config.deployment.value_or(Deployment{}));
   if (config.options.mode == AutotuneMode::kFresh) path = fresh_run_path(path);
   return path;
 }
@@ -55,23 +54,34 @@ std::string resolve_cache_path(const AutotunerConfig& config, const Fingerprint&
 
 std::string_view to_string(SelectionSource source) {
   switch (source) {
-    case SelectionSource::kTuned: return "tuned";
-    case SelectionSource::kDefault: return "default";
-    case SelectionSource::kSkipped: return "skipped";
-    case SelectionSource::kOutOfRange: return "out_of_range";
-    case SelectionSource::kUnknownOp: return "unknown_op";
+    case SelectionSource::kTuned:
+      return "tuned";
+    case SelectionSource::kDefault:
+      return "default";
+    case SelectionSource::kSkipped:
+      return "skipped";
+    case SelectionSource::kOutOfRange:
+      return "out_of_range";
+    case SelectionSource::kUnknownOp:
+      return "unknown_op";
   }
   return "?";
 }
 
 std::string_view to_string(TuneStatus status) {
   switch (status) {
-    case TuneStatus::kTuned: return "tuned";
-    case TuneStatus::kHit: return "hit";
-    case TuneStatus::kSkipped: return "skipped";
-    case TuneStatus::kNotTuned: return "not_tuned";
-    case TuneStatus::kBudget: return "budget";
-    case TuneStatus::kFailed: return "failed";
+    case TuneStatus::kTuned:
+      return "tuned";
+    case TuneStatus::kHit:
+      return "hit";
+    case TuneStatus::kSkipped:
+      return "skipped";
+    case TuneStatus::kNotTuned:
+      return "not_tuned";
+    case TuneStatus::kBudget:
+      return "budget";
+    case TuneStatus::kFailed:
+      return "failed";
   }
   return "?";
 }
@@ -86,14 +96,16 @@ std::string entry_problem(const CacheEntry& entry, const TacticRegistry& registr
     return "bucket " + std::to_string(entry.bucket) + " is not a bucket of op " + op->name;
   }
   const Tactic* tactic = registry.find_tactic(op->name, backend, entry.tactic);
-  if (tactic == nullptr) return "tactic " + entry.tactic + " of op " + op->name + " is not registered";
+  if (tactic == nullptr)
+    return "tactic " + entry.tactic + " of op " + op->name + " is not registered";
   Support support;
   try {
     support = tactic->supports(entry.problem);
   } catch (const std::exception& error) {
     support = Support::no(std::string("supports() threw: ") + error.what());
   }
-  if (!support.ok) return "tactic " + entry.tactic + " does not support the problem: " + support.reason;
+  if (!support.ok)
+    return "tactic " + entry.tactic + " does not support the problem: " + support.reason;
   if (!tactic->tokens.contains(entry.bucket)) {
     return "tactic " + entry.tactic + " is valid for tokens " + tactic->tokens.str() +
            ", not for bucket " + std::to_string(entry.bucket);
@@ -107,8 +119,9 @@ Autotuner::Autotuner(AutotunerConfig config)
     : config_(std::move(config)),
       registry_(config_.registry != nullptr ? config_.registry : &builtin_tactics()) {
   if (!registry_->frozen()) fail(ErrorCode::kInvalidArgument, "autotuner registry: not frozen");
-  fingerprint_ = config_.fingerprint ? *config_.fingerprint
-                                     : current_fingerprint(config_.backend, *registry_, config_.device);
+  fingerprint_ = config_.fingerprint
+                     ? *config_.fingerprint
+                     : current_fingerprint(config_.backend, *registry_, config_.device);
   if (fingerprint_.backend != to_string(config_.backend)) {
     fail_argument(ErrorCode::kInvalidArgument, "autotuner fingerprint backend",
                   to_string(config_.backend), fingerprint_.backend);
@@ -283,11 +296,12 @@ void Autotuner::seal() {
       if (comm.rank() == 0) {
         std::string ranks;
         for (int r : differing) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-        warn_locked("autotune: ranks " + ranks + " disagreed with rank 0 on tactic decisions; "
+        warn_locked("autotune: ranks " + ranks +
+                    " disagreed with rank 0 on tactic decisions; "
                     "they adopt rank 0's");
       } else if (digests[static_cast<std::size_t>(comm.rank())] != digests[0]) {
-        const CacheFile theirs =
-            parse_cache(std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
+        const CacheFile theirs = parse_cache(
+            std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
         std::map<std::string, const CacheEntry*> their_by_key;
         for (const CacheEntry& e : theirs.entries) their_by_key.emplace(e.key(), &e);
         std::vector<std::string> diffs;
@@ -298,7 +312,8 @@ void Autotuner::seal() {
             entries_.erase(e.key());
             dirty_.erase(e.key());
           } else if (it->second->tactic != e.tactic) {
-            diffs.push_back(e.key() + ": " + e.tactic + " here, " + it->second->tactic + " on rank 0");
+            diffs.push_back(e.key() + ": " + e.tactic + " here, " + it->second->tactic +
+                            " on rank 0");
           }
         }
         for (const CacheEntry& e : theirs.entries) {
@@ -338,7 +353,8 @@ TuneRecord Autotuner::tune_key(const Problem& problem, std::int64_t bucket, cons
   const OpSpec* op = registry_->find_op(problem.op(), backend());
   if (op == nullptr) {
     record.status = TuneStatus::kFailed;
-    record.reason = "op " + problem.op() + " has no tactics for " + std::string(to_string(backend()));
+    record.reason =
+        "op " + problem.op() + " has no tactics for " + std::string(to_string(backend()));
     return record;
   }
   if (!std::binary_search(op->buckets.begin(), op->buckets.end(), bucket)) {
@@ -395,8 +411,9 @@ TuneRecord Autotuner::tune_key(const Problem& problem, std::int64_t bucket, cons
   }
   if (flags[1] != 0.0) {
     record.status = TuneStatus::kBudget;
-    record.reason = "tuning budget used up: " + std::string(hit ? "the cached tactic" : "the default") +
-                    " serves";
+    record.reason =
+        "tuning budget used up: " + std::string(hit ? "the cached tactic" : "the default") +
+        " serves";
     return record;
   }
   // Candidates: supported and valid for every token count the bucket serves.
@@ -414,9 +431,10 @@ TuneRecord Autotuner::tune_key(const Problem& problem, std::int64_t bucket, cons
     if (!support.ok) {
       record.candidates.push_back({t->id(), "unsupported: " + support.reason, 0});
     } else if (!t->tokens.covers(lo, bucket)) {
-      record.candidates.push_back({t->id(), "token range " + t->tokens.str() +
-                                                " does not cover the bucket's [" +
-                                                std::to_string(lo) + ", " + std::to_string(bucket) + "]",
+      record.candidates.push_back({t->id(),
+                                   "token range " + t->tokens.str() +
+                                       " does not cover the bucket's [" + std::to_string(lo) +
+                                       ", " + std::to_string(bucket) + "]",
                                    0});
     } else {
       candidates.push_back(t);
@@ -505,8 +523,8 @@ void Autotuner::measure(const OpSpec& op, const Problem& problem, std::int64_t b
       for (int w = 0; w < settings.warmup_runs; ++w) workload->run(*candidates[i]);
       const double once = timer.seconds([&] { workload->run(*candidates[i]); });
       const double wanted = settings.min_sample_seconds / std::max(once, 1e-9);
-      calls[i] = static_cast<int>(std::clamp(std::ceil(wanted), 1.0,
-                                             static_cast<double>(settings.max_calls_per_sample)));
+      calls[i] = static_cast<int>(
+          std::clamp(std::ceil(wanted), 1.0, static_cast<double>(settings.max_calls_per_sample)));
     } catch (const std::exception&) {
       local_failed[i] = 1.0;
     }
@@ -521,9 +539,8 @@ void Autotuner::measure(const OpSpec& op, const Problem& problem, std::int64_t b
         try {
           workload->rotate();
           seconds = timer.seconds([&] {
-                      for (int c = 0; c < calls[i]; ++c) workload->run(*candidates[i]);
-                    }) /
-                    calls[i];
+            for (int c = 0; c < calls[i]; ++c) workload->run(*candidates[i]);
+          }) / calls[i];
         } catch (const std::exception&) {
           local_failed[i] = 1.0;
         }
@@ -554,9 +571,11 @@ void Autotuner::measure(const OpSpec& op, const Problem& problem, std::int64_t b
   for (std::size_t i : alive) {
     medians[i] = median(pooled[i]);
     if (medians[i] < medians[best]) best = i;  // strict: ties keep the earlier (default first)
-    record.candidates.push_back({candidates[i]->id(), std::isfinite(medians[i]) ? "timed" : "failed during timing",
+    record.candidates.push_back({candidates[i]->id(),
+                                 std::isfinite(medians[i]) ? "timed" : "failed during timing",
                                  std::isfinite(medians[i]) ? medians[i] * 1e6 : 0});
-    if (std::isfinite(medians[i])) result.candidates.push_back({candidates[i]->id(), medians[i] * 1e6});
+    if (std::isfinite(medians[i]))
+      result.candidates.push_back({candidates[i]->id(), medians[i] * 1e6});
   }
   // Tie band: the default stays unless the best beats it by more than tie_band.
   std::size_t winner = 0;
@@ -570,12 +589,15 @@ void Autotuner::measure(const OpSpec& op, const Problem& problem, std::int64_t b
 
 // ---- TuningSession -----------------------------------------------------------------------
 
-TuningSession::TuningSession(Autotuner& tuner, std::string pass, std::optional<double> budget_seconds)
+TuningSession::TuningSession(Autotuner& tuner, std::string pass,
+                             std::optional<double> budget_seconds)
     : tuner_(tuner), pass_(std::move(pass)) {
-  if (pass_.empty()) fail_argument(ErrorCode::kInvalidArgument, "tuning pass name", "non-empty", "''");
+  if (pass_.empty())
+    fail_argument(ErrorCode::kInvalidArgument, "tuning pass name", "non-empty", "''");
   start_ = tuner_.now_seconds();
   const double budget = budget_seconds.value_or(tuner_.options().budget_seconds);
-  if (budget < 0) fail_argument(ErrorCode::kInvalidArgument, "tuning budget", ">= 0 seconds", budget);
+  if (budget < 0)
+    fail_argument(ErrorCode::kInvalidArgument, "tuning budget", ">= 0 seconds", budget);
   deadline_ = budget > 0 ? start_ + budget : kInf;
   dist::Communicator& comm = tuner_.communicator();
   if (comm.size() > 1) {
@@ -592,9 +614,8 @@ TuningSession::TuningSession(Autotuner& tuner, std::string pass, std::optional<d
     for (std::size_t r = 1; r < all.size(); ++r) {
       if (all[r] != all[0]) {
         fail(ErrorCode::kInvalidArgument, "tuning session '", pass_, "': rank ", r,
-             " runs another configuration than rank 0 (",
-             std::string(all[r].begin(), all[r].end()), " vs ",
-             std::string(all[0].begin(), all[0].end()), ")");
+             " runs another configuration than rank 0 (", std::string(all[r].begin(), all[r].end()),
+             " vs ", std::string(all[0].begin(), all[0].end()), ")");
       }
     }
   }

@@ -9,13 +9,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <charconv>
 #include <optional>
 
 #include "mxq/core/error.h"
@@ -57,7 +57,8 @@ void append_int(std::string& out, std::int64_t value) {
 void append_number(std::string& out, double value) {
   char buffer[64];
   if (!std::isfinite(value)) value = 0;
-  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed, 4);
+  const auto result =
+      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed, 4);
   out.append(buffer, result.ptr);
 }
 
@@ -282,8 +283,10 @@ std::optional<CacheEntry> read_entry(JsonReader& r, std::string& problem) {
     }
   }
   if (!problem.empty()) return std::nullopt;
-  for (const auto& [present, field] : {std::pair{have_op, "op"}, {have_shape, "shape"},
-                                       {have_dtypes, "dtypes"}, {have_bucket, "bucket"},
+  for (const auto& [present, field] : {std::pair{have_op, "op"},
+                                       {have_shape, "shape"},
+                                       {have_dtypes, "dtypes"},
+                                       {have_bucket, "bucket"},
                                        {have_tactic, "tactic"}}) {
     if (!present) {
       problem = std::string("missing \"") + field + "\"";
@@ -441,11 +444,13 @@ CacheFile parse_cache(std::string_view text) {
   }
   r.expect_end();
   if (format != kCacheFormat) {
-    bad_format("not an mxq autotune cache (\"format\" is not \"" + std::string(kCacheFormat) + "\")");
+    bad_format("not an mxq autotune cache (\"format\" is not \"" + std::string(kCacheFormat) +
+               "\")");
   }
   if (!version || *version != kCacheSchemaVersion) {
-    bad_format("schema_version is " + (version ? std::to_string(*version) : std::string("missing")) +
-               ", this mxq reads " + std::to_string(kCacheSchemaVersion));
+    bad_format("schema_version is " +
+               (version ? std::to_string(*version) : std::string("missing")) + ", this mxq reads " +
+               std::to_string(kCacheSchemaVersion));
   }
   if (!have_fingerprint) bad_format("missing \"fingerprint\"");
   if (!have_entries) bad_format("missing \"entries\"");
@@ -555,8 +560,8 @@ void write_file_atomically(const std::string& path, std::string_view text) {
     ::closedir(d);
     for (const std::string& name : stale) ::unlink((dir + "/" + name).c_str());
   }
-  const std::string temp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                           std::to_string(temp_counter.fetch_add(1));
+  const std::string temp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(temp_counter.fetch_add(1));
   Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (fd.get() < 0) fail(ErrorCode::kIo, "cannot create ", temp, ": ", errno_text());
   std::size_t done = 0;
@@ -707,7 +712,9 @@ CacheStore::Outcome CacheStore::rewrite(std::span<const CacheEntry> updates,
   foreign_ = false;
   if (drop) std::erase_if(snapshot_, [&](const auto& item) { return drop(item.second); });
   for (const CacheEntry& e : updates) snapshot_.insert_or_assign(e.key(), e);
-  write_file_atomically(path_, serialize_entries(fingerprint_, snapshot_, [](const auto& item) -> const CacheEntry& { return item.second; }));
+  write_file_atomically(
+      path_, serialize_entries(fingerprint_, snapshot_,
+                               [](const auto& item) -> const CacheEntry& { return item.second; }));
   have_snapshot_ = stat_identity(path_, snapshot_identity_);
   return outcome;
 }

@@ -94,7 +94,8 @@ Fingerprint cuda_fingerprint(int device, const TacticRegistry& registry) {
     fp.backend = "cuda";
     fp.device = gpu.name;
     fp.sm_count = gpu.sm_count;
-    fp.compute_capability = std::to_string(gpu.compute_major) + "." + std::to_string(gpu.compute_minor);
+    fp.compute_capability =
+        std::to_string(gpu.compute_major) + "." + std::to_string(gpu.compute_minor);
     fp.driver_version = query.driver_version;
     fp.runtime_version = query.runtime_version;
     fp.mxq_version = build_info().version;

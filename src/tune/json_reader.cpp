@@ -32,12 +32,17 @@ void JsonReader::expect(char c) {
 JsonReader::Kind JsonReader::peek() {
   const char c = next_char();
   switch (c) {
-    case '{': return Kind::kObject;
-    case '[': return Kind::kArray;
-    case '"': return Kind::kString;
+    case '{':
+      return Kind::kObject;
+    case '[':
+      return Kind::kArray;
+    case '"':
+      return Kind::kString;
     case 't':
-    case 'f': return Kind::kBool;
-    case 'n': return Kind::kNull;
+    case 'f':
+      return Kind::kBool;
+    case 'n':
+      return Kind::kNull;
     default:
       if (c == '-' || (c >= '0' && c <= '9')) return Kind::kNumber;
       error(std::string("unexpected character '") + c + "'");
@@ -119,14 +124,30 @@ std::string JsonReader::read_string() {
     if (pos_ >= text_.size()) error("unterminated escape");
     const char e = text_[pos_++];
     switch (e) {
-      case '"': out.push_back('"'); break;
-      case '\\': out.push_back('\\'); break;
-      case '/': out.push_back('/'); break;
-      case 'b': out.push_back('\b'); break;
-      case 'f': out.push_back('\f'); break;
-      case 'n': out.push_back('\n'); break;
-      case 'r': out.push_back('\r'); break;
-      case 't': out.push_back('\t'); break;
+      case '"':
+        out.push_back('"');
+        break;
+      case '\\':
+        out.push_back('\\');
+        break;
+      case '/':
+        out.push_back('/');
+        break;
+      case 'b':
+        out.push_back('\b');
+        break;
+      case 'f':
+        out.push_back('\f');
+        break;
+      case 'n':
+        out.push_back('\n');
+        break;
+      case 'r':
+        out.push_back('\r');
+        break;
+      case 't':
+        out.push_back('\t');
+        break;
       case 'u': {
         auto hex4 = [&]() {
           if (pos_ + 4 > text_.size()) error("short \\u escape");
@@ -161,7 +182,8 @@ std::string JsonReader::read_string() {
         append_utf8(out, code);
         break;
       }
-      default: error(std::string("bad escape \\") + e);
+      default:
+        error(std::string("bad escape \\") + e);
     }
   }
 }
@@ -231,8 +253,12 @@ void JsonReader::skip_value_at(int depth) {
       begin_array();
       while (next_element()) skip_value_at(depth + 1);
       return;
-    case Kind::kString: (void)read_string(); return;
-    case Kind::kNumber: (void)number_token(); return;
+    case Kind::kString:
+      (void)read_string();
+      return;
+    case Kind::kNumber:
+      (void)number_token();
+      return;
     case Kind::kBool:
     case Kind::kNull: {
       for (std::string_view word : {"true", "false", "null"}) {

@@ -16,10 +16,14 @@ namespace mxq::tune {
 
 std::string_view to_string(AutotuneMode mode) {
   switch (mode) {
-    case AutotuneMode::kOff: return "off";
-    case AutotuneMode::kLoad: return "load";
-    case AutotuneMode::kTune: return "tune";
-    case AutotuneMode::kFresh: return "fresh";
+    case AutotuneMode::kOff:
+      return "off";
+    case AutotuneMode::kLoad:
+      return "load";
+    case AutotuneMode::kTune:
+      return "tune";
+    case AutotuneMode::kFresh:
+      return "fresh";
   }
   return "?";
 }
@@ -40,8 +44,10 @@ AutotuneOptions AutotuneOptions::from_env() {
   options.skip_ops = env_list("MXQ_AUTOTUNE_SKIP_OPS");
   const std::int64_t budget = env_int("MXQ_AUTOTUNE_BUDGET");
   if (budget < 0) {
-    fail(ErrorCode::kInvalidArgument, "environment variable MXQ_AUTOTUNE_BUDGET: expected >= 0 "
-         "seconds, found ", budget);
+    fail(ErrorCode::kInvalidArgument,
+         "environment variable MXQ_AUTOTUNE_BUDGET: expected >= 0 "
+         "seconds, found ",
+         budget);
   }
   options.budget_seconds = static_cast<double>(budget);
   return options;
@@ -55,7 +61,8 @@ std::string deployment_key(const Deployment& deployment) {
   std::sort(skip.begin(), skip.end());
   skip.erase(std::unique(skip.begin(), skip.end()), skip.end());
   std::string text = "model=" + deployment.model + "\ndraft=" + deployment.draft_model +
-                     "\ntp=" + std::to_string(deployment.tp) + "\nep=" + std::to_string(deployment.ep) + "\n";
+                     "\ntp=" + std::to_string(deployment.tp) +
+                     "\nep=" + std::to_string(deployment.ep) + "\n";
   for (const std::string& p : problems) text += "problem=" + p + "\n";
   for (const std::string& s : skip) text += "skip=" + s + "\n";
   std::string name;

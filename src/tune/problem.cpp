@@ -106,8 +106,7 @@ void check_buckets(std::span<const std::int64_t> buckets, std::string_view what)
   }
   for (std::size_t i = 0; i < buckets.size(); ++i) {
     if (buckets[i] < 1 || (i > 0 && buckets[i] <= buckets[i - 1])) {
-      fail_argument(ErrorCode::kInvalidArgument, what,
-                    "positive, strictly ascending token buckets",
+      fail_argument(ErrorCode::kInvalidArgument, what, "positive, strictly ascending token buckets",
                     "bucket " + std::to_string(buckets[i]) + " at position " + std::to_string(i));
     }
   }

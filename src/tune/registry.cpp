@@ -68,7 +68,8 @@ const Tactic& TacticRegistry::add_tactic(Tactic tactic) {
                   "none");
   }
   const std::string key = tactic_key(tactic.backend, tactic.op, tactic.id());
-  if (by_key_.count(key) != 0) fail(ErrorCode::kInvalidArgument, "tactic ", key, " registered twice");
+  if (by_key_.count(key) != 0)
+    fail(ErrorCode::kInvalidArgument, "tactic ", key, " registered twice");
   tactics_.push_back(std::move(tactic));
   const Tactic* stored = &tactics_.back();
   by_key_.emplace(key, stored);
@@ -81,7 +82,8 @@ void TacticRegistry::freeze() {
   std::ostringstream text;
   std::vector<const OpEntry*> sorted;
   for (OpEntry& op : ops_) {
-    const std::string where = "op " + op.spec.name + " (" + std::string(to_string(op.spec.backend)) + ")";
+    const std::string where =
+        "op " + op.spec.name + " (" + std::string(to_string(op.spec.backend)) + ")";
     if (op.tactics.empty()) fail(ErrorCode::kInvalidArgument, where, " has no tactics");
     op.default_tactic = find_tactic(op.spec.name, op.spec.backend, op.spec.default_tactic);
     if (op.default_tactic == nullptr) {

@@ -8,8 +8,10 @@ namespace mxq::tune {
 
 std::string_view to_string(Backend backend) {
   switch (backend) {
-    case Backend::kCpu: return "cpu";
-    case Backend::kCuda: return "cuda";
+    case Backend::kCpu:
+      return "cpu";
+    case Backend::kCuda:
+      return "cuda";
   }
   return "?";
 }
@@ -17,7 +19,8 @@ std::string_view to_string(Backend backend) {
 Backend backend_from_string(std::string_view text) {
   if (text == "cpu") return Backend::kCpu;
   if (text == "cuda") return Backend::kCuda;
-  fail_argument(ErrorCode::kInvalidArgument, "backend", "cpu or cuda", std::string("'").append(text).append("'"));
+  fail_argument(ErrorCode::kInvalidArgument, "backend", "cpu or cuda",
+                std::string("'").append(text).append("'"));
 }
 
 TacticParams::TacticParams(std::initializer_list<TacticParam> params) {

@@ -36,7 +36,9 @@ CacheFile read_or_fail(const std::string& path) {
   return std::move(read.file);
 }
 
-tune::Backend backend_of(const CacheFile& file) { return tune::backend_from_string(file.fingerprint.backend); }
+tune::Backend backend_of(const CacheFile& file) {
+  return tune::backend_from_string(file.fingerprint.backend);
+}
 
 // This machine's fingerprint for the file's backend (for cuda: the first GPU of that name).
 std::optional<tune::Fingerprint> local_fingerprint(const tune::Fingerprint& theirs,
@@ -81,7 +83,8 @@ void run_ls(const std::string& dir_arg, bool json) {
     for (auto it = fs::recursive_directory_iterator(dir, error); !error && it != fs::end(it);
          it.increment(error)) {
       const std::string name = it->path().filename().string();
-      if (it->is_regular_file(error) && (name.ends_with(".json") || name.find(".json.corrupt-") != std::string::npos)) {
+      if (it->is_regular_file(error) &&
+          (name.ends_with(".json") || name.find(".json.corrupt-") != std::string::npos)) {
         files.push_back(it->path());
       }
     }
@@ -145,13 +148,20 @@ void run_show(const std::string& path, bool json) {
       nlohmann::json candidates = nlohmann::json::object();
       for (const tune::CandidateTiming& c : e.candidates) candidates[c.tactic] = c.median_us;
       const std::string problem = tune::entry_problem(e, registry, backend);
-      entries.push_back({{"key", e.key()},         {"op", e.problem.op()},
-                         {"shape", shape},         {"dtypes", dtypes},
-                         {"bucket", e.bucket},     {"tactic", e.tactic},
-                         {"median_us", e.median_us}, {"default_us", e.default_us},
-                         {"pass", e.pass},         {"tuned_at", e.tuned_at},
-                         {"ranks", e.ranks},       {"candidates", candidates},
-                         {"servable", problem.empty()}, {"problem", problem}});
+      entries.push_back({{"key", e.key()},
+                         {"op", e.problem.op()},
+                         {"shape", shape},
+                         {"dtypes", dtypes},
+                         {"bucket", e.bucket},
+                         {"tactic", e.tactic},
+                         {"median_us", e.median_us},
+                         {"default_us", e.default_us},
+                         {"pass", e.pass},
+                         {"tuned_at", e.tuned_at},
+                         {"ranks", e.ranks},
+                         {"candidates", candidates},
+                         {"servable", problem.empty()},
+                         {"problem", problem}});
     }
     print_json({{"path", path},
                 {"schema_version", tune::kCacheSchemaVersion},
@@ -168,7 +178,8 @@ void run_show(const std::string& path, bool json) {
               "bucket", "tactic", "us", "default", "gain", "pass");
   for (const CacheEntry& e : file.entries) {
     std::string dtypes;
-    for (const tune::DtypeField& d : e.problem.dtypes()) dtypes += (dtypes.empty() ? "" : ",") + d.dtype;
+    for (const tune::DtypeField& d : e.problem.dtypes())
+      dtypes += (dtypes.empty() ? "" : ",") + d.dtype;
     const double gain = e.median_us > 0 && e.default_us > 0 ? e.default_us / e.median_us : 1.0;
     std::printf("%-12s %-22s %-14s %7lld  %-30s %10.2f %10.2f %5.2fx  %s\n", e.problem.op().c_str(),
                 dims_text(e.problem).c_str(), dtypes.c_str(), static_cast<long long>(e.bucket),
@@ -261,19 +272,22 @@ void run_verify(const std::string& path, bool check_device) {
     fail(ErrorCode::kFormat, "verify ", path, ": unreadable");
   }
   const CacheFile& file = read.file;
-  std::printf("schema: ok (%s v%d)\n", std::string(tune::kCacheFormat).c_str(), tune::kCacheSchemaVersion);
+  std::printf("schema: ok (%s v%d)\n", std::string(tune::kCacheFormat).c_str(),
+              tune::kCacheSchemaVersion);
   std::string why;
   const auto mine = local_fingerprint(file.fingerprint, why);
   if (!mine) {
     failures.push_back("fingerprint: cannot compare with this machine: " + why);
   } else {
     for (const std::string& line : mine->differences(file.fingerprint)) {
-      const bool device_field = !line.starts_with("mxq_version") && !line.starts_with("registry_hash");
+      const bool device_field =
+          !line.starts_with("mxq_version") && !line.starts_with("registry_hash");
       if (device_field && !check_device) continue;
       failures.push_back("fingerprint " + line);
     }
   }
-  if (failures.empty()) std::printf("fingerprint: ok%s\n", check_device ? "" : " (device not checked)");
+  if (failures.empty())
+    std::printf("fingerprint: ok%s\n", check_device ? "" : " (device not checked)");
   const tune::TacticRegistry& registry = tune::builtin_tactics();
   std::size_t good = 0;
   for (const CacheEntry& e : file.entries) {
@@ -287,7 +301,8 @@ void run_verify(const std::string& path, bool check_device) {
   for (const std::string& line : file.skipped) failures.push_back("unreadable " + line);
   std::printf("entries: %zu of %zu servable\n", good, file.entries.size() + file.skipped.size());
   for (const std::string& f : failures) std::printf("FAIL %s\n", f.c_str());
-  if (!failures.empty()) fail(ErrorCode::kFormat, "verify ", path, ": ", failures.size(), " problem(s)");
+  if (!failures.empty())
+    fail(ErrorCode::kFormat, "verify ", path, ": ", failures.size(), " problem(s)");
   std::printf("ok\n");
 }
 
@@ -357,7 +372,8 @@ void register_cache(CLI::App& app) {
   verify->add_option("file", *verify_file, "Cache file")->required();
   verify->add_flag("--no-device-check", *verify_no_device,
                    "Check mxq version and tactic registry but not the device");
-  verify->callback([verify_file, verify_no_device] { run_verify(*verify_file, !*verify_no_device); });
+  verify->callback(
+      [verify_file, verify_no_device] { run_verify(*verify_file, !*verify_no_device); });
 
   auto* prune = cache->add_subcommand("prune", "Remove stale entries or an op's entries");
   auto prune_file = std::make_shared<std::string>();
@@ -366,9 +382,8 @@ void register_cache(CLI::App& app) {
   prune->add_option("file", *prune_file, "Cache file")->required();
   prune->add_flag("--stale", *prune_stale, "Entries that would not be served (see verify)");
   prune->add_option("--op", *prune_ops, "Entries of this op (repeatable)");
-  prune->callback([prune_file, prune_stale, prune_ops] {
-    run_prune(*prune_file, *prune_stale, *prune_ops);
-  });
+  prune->callback(
+      [prune_file, prune_stale, prune_ops] { run_prune(*prune_file, *prune_stale, *prune_ops); });
 }
 
 }  // namespace mxq::cli

@@ -68,9 +68,11 @@ std::size_t count_keys(const PlannedPass& pass, const tune::Autotuner& tuner) {
       continue;
     }
     std::vector<std::int64_t> buckets;
-    for (std::int64_t t : p.tokens) buckets.push_back(op->buckets[tune::bucket_index(op->buckets, t)]);
+    for (std::int64_t t : p.tokens)
+      buckets.push_back(op->buckets[tune::bucket_index(op->buckets, t)]);
     std::sort(buckets.begin(), buckets.end());
-    total += static_cast<std::size_t>(std::unique(buckets.begin(), buckets.end()) - buckets.begin());
+    total +=
+        static_cast<std::size_t>(std::unique(buckets.begin(), buckets.end()) - buckets.begin());
   }
   return total;
 }
@@ -122,10 +124,17 @@ nlohmann::json record_json(const TuneRecord& r) {
   for (const tune::CandidateResult& c : r.candidates) {
     candidates.push_back({{"tactic", c.tactic}, {"status", c.status}, {"median_us", c.median_us}});
   }
-  return {{"pass", r.pass},         {"problem", r.problem},         {"op", r.op},
-          {"bucket", r.bucket},     {"status", tune::to_string(r.status)},
-          {"tactic", r.tactic},     {"reason", r.reason},           {"median_us", r.median_us},
-          {"default_us", r.default_us}, {"seconds", r.seconds},     {"candidates", candidates}};
+  return {{"pass", r.pass},
+          {"problem", r.problem},
+          {"op", r.op},
+          {"bucket", r.bucket},
+          {"status", tune::to_string(r.status)},
+          {"tactic", r.tactic},
+          {"reason", r.reason},
+          {"median_us", r.median_us},
+          {"default_us", r.default_us},
+          {"seconds", r.seconds},
+          {"candidates", candidates}};
 }
 
 void run_tune(const TuneArgs& args) {
@@ -157,7 +166,8 @@ void run_tune(const TuneArgs& args) {
   deployment.ep = args.ep;
   deployment.skip_ops = options.skip_ops;
   for (const PlannedPass& pass : passes) {
-    for (const tune::PresetProblem& p : pass.problems) deployment.problems.push_back(p.problem.canonical());
+    for (const tune::PresetProblem& p : pass.problems)
+      deployment.problems.push_back(p.problem.canonical());
   }
 
   tune::AutotunerConfig config;
@@ -194,7 +204,8 @@ void run_tune(const TuneArgs& args) {
     }
   }
   tuner.seal();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::map<std::string, int> counts;
   for (const char* s : {"tuned", "hit", "skipped", "not_tuned", "budget", "failed"}) counts[s] = 0;

@@ -23,7 +23,8 @@ class Communicator {
   // `bytes` of rank `root` replace `bytes` on every other rank (any length).
   virtual void broadcast(std::vector<std::uint8_t>& bytes, int root) = 0;
   // Every rank's bytes (any length per rank), indexed by rank.
-  virtual std::vector<std::vector<std::uint8_t>> all_gather(std::span<const std::uint8_t> bytes) = 0;
+  virtual std::vector<std::vector<std::uint8_t>> all_gather(
+      std::span<const std::uint8_t> bytes) = 0;
 };
 
 // A group of one: every collective is the identity.

@@ -31,11 +31,10 @@ class InProcessGroup {
   friend class Member;
 
   // Deposits this rank's contribution, waits for all, returns the combined result.
-  std::vector<std::uint8_t> exchange(int rank, const std::string& kind,
-                                     std::vector<std::uint8_t> contribution,
-                                     std::vector<std::uint8_t> (*combine)(
-                                         const std::vector<std::vector<std::uint8_t>>&, int, int),
-                                     int arg);
+  std::vector<std::uint8_t> exchange(
+      int rank, const std::string& kind, std::vector<std::uint8_t> contribution,
+      std::vector<std::uint8_t> (*combine)(const std::vector<std::vector<std::uint8_t>>&, int, int),
+      int arg);
 
   int size_;
   std::chrono::milliseconds timeout_;

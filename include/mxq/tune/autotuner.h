@@ -91,11 +91,11 @@ struct AutotunerConfig {
   AutotuneOptions options;
   Backend backend = Backend::kCpu;
   int device = 0;
-  const TacticRegistry* registry = nullptr;   // null: builtin_tactics()
-  std::optional<Deployment> deployment;       // names the default cache file
-  std::optional<Fingerprint> fingerprint;     // null: this machine's
+  const TacticRegistry* registry = nullptr;    // null: builtin_tactics()
+  std::optional<Deployment> deployment;        // names the default cache file
+  std::optional<Fingerprint> fingerprint;      // null: this machine's
   dist::Communicator* communicator = nullptr;  // null: a single rank
-  std::shared_ptr<Timer> timer;               // null: make_timer(backend)
+  std::shared_ptr<Timer> timer;                // null: make_timer(backend)
 };
 
 class LookupTable;
@@ -186,7 +186,9 @@ class TuningSession {
   std::vector<TuneRecord> tune_tokens(const Problem& problem,
                                       std::span<const std::int64_t> token_counts);
   // Called after every key (progress reporting).
-  void on_record(std::function<void(const TuneRecord&)> callback) { callback_ = std::move(callback); }
+  void on_record(std::function<void(const TuneRecord&)> callback) {
+    callback_ = std::move(callback);
+  }
 
   [[nodiscard]] const std::vector<TuneRecord>& records() const { return records_; }
   [[nodiscard]] const std::string& pass() const { return pass_; }

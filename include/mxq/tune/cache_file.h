@@ -45,12 +45,12 @@ struct CandidateTiming {
 struct CacheEntry {
   Problem problem;
   std::int64_t bucket = 0;
-  std::string tactic;     // Tactic::id()
-  double median_us = 0;   // the winner's median
-  double default_us = 0;  // the default tactic's median (0 when not timed)
-  std::string pass;       // tuning pass that measured it ("target", "draft", ...)
-  std::string tuned_at;   // UTC, ISO 8601
-  int ranks = 1;          // ranks whose timings were pooled
+  std::string tactic;                       // Tactic::id()
+  double median_us = 0;                     // the winner's median
+  double default_us = 0;                    // the default tactic's median (0 when not timed)
+  std::string pass;                         // tuning pass that measured it ("target", "draft", ...)
+  std::string tuned_at;                     // UTC, ISO 8601
+  int ranks = 1;                            // ranks whose timings were pooled
   std::vector<CandidateTiming> candidates;  // every timed candidate's median
 
   // "<problem canonical>@<bucket>": entries with the same key replace each other.

@@ -32,7 +32,8 @@ class CudaEventTimer final : public Timer {
 std::size_t current_device_l2_bytes();
 
 // `sets()` device copies of one input set of `bytes_per_set` bytes, enough that cycling through
-// them touches more than `l2_factor` times the L2 size (at least `min_sets`).
+// them touches more than `l2_factor` times the L2 size (at least `min_sets`). One allocation;
+// every set starts on a 256-byte boundary.
 class RotatingBuffers {
  public:
   RotatingBuffers(std::size_t bytes_per_set, double l2_factor = 2.0, int min_sets = 2);
@@ -51,6 +52,7 @@ class RotatingBuffers {
 
  private:
   std::size_t bytes_per_set_;
+  void* base_ = nullptr;
   std::vector<void*> sets_;
   std::size_t current_ = 0;
 };

@@ -20,7 +20,7 @@ struct Fingerprint {
   int driver_version = 0;          // cudaDriverGetVersion, e.g. 13000 (cuda)
   int runtime_version = 0;         // cudaRuntimeGetVersion (cuda)
   std::string mxq_version;
-  std::string registry_hash;       // TacticRegistry::hash()
+  std::string registry_hash;  // TacticRegistry::hash()
 
   // (name, value) in a fixed order: what the file stores and what is compared.
   [[nodiscard]] std::vector<std::pair<std::string, std::string>> fields() const;

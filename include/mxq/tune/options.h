@@ -21,8 +21,8 @@ std::string_view to_string(AutotuneMode mode);
 AutotuneMode autotune_mode_from_string(std::string_view text);  // throws naming the choices
 
 struct MeasureSettings {
-  int warmup_runs = 2;              // untimed calls of every candidate before timing
-  int rounds = 7;                   // interleaved rounds; each times every candidate once
+  int warmup_runs = 2;               // untimed calls of every candidate before timing
+  int rounds = 7;                    // interleaved rounds; each times every candidate once
   double min_sample_seconds = 2e-4;  // one sample repeats the call until it lasts this long
   int max_calls_per_sample = 1000;
   double tie_band = 0.02;  // a candidate replaces the default only if > 2% faster (median)

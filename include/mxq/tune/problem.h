@@ -48,7 +48,9 @@ class Problem {
   [[nodiscard]] std::uint64_t op_hash() const { return op_hash_; }  // of op()
   [[nodiscard]] bool empty() const { return op_.empty(); }
 
-  friend bool operator==(const Problem& a, const Problem& b) { return a.canonical_ == b.canonical_; }
+  friend bool operator==(const Problem& a, const Problem& b) {
+    return a.canonical_ == b.canonical_;
+  }
 
  private:
   std::string op_;

@@ -58,8 +58,8 @@ class TacticRegistry {
   OpEntry* find_entry(std::string_view name, Backend backend);
   const OpEntry* find_entry(std::string_view name, Backend backend) const;
 
-  std::deque<OpEntry> ops_;     // deque: stable addresses
-  std::deque<Tactic> tactics_;  // deque: stable addresses
+  std::deque<OpEntry> ops_;                                   // deque: stable addresses
+  std::deque<Tactic> tactics_;                                // deque: stable addresses
   std::map<std::string, const Tactic*, std::less<>> by_key_;  // "backend/op/id"
   bool frozen_ = false;
   std::string hash_;

@@ -65,8 +65,8 @@ void unrolled(const ToyGemmArgs& args, int lanes) {
 }
 
 void column_tiled(const ToyGemmArgs& args, int bn, int threads) {
-  MXQ_CHECK(args.n % bn == 0 && bn <= 8, ErrorCode::kShapeMismatch, "toy_gemm column_tiled: n=",
-            args.n, " is not a multiple of bn=", bn);
+  MXQ_CHECK(args.n % bn == 0 && bn <= 8, ErrorCode::kShapeMismatch,
+            "toy_gemm column_tiled: n=", args.n, " is not a multiple of bn=", bn);
   const std::int64_t tiles = args.n / bn;
   split(tiles, threads, [&](std::int64_t tile_begin, std::int64_t tile_end) {
     for (std::int64_t t = 0; t < args.tokens; ++t) {
@@ -101,8 +101,8 @@ void small_batch(const ToyGemmArgs& args, int threads) {
 }
 
 void row_parallel(const ToyGemmArgs& args, int threads) {
-  MXQ_CHECK(args.tokens >= threads, ErrorCode::kOutOfRange, "toy_gemm row_parallel: tokens=",
-            args.tokens, " is fewer than threads=", threads);
+  MXQ_CHECK(args.tokens >= threads, ErrorCode::kOutOfRange,
+            "toy_gemm row_parallel: tokens=", args.tokens, " is fewer than threads=", threads);
   MXQ_CHECK(args.k % 8 == 0, ErrorCode::kShapeMismatch, "toy_gemm row_parallel: k=", args.k,
             " is not a multiple of 8");
   split(args.tokens, threads, [&](std::int64_t t_begin, std::int64_t t_end) {

@@ -62,7 +62,8 @@ class ToyGemmWorkload final : public Workload {
     double norm = 0;
     for (std::size_t i = 0; i < out_.size(); ++i) {
       if (!std::isfinite(out_[i])) {
-        return {false, INFINITY, "output element " + std::to_string(i) + " not written or not finite"};
+        return {false, INFINITY,
+                "output element " + std::to_string(i) + " not written or not finite"};
       }
       const double d = out_[i] - reference_[i];
       diff += d * d;
@@ -70,16 +71,15 @@ class ToyGemmWorkload final : public Workload {
     }
     const double error = std::sqrt(diff / std::max(norm, 1e-300));
     if (error > kMaxRelativeError) {
-      return {false, error, "relative L2 error " + std::to_string(error) + " > " +
-                                std::to_string(kMaxRelativeError)};
+      return {
+          false, error,
+          "relative L2 error " + std::to_string(error) + " > " + std::to_string(kMaxRelativeError)};
     }
     return {true, error, ""};
   }
 
  private:
-  ToyGemmArgs args() {
-    return {a_.data(), w_.data(), out_.data(), tokens_, n_, k_};
-  }
+  ToyGemmArgs args() { return {a_.data(), w_.data(), out_.data(), tokens_, n_, k_}; }
   std::int64_t n_, k_, tokens_;
   std::vector<float> a_, w_, out_;
   std::vector<double> reference_;
@@ -136,13 +136,14 @@ void register_toy_gemm_tactics(TacticRegistry& registry) {
     }
   }
   for (int threads : {1, 2}) {
-    registry.add_tactic(make("small_batch", {{"threads", std::to_string(threads)}},
-                             {1, toy_gemm::kMaxSmallBatchRows}, nullptr,
-                             [threads](const ToyGemmArgs& a) { toy_gemm::small_batch(a, threads); }));
+    registry.add_tactic(make(
+        "small_batch", {{"threads", std::to_string(threads)}}, {1, toy_gemm::kMaxSmallBatchRows},
+        nullptr, [threads](const ToyGemmArgs& a) { toy_gemm::small_batch(a, threads); }));
   }
-  registry.add_tactic(make("row_parallel", {{"threads", "2"}}, {2, TokenRange::kUnbounded},
-                           [](const Problem& p) { return multiple_of(p, "K", 8); },
-                           [](const ToyGemmArgs& a) { toy_gemm::row_parallel(a, 2); }));
+  registry.add_tactic(make(
+      "row_parallel", {{"threads", "2"}}, {2, TokenRange::kUnbounded},
+      [](const Problem& p) { return multiple_of(p, "K", 8); },
+      [](const ToyGemmArgs& a) { toy_gemm::row_parallel(a, 2); }));
 }
 
 }  // namespace mxq::tune

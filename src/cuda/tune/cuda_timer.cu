@@ -30,8 +30,8 @@ double CudaEventTimer::seconds(const std::function<void()>& body) {
   MXQ_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(stop_), stream));
   MXQ_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)));
   float ms = 0;
-  MXQ_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_),
-                                      static_cast<cudaEvent_t>(stop_)));
+  MXQ_CUDA_CHECK(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)));
   return static_cast<double>(ms) * 1e-3;
 }
 
@@ -54,22 +54,12 @@ RotatingBuffers::RotatingBuffers(std::size_t bytes_per_set, double l2_factor, in
   const auto count = std::max<std::size_t>(
       static_cast<std::size_t>(std::max(min_sets, 1)),
       static_cast<std::size_t>(std::floor(wanted / static_cast<double>(bytes_per_set))) + 1);
-  sets_.reserve(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    void* p = nullptr;
-    const cudaError_t status = cudaMalloc(&p, bytes_per_set);
-    if (status != cudaSuccess) {
-      for (void* q : sets_) cudaFree(q);
-      sets_.clear();
-      MXQ_CUDA_CHECK(status);
-    }
-    sets_.push_back(p);
-  }
+  const std::size_t stride = (bytes_per_set + 255) / 256 * 256;
+  MXQ_CUDA_CHECK(cudaMalloc(&base_, stride * count));
+  for (std::size_t i = 0; i < count; ++i) sets_.push_back(static_cast<char*>(base_) + i * stride);
 }
 
-RotatingBuffers::~RotatingBuffers() {
-  for (void* p : sets_) cudaFree(p);
-}
+RotatingBuffers::~RotatingBuffers() { cudaFree(base_); }
 
 void RotatingBuffers::fill_from_host(const void* host) {
   for (void* p : sets_) MXQ_CUDA_CHECK(cudaMemcpy(p, host, bytes_per_set_, cudaMemcpyHostToDevice));

@@ -45,7 +45,8 @@ const TacticRegistry& eight_op_registry() {
     Autotuner tuner(config);
     TuningSession session(tuner, "process" + std::to_string(index));
     for (std::int64_t bucket : kBuckets) {
-      const TuneRecord r = session.tune(testing::synthetic_problem("op" + std::to_string(index), 100), bucket);
+      const TuneRecord r =
+          session.tune(testing::synthetic_problem("op" + std::to_string(index), 100), bucket);
       if (r.status != TuneStatus::kTuned) code = 2;
     }
     session.close();

@@ -24,7 +24,8 @@ TEST(FingerprintMismatch, EntriesAreNotServedAndTheFileIsUnchanged) {
       {"other device", [](Fingerprint& f) { f.device = "Some Other CPU @ 5 GHz"; }, "device"},
       {"other thread count", [](Fingerprint& f) { f.cpu_threads += 62; }, "cpu_threads"},
       {"other mxq", [](Fingerprint& f) { f.mxq_version = "0.0.9"; }, "mxq_version"},
-      {"other registry", [](Fingerprint& f) { f.registry_hash = "0123456789abcdef"; }, "registry_hash"},
+      {"other registry", [](Fingerprint& f) { f.registry_hash = "0123456789abcdef"; },
+       "registry_hash"},
       {"other driver", [](Fingerprint& f) { f.driver_version = 13000; }, "driver_version"},
   };
   for (const Variant& variant : variants) {
@@ -89,13 +90,15 @@ TEST(FingerprintMismatch, EntriesAreNotServedAndTheFileIsUnchanged) {
     }
     if (variant.field != "device" && variant.field != "cpu_threads" &&
         variant.field != "driver_version") {
-      const testing::ProcessResult verify = testing::run_cli({"cache", "verify", path, "--no-device-check"});
+      const testing::ProcessResult verify =
+          testing::run_cli({"cache", "verify", path, "--no-device-check"});
       EXPECT_NE(verify.exit_code, 0) << verify.out;
       EXPECT_NE(verify.out.find(variant.field), std::string::npos) << verify.out;
     }
     const testing::ProcessResult verify = testing::run_cli({"cache", "verify", path});
     EXPECT_NE(verify.exit_code, 0) << verify.out;
-    EXPECT_NE(verify.out.find("FAIL fingerprint " + variant.field), std::string::npos) << verify.out;
+    EXPECT_NE(verify.out.find("FAIL fingerprint " + variant.field), std::string::npos)
+        << verify.out;
     // `cache merge` refuses to write this machine's entries into the foreign file.
     const std::string local = dir.file("local.json");
     {

@@ -28,10 +28,17 @@ nlohmann::json entry_json(const Problem& p, std::int64_t bucket, const std::stri
   for (const ShapeDim& d : p.dims()) shape[d.name] = d.value;
   nlohmann::json dtypes = nlohmann::json::object();
   for (const DtypeField& d : p.dtypes()) dtypes[d.name] = d.dtype;
-  return {{"op", p.op()},     {"shape", shape},        {"dtypes", dtypes},
-          {"bucket", bucket}, {"tactic", tactic},      {"median_us", 1.0},
-          {"default_us", 2.0}, {"pass", "hand-edited"}, {"tuned_at", "2026-01-01T00:00:00Z"},
-          {"ranks", 1},       {"candidates", nlohmann::json::object()}};
+  return {{"op", p.op()},
+          {"shape", shape},
+          {"dtypes", dtypes},
+          {"bucket", bucket},
+          {"tactic", tactic},
+          {"median_us", 1.0},
+          {"default_us", 2.0},
+          {"pass", "hand-edited"},
+          {"tuned_at", "2026-01-01T00:00:00Z"},
+          {"ranks", 1},
+          {"candidates", nlohmann::json::object()}};
 }
 
 // Runs `tactic` on a real toy_gemm of `tokens` rows and returns the relative error.
@@ -83,7 +90,8 @@ TEST(InvalidEntries, AreNeverServedAndVerifyAndPruneFindThem) {
   }
   nlohmann::json file = nlohmann::json::parse(testing::read_file(path));
   const std::string good_tactic = file["entries"][0]["tactic"];
-  for (const Edited& e : edited) file["entries"].push_back(entry_json(e.problem, e.bucket, e.tactic));
+  for (const Edited& e : edited)
+    file["entries"].push_back(entry_json(e.problem, e.bucket, e.tactic));
   testing::write_file(path, file.dump(2));
 
   AutotunerConfig config;
@@ -114,7 +122,8 @@ TEST(InvalidEntries, AreNeverServedAndVerifyAndPruneFindThem) {
   const testing::ProcessResult verify = testing::run_cli({"cache", "verify", path});
   EXPECT_NE(verify.exit_code, 0);
   for (const Edited& e : edited) {
-    EXPECT_NE(verify.out.find(e.problem.canonical() + "@" + std::to_string(e.bucket)), std::string::npos)
+    EXPECT_NE(verify.out.find(e.problem.canonical() + "@" + std::to_string(e.bucket)),
+              std::string::npos)
         << verify.out;
     EXPECT_NE(verify.out.find(e.why), std::string::npos) << e.why << "\n" << verify.out;
   }
@@ -131,7 +140,8 @@ TEST(InvalidEntries, AreNeverServedAndVerifyAndPruneFindThem) {
   ASSERT_EQ(pruned.file.entries.size(), 1U);
   EXPECT_EQ(pruned.file.entries[0].problem, good);
 
-  const testing::ProcessResult prune_op = testing::run_cli({"cache", "prune", path, "--op", "toy_gemm"});
+  const testing::ProcessResult prune_op =
+      testing::run_cli({"cache", "prune", path, "--op", "toy_gemm"});
   ASSERT_EQ(prune_op.exit_code, 0) << prune_op.err;
   EXPECT_TRUE(read_cache_file(path).file.entries.empty());
 }

@@ -23,8 +23,8 @@ const std::vector<std::int64_t> kBuckets = {1, 2, 4, 8, 16, 32};
 const TacticRegistry& noisy_registry() {
   static const TacticRegistry* registry = [] {
     auto* r = new TacticRegistry();
-    testing::add_synthetic_op(*r, "noisy",
-                              {{"base", 100.0}, {"a", 90.0}, {"b", 89.5}, {"c", 90.5}}, kBuckets);
+    testing::add_synthetic_op(*r, "noisy", {{"base", 100.0}, {"a", 90.0}, {"b", 89.5}, {"c", 90.5}},
+                              kBuckets);
     r->freeze();
     return r;
   }();
@@ -86,7 +86,8 @@ RankResult run_rank(int rank, const std::string& cache_path, AutotuneMode mode,
     tuner.seal();
     for (const CacheEntry& e : tuner.decisions()) result.decisions.emplace_back(e.key(), e.tactic);
     for (const Problem& p : plan_problems()) {
-      for (std::int64_t tokens = 1; tokens <= 40; ++tokens) result.served.push_back(tuner.lookup(p, tokens).tactic->id());
+      for (std::int64_t tokens = 1; tokens <= 40; ++tokens)
+        result.served.push_back(tuner.lookup(p, tokens).tactic->id());
     }
     result.digest = tuner.decisions_digest();
     result.warnings = tuner.warnings();
@@ -118,11 +119,13 @@ TEST(RankConsensus, FourRanksWithDifferentCachesAndNoisyTimingsEndIdentical) {
   // Control: measured alone (no pooling), the ranks disagree, so the noise is real.
   {
     std::vector<std::string> fresh;
-    for (int r = 0; r < kRanks; ++r) fresh.push_back(dir.file("alone" + std::to_string(r) + ".json"));
+    for (int r = 0; r < kRanks; ++r)
+      fresh.push_back(dir.file("alone" + std::to_string(r) + ".json"));
     const std::vector<RankResult> alone = run_ranks(fresh, AutotuneMode::kTune, nullptr);
     for (const RankResult& r : alone) ASSERT_EQ(r.error, "");
     int differing = 0;
-    for (int r = 1; r < kRanks; ++r) differing += alone[static_cast<std::size_t>(r)].decisions != alone[0].decisions;
+    for (int r = 1; r < kRanks; ++r)
+      differing += alone[static_cast<std::size_t>(r)].decisions != alone[0].decisions;
     ASSERT_GT(differing, 0) << "the noise does not make independent ranks disagree";
   }
 
@@ -147,7 +150,8 @@ TEST(RankConsensus, FourRanksWithDifferentCachesAndNoisyTimingsEndIdentical) {
 
   dist::InProcessGroup group(kRanks, std::chrono::seconds(30));
   const std::vector<RankResult> results = run_ranks(paths, AutotuneMode::kTune, &group);
-  for (int r = 0; r < kRanks; ++r) ASSERT_EQ(results[static_cast<std::size_t>(r)].error, "") << "rank " << r;
+  for (int r = 0; r < kRanks; ++r)
+    ASSERT_EQ(results[static_cast<std::size_t>(r)].error, "") << "rank " << r;
   for (int r = 1; r < kRanks; ++r) {
     const RankResult& mine = results[static_cast<std::size_t>(r)];
     EXPECT_EQ(mine.decisions, results[0].decisions) << "rank " << r;
@@ -155,7 +159,8 @@ TEST(RankConsensus, FourRanksWithDifferentCachesAndNoisyTimingsEndIdentical) {
     EXPECT_EQ(mine.digest, results[0].digest) << "rank " << r;
   }
   // Rank 0's cached P1@1 stands; P2@1 was measured by all and overrides every cache.
-  std::map<std::string, std::string> decisions(results[0].decisions.begin(), results[0].decisions.end());
+  std::map<std::string, std::string> decisions(results[0].decisions.begin(),
+                                               results[0].decisions.end());
   EXPECT_EQ(decisions[decided(p1, 1, "").key()], "a");
   EXPECT_EQ(decisions.count(decided(p9, 1, "").key()), 0U);
   EXPECT_EQ(decisions.size(), plan_problems().size() * kBuckets.size());

@@ -82,7 +82,8 @@ TEST_F(SkipAndFresh, SkippedOpsRunTheirDefaultAndAreNeverTuned) {
   EXPECT_TRUE(tuner.decisions().empty());
   EXPECT_EQ(testing::read_file(path), bytes) << "skipping must not drop the op's cached entries";
   bool warned_unknown = false;
-  for (const std::string& w : tuner.warnings()) warned_unknown |= w.find("some_other_op") != std::string::npos;
+  for (const std::string& w : tuner.warnings())
+    warned_unknown |= w.find("some_other_op") != std::string::npos;
   EXPECT_TRUE(warned_unknown) << "a skip-list name that is no op is reported";
 
   // The CLI: everything skipped, nothing written; the skip list changes the deployment key.
@@ -118,13 +119,16 @@ TEST_F(SkipAndFresh, FreshRunReadsNothingAndWritesANewRunsFile) {
   {
     Autotuner tuner(config);
     first_run = tuner.cache_path();
-    EXPECT_TRUE(std::regex_match(first_run, std::regex(dir.file("runs") +
-                                                       "/main-[0-9]{8}T[0-9]{6}Z-[0-9]+(-[0-9]+)?\\.json")))
+    EXPECT_TRUE(std::regex_match(
+        first_run,
+        std::regex(dir.file("runs") + "/main-[0-9]{8}T[0-9]{6}Z-[0-9]+(-[0-9]+)?\\.json")))
         << first_run;
     EXPECT_FALSE(std::filesystem::exists(first_run));
-    EXPECT_EQ(tuner.lookup(problem, 8).source, SelectionSource::kDefault) << "the main cache was read";
+    EXPECT_EQ(tuner.lookup(problem, 8).source, SelectionSource::kDefault)
+        << "the main cache was read";
     TuningSession session(tuner, "target");
-    for (std::int64_t b : {1, 8, 64}) EXPECT_EQ(session.tune(problem, b).status, TuneStatus::kTuned);
+    for (std::int64_t b : {1, 8, 64})
+      EXPECT_EQ(session.tune(problem, b).status, TuneStatus::kTuned);
   }
   const ReadResult run = read_cache_file(first_run);
   ASSERT_EQ(run.status, ReadStatus::kOk);
@@ -168,7 +172,8 @@ TEST_F(SkipAndFresh, FreshRunReadsNothingAndWritesANewRunsFile) {
   EXPECT_EQ(report["mode"], "fresh");
   EXPECT_EQ(report["summary"]["tuned"], 2);
   EXPECT_EQ(report["summary"]["hit"], 0);
-  EXPECT_NE(report["cache"].get<std::string>().find(dir.file("runs") + "/main-"), std::string::npos);
+  EXPECT_NE(report["cache"].get<std::string>().find(dir.file("runs") + "/main-"),
+            std::string::npos);
   EXPECT_EQ(read_cache_file(report["cache"]).file.entries.size(), 2U);
   EXPECT_EQ(testing::read_file(path), bytes);
 }

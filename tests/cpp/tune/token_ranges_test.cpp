@@ -75,7 +75,8 @@ TEST(TokenRanges, WinnersCoverTheirWholeBucketAndLookupRechecksEveryCount) {
     Autotuner tuner(config);
     {
       TuningSession session(tuner, "target");
-      for (std::int64_t b : op.buckets) ASSERT_EQ(session.tune(problem, b).status, TuneStatus::kTuned);
+      for (std::int64_t b : op.buckets)
+        ASSERT_EQ(session.tune(problem, b).status, TuneStatus::kTuned);
     }
     // The winner of each bucket is the fastest tactic valid for all of (previous bucket, bucket].
     for (std::size_t i = 0; i < op.buckets.size(); ++i) {
@@ -83,8 +84,11 @@ TEST(TokenRanges, WinnersCoverTheirWholeBucketAndLookupRechecksEveryCount) {
       const std::int64_t hi = op.buckets[i];
       const Tactic* expected = &ranged_registry().default_tactic(op);
       double best = 10.0;
-      for (const auto& [name, cost, range] : std::vector<std::tuple<std::string, double, TokenRange>>{
-               {"tiny", 1.0, {1, 3}}, {"mid", 2.0, {5, 20}}, {"big", 3.0, {33, TokenRange::kUnbounded}},
+      for (const auto& [name, cost, range] :
+           std::vector<std::tuple<std::string, double, TokenRange>>{
+               {"tiny", 1.0, {1, 3}},
+               {"mid", 2.0, {5, 20}},
+               {"big", 3.0, {33, TokenRange::kUnbounded}},
                {"odd", 0.5, {6, 8}}}) {
         if (range.covers(lo, hi) && cost < best) {
           best = cost;
@@ -97,7 +101,8 @@ TEST(TokenRanges, WinnersCoverTheirWholeBucketAndLookupRechecksEveryCount) {
     for (std::int64_t tokens = -2; tokens <= 300; ++tokens) {
       const Selection s = tuner.lookup(problem, tokens);
       ASSERT_NE(s.tactic, nullptr);
-      EXPECT_TRUE(tokens < 1 || s.tactic->tokens.contains(tokens)) << s.tactic->id() << " at " << tokens;
+      EXPECT_TRUE(tokens < 1 || s.tactic->tokens.contains(tokens))
+          << s.tactic->id() << " at " << tokens;
       if (tokens < 1) {
         EXPECT_EQ(s.tactic->id(), "wide");
       }
@@ -117,11 +122,11 @@ TEST(TokenRanges, WinnersCoverTheirWholeBucketAndLookupRechecksEveryCount) {
   config.options.mode = AutotuneMode::kLoad;
   const Autotuner edited(config);
   const std::map<std::int64_t, std::pair<std::string, SelectionSource>> expected_at = {
-      {2, {"tiny", SelectionSource::kTuned}},      {3, {"wide", SelectionSource::kDefault}},
-      {4, {"wide", SelectionSource::kDefault}},    {5, {"wide", SelectionSource::kOutOfRange}},
-      {6, {"odd", SelectionSource::kTuned}},       {8, {"odd", SelectionSource::kTuned}},
-      {12, {"mid", SelectionSource::kTuned}},      {20, {"wide", SelectionSource::kDefault}},
-      {32, {"wide", SelectionSource::kDefault}},   {33, {"big", SelectionSource::kTuned}},
+      {2, {"tiny", SelectionSource::kTuned}},    {3, {"wide", SelectionSource::kDefault}},
+      {4, {"wide", SelectionSource::kDefault}},  {5, {"wide", SelectionSource::kOutOfRange}},
+      {6, {"odd", SelectionSource::kTuned}},     {8, {"odd", SelectionSource::kTuned}},
+      {12, {"mid", SelectionSource::kTuned}},    {20, {"wide", SelectionSource::kDefault}},
+      {32, {"wide", SelectionSource::kDefault}}, {33, {"big", SelectionSource::kTuned}},
       {1000, {"big", SelectionSource::kTuned}}};
   for (const auto& [tokens, expected] : expected_at) {
     const Selection s = edited.lookup(problem, tokens);

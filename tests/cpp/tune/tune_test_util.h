@@ -62,7 +62,8 @@ inline void write_file(const std::string& path, const std::string& text) {
 }
 
 // Files in `dir` whose name starts with `prefix`.
-inline std::vector<std::string> files_starting_with(const fs::path& dir, const std::string& prefix) {
+inline std::vector<std::string> files_starting_with(const fs::path& dir,
+                                                    const std::string& prefix) {
   std::vector<std::string> out;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.path().filename().string().starts_with(prefix)) out.push_back(entry.path().string());
@@ -84,8 +85,10 @@ inline ProcessResult run_process(const std::vector<std::string>& argv,
   const std::string err_path = capture.file("stderr");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
   for (const std::string& extra : env) env_strings.push_back(extra);
