@@ -8,8 +8,8 @@ if(NOT MXQ_CUDA STREQUAL "OFF")
     # sm_90a: wgmma and setmaxnreg need the architecture-specific target.
     set(CMAKE_CUDA_ARCHITECTURES OFF)
     enable_language(CUDA)
-    # CMake < 3.26 knows no C++20 flag for nvcc (CMake then refuses CUDA_STANDARD 20).
-    if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    # CMake 3.25 does not know nvcc 13's C++20 flag; tell it (the compiler supports it).
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
       set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
       set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
     endif()

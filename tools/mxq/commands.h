@@ -12,5 +12,6 @@ void register_quantize(CLI::App& app);
 void register_dequantize(CLI::App& app);
 void register_tune(CLI::App& app);
 void register_cache(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace mxq::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   mxq::cli::register_dequantize(app);
   mxq::cli::register_tune(app);
   mxq::cli::register_cache(app);
+  mxq::cli::register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

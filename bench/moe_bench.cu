@@ -1,0 +1,544 @@
+// `mxq bench moe`: the CUDA MXFP4 MoE forward (graph-captured, per-phase events) against a
+// straightforward bf16 implementation of the same layer (router GEMM, top-k, host-side expert
+// lists, per-expert cuBLAS GEMMs, activation, weighted combine) on the same GPU, same run.
+#include "moe_bench.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "mxq/core/cuda_check.h"
+#include "mxq/core/error.h"
+#include "mxq/moe/cuda_moe.h"
+
+namespace mxq::bench {
+namespace {
+
+using moe::cuda::MoeDeviceWeights;
+using moe::cuda::MoeParams;
+using moe::cuda::MoeRun;
+
+#define MXQ_CUBLAS_CHECK(call)                                                                  \
+  do {                                                                                          \
+    const cublasStatus_t status_ = (call);                                                      \
+    if (status_ != CUBLAS_STATUS_SUCCESS)                                                       \
+      ::mxq::fail(::mxq::ErrorCode::kCuda, #call, " failed: ", cublasGetStatusString(status_)); \
+  } while (0)
+
+constexpr int kInputSets = 8;  // rotated so repeated runs do not hit the same experts in L2
+
+struct Preset {
+  const char* name;
+  int experts, hidden, inter, top_k;
+};
+constexpr Preset kPresets[] = {{"gpt-oss-20b", 32, 2880, 2880, 4},
+                               {"gpt-oss-120b", 128, 2880, 2880, 4}};
+
+__device__ __forceinline__ std::uint64_t mix(std::uint64_t z) {
+  z += 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+__device__ __forceinline__ float uniform(std::uint64_t seed, std::size_t i) {  // [-1, 1)
+  return static_cast<float>(mix(seed * 0x100000001B3ULL + i) >> 40) * (2.0F / 16777216.0F) - 1.0F;
+}
+
+// Packed FP4 rows [rows, cols/2] whose row index r is "valid" when valid_row(r) and whose
+// columns beyond valid_cols are padding (0 weights, scale 127), as prepared weights are.
+__global__ void fill_fp4(std::uint8_t* w, std::uint8_t* scale, std::size_t rows, int cols,
+                         int valid_cols, int row_period, int valid_a, int pad_start, int valid_b,
+                         std::uint64_t seed) {
+  const std::size_t bytes = rows * (cols / 2);
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < bytes;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t r = i / (cols / 2);
+    const int c = static_cast<int>(i % (cols / 2)) * 2;
+    const int rr = static_cast<int>(r % row_period);
+    const bool valid_row = rr < valid_a || (rr >= pad_start && rr < pad_start + valid_b);
+    const bool valid = valid_row && c < valid_cols;
+    w[i] = valid ? static_cast<std::uint8_t>(mix(seed + i)) : 0;
+    if (c % 32 == 0) {
+      scale[r * (cols / 32) + c / 32] =
+          valid ? static_cast<std::uint8_t>(118 + mix(seed ^ (i * 7)) % 4) : 127;
+    }
+  }
+}
+
+__global__ void fill_bf16(__nv_bfloat16* x, std::size_t n, float amplitude, std::uint64_t seed) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    x[i] = __float2bfloat16_rn(amplitude * uniform(seed, i));
+  }
+}
+
+__device__ float e2m1_value(unsigned code) {
+  const float mag[8] = {0.0F, 0.5F, 1.0F, 1.5F, 2.0F, 3.0F, 4.0F, 6.0F};
+  return (code & 8U) ? -mag[code & 7U] : mag[code & 7U];
+}
+
+// Dequantizes valid rows/cols of packed FP4 [rows, cols] into a dense bf16 [out_rows, out_cols].
+__global__ void dequant_to_bf16(const std::uint8_t* w, const std::uint8_t* scale, int cols,
+                                __nv_bfloat16* out, std::size_t out_rows, int out_cols,
+                                int row_period, int out_period, int valid_a, int pad_start) {
+  const std::size_t n = out_rows * out_cols;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t orow = i / out_cols;
+    const int c = static_cast<int>(i % out_cols);
+    const std::size_t block = orow / out_period;
+    const int within = static_cast<int>(orow % out_period);
+    const int src_within = within < valid_a ? within : pad_start + (within - valid_a);
+    const std::size_t r = block * row_period + src_within;
+    const std::uint8_t byte = w[r * (cols / 2) + c / 2];
+    const unsigned code = (c & 1) ? (byte >> 4) : (byte & 0xF);
+    const float s = ldexpf(1.0F, static_cast<int>(scale[r * (cols / 32) + c / 32]) - 127);
+    out[i] = __float2bfloat16_rn(e2m1_value(code) * s);
+  }
+}
+
+// ---- bf16 baseline kernels -------------------------------------------------------------------
+__global__ void topk_softmax(const float* logits, int experts, int k, int tokens, int* ids,
+                             float* weights) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  const float* row = logits + static_cast<std::size_t>(t) * experts;
+  int chosen[8];
+  float value[8];
+  for (int j = 0; j < k; ++j) {
+    int best = -1;
+    for (int e = 0; e < experts; ++e) {
+      bool taken = false;
+      for (int q = 0; q < j; ++q) taken = taken || chosen[q] == e;
+      if (!taken && (best < 0 || row[e] > row[best])) best = e;
+    }
+    chosen[j] = best;
+    value[j] = row[best];
+  }
+  float sum = 0.0F;
+  for (int j = 0; j < k; ++j) sum += expf(value[j] - value[0]);
+  for (int j = 0; j < k; ++j) {
+    ids[t * k + j] = chosen[j];
+    weights[t * k + j] = expf(value[j] - value[0]) / sum;
+  }
+}
+
+__global__ void gather_rows(const __nv_bfloat16* x, const int* token_of_slot, int slots, int hidden,
+                            __nv_bfloat16* out) {
+  const std::size_t n = static_cast<std::size_t>(slots) * hidden;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    out[i] = x[static_cast<std::size_t>(token_of_slot[i / hidden]) * hidden + i % hidden];
+  }
+}
+
+__global__ void swiglu_oai_bf16(const __nv_bfloat16* y1, const __nv_bfloat16* b13,
+                                const int* expert_of_slot, int slots, int inter,
+                                __nv_bfloat16* act) {
+  const std::size_t n = static_cast<std::size_t>(slots) * inter;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t s = i / inter;
+    const int j = static_cast<int>(i % inter);
+    const std::size_t brow = static_cast<std::size_t>(expert_of_slot[s]) * 2 * inter;
+    float g = __bfloat162float(y1[s * 2 * inter + j]) + __bfloat162float(b13[brow + j]);
+    float u =
+        __bfloat162float(y1[s * 2 * inter + inter + j]) + __bfloat162float(b13[brow + inter + j]);
+    g = fminf(g, 7.0F);
+    u = fminf(fmaxf(u, -7.0F), 7.0F);
+    act[i] = __float2bfloat16_rn((u + 1.0F) * g / (1.0F + expf(-1.702F * g)));
+  }
+}
+
+__global__ void combine_bf16(const __nv_bfloat16* y2, const __nv_bfloat16* b2,
+                             const int* slot_of_pair, const int* ids, const float* weights, int k,
+                             int hidden, int tokens, __nv_bfloat16* out) {
+  const std::size_t n = static_cast<std::size_t>(tokens) * hidden;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const int t = static_cast<int>(i / hidden);
+    const int h = static_cast<int>(i % hidden);
+    float sum = 0.0F;
+    for (int j = 0; j < k; ++j) {
+      const int slot = slot_of_pair[t * k + j];
+      sum += weights[t * k + j] *
+             (__bfloat162float(y2[static_cast<std::size_t>(slot) * hidden + h]) +
+              __bfloat162float(b2[static_cast<std::size_t>(ids[t * k + j]) * hidden + h]));
+    }
+    out[i] = __float2bfloat16_rn(sum);
+  }
+}
+
+template <typename T>
+T* device_alloc(std::size_t count) {
+  T* p = nullptr;
+  MXQ_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(count, 1) * sizeof(T)));
+  return p;
+}
+
+unsigned grid_for(std::size_t n) {
+  return static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 65535));
+}
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0F : v[v.size() / 2];
+}
+
+struct Bf16Baseline {
+  int experts, hidden, inter, k;
+  __nv_bfloat16 *w13, *w2, *router, *b13, *b2;  // dense bf16 copies of the same layer
+  cublasHandle_t handle;
+
+  void forward(const __nv_bfloat16* x, int tokens, __nv_bfloat16* out, cudaStream_t stream,
+               float* logits, int* ids, float* weights, int* d_token_of_slot, int* d_expert_of_slot,
+               int* d_slot_of_pair, __nv_bfloat16* xg, __nv_bfloat16* y1, __nv_bfloat16* act,
+               __nv_bfloat16* y2) const {
+    const float one = 1.0F;
+    const float zero = 0.0F;
+    MXQ_CUBLAS_CHECK(cublasSetStream(handle, stream));
+    MXQ_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, experts, tokens, hidden, &one,
+                                  router, CUDA_R_16BF, hidden, x, CUDA_R_16BF, hidden, &zero,
+                                  logits, CUDA_R_32F, experts, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+    topk_softmax<<<(tokens + 127) / 128, 128, 0, stream>>>(logits, experts, k, tokens, ids,
+                                                           weights);
+    MXQ_CUDA_CHECK_LAUNCH();
+    const int pairs = tokens * k;
+    std::vector<int> h_ids(static_cast<std::size_t>(pairs));
+    MXQ_CUDA_CHECK(
+        cudaMemcpyAsync(h_ids.data(), ids, pairs * sizeof(int), cudaMemcpyDeviceToHost, stream));
+    MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host builds the expert lists
+    std::vector<int> count(static_cast<std::size_t>(experts), 0),
+        offset(static_cast<std::size_t>(experts) + 1, 0);
+    for (const int e : h_ids) ++count[static_cast<std::size_t>(e)];
+    for (int e = 0; e < experts; ++e) offset[e + 1] = offset[e] + count[e];
+    std::vector<int> token_of_slot(pairs), expert_of_slot(pairs), slot_of_pair(pairs),
+        cursor(offset.begin(), offset.end() - 1);
+    for (int p = 0; p < pairs; ++p) {
+      const int e = h_ids[static_cast<std::size_t>(p)];
+      const int slot = cursor[e]++;
+      token_of_slot[slot] = p / k;
+      expert_of_slot[slot] = e;
+      slot_of_pair[p] = slot;
+    }
+    MXQ_CUDA_CHECK(cudaMemcpyAsync(d_token_of_slot, token_of_slot.data(), pairs * sizeof(int),
+                                   cudaMemcpyHostToDevice, stream));
+    MXQ_CUDA_CHECK(cudaMemcpyAsync(d_expert_of_slot, expert_of_slot.data(), pairs * sizeof(int),
+                                   cudaMemcpyHostToDevice, stream));
+    MXQ_CUDA_CHECK(cudaMemcpyAsync(d_slot_of_pair, slot_of_pair.data(), pairs * sizeof(int),
+                                   cudaMemcpyHostToDevice, stream));
+    gather_rows<<<grid_for(static_cast<std::size_t>(pairs) * hidden), 256, 0, stream>>>(
+        x, d_token_of_slot, pairs, hidden, xg);
+    MXQ_CUDA_CHECK_LAUNCH();
+    for (int e = 0; e < experts; ++e) {
+      if (count[e] == 0) continue;
+      const std::size_t o = static_cast<std::size_t>(offset[e]);
+      MXQ_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, 2 * inter, count[e], hidden,
+                                    &one, w13 + static_cast<std::size_t>(e) * 2 * inter * hidden,
+                                    CUDA_R_16BF, hidden, xg + o * hidden, CUDA_R_16BF, hidden,
+                                    &zero, y1 + o * 2 * inter, CUDA_R_16BF, 2 * inter,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    swiglu_oai_bf16<<<grid_for(static_cast<std::size_t>(pairs) * inter), 256, 0, stream>>>(
+        y1, b13, d_expert_of_slot, pairs, inter, act);
+    MXQ_CUDA_CHECK_LAUNCH();
+    for (int e = 0; e < experts; ++e) {
+      if (count[e] == 0) continue;
+      const std::size_t o = static_cast<std::size_t>(offset[e]);
+      MXQ_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, hidden, count[e], inter, &one,
+                                    w2 + static_cast<std::size_t>(e) * hidden * inter, CUDA_R_16BF,
+                                    inter, act + o * inter, CUDA_R_16BF, inter, &zero,
+                                    y2 + o * hidden, CUDA_R_16BF, hidden, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+    }
+    combine_bf16<<<grid_for(static_cast<std::size_t>(tokens) * hidden), 256, 0, stream>>>(
+        y2, b2, d_slot_of_pair, ids, weights, k, hidden, tokens, out);
+    MXQ_CUDA_CHECK_LAUNCH();
+  }
+};
+
+double relative_error(const std::vector<std::uint16_t>& a, const std::vector<std::uint16_t>& ref) {
+  double num = 0.0;
+  double den = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const auto f = [](std::uint16_t b) {
+      std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
+      float v;
+      std::memcpy(&v, &bits, 4);
+      return static_cast<double>(v);
+    };
+    num += (f(a[i]) - f(ref[i])) * (f(a[i]) - f(ref[i]));
+    den += f(ref[i]) * f(ref[i]);
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// Device-to-device copy bandwidth (bytes read + written), the memory ceiling of this run.
+double measure_copy_gbps(cudaStream_t stream) {
+  const std::size_t bytes = std::size_t{2} << 30;
+  char* a = device_alloc<char>(bytes);
+  char* b = device_alloc<char>(bytes);
+  cudaEvent_t start, stop;
+  MXQ_CUDA_CHECK(cudaEventCreate(&start));
+  MXQ_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> times;
+  for (int i = 0; i < 12; ++i) {
+    MXQ_CUDA_CHECK(cudaEventRecord(start, stream));
+    MXQ_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
+    MXQ_CUDA_CHECK(cudaEventRecord(stop, stream));
+    MXQ_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0F;
+    MXQ_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (i >= 2) times.push_back(ms);
+  }
+  MXQ_CUDA_CHECK(cudaFree(a));
+  MXQ_CUDA_CHECK(cudaFree(b));
+  MXQ_CUDA_CHECK(cudaEventDestroy(start));
+  MXQ_CUDA_CHECK(cudaEventDestroy(stop));
+  return 2.0 * static_cast<double>(bytes) / (median(times) * 1e-3) / 1e9;
+}
+
+}  // namespace
+
+nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
+  const Preset* preset = nullptr;
+  for (const Preset& p : kPresets) {
+    if (options.preset == p.name) preset = &p;
+  }
+  if (preset == nullptr) {
+    fail(ErrorCode::kInvalidArgument, "--preset: expected gpt-oss-20b or gpt-oss-120b, found '",
+         options.preset, "'");
+  }
+  MXQ_CHECK(options.tp >= 1 && (preset->inter / 32) % options.tp == 0, ErrorCode::kInvalidArgument,
+            "--tp: expected a divisor of ", preset->inter / 32, " (I/32), found ", options.tp);
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    cudaGetLastError();
+    fail(ErrorCode::kUnsupported, "mxq bench moe needs a CUDA GPU; none is visible");
+  }
+  const int experts = preset->experts;
+  const int hidden = preset->hidden;
+  const int inter = preset->inter / options.tp;
+  const int padded = (inter + options.align - 1) / options.align * options.align;
+  const int k = preset->top_k;
+  const int max_tokens = *std::max_element(options.tokens.begin(), options.tokens.end());
+
+  cudaStream_t stream;
+  MXQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double copy_gbps = measure_copy_gbps(stream);
+
+  // The prepared MXFP4 layer (rank 0 of TP), random but deterministic.
+  const std::size_t w13_rows = static_cast<std::size_t>(experts) * 2 * padded;
+  const std::size_t w2_rows = static_cast<std::size_t>(experts) * hidden;
+  auto* w13 = device_alloc<std::uint8_t>(w13_rows * hidden / 2);
+  auto* w13s = device_alloc<std::uint8_t>(w13_rows * hidden / 32);
+  auto* w2 = device_alloc<std::uint8_t>(w2_rows * padded / 2);
+  auto* w2s = device_alloc<std::uint8_t>(w2_rows * padded / 32);
+  auto* b13 = device_alloc<__nv_bfloat16>(w13_rows);
+  auto* b2 = device_alloc<__nv_bfloat16>(w2_rows);
+  auto* router = device_alloc<__nv_bfloat16>(static_cast<std::size_t>(experts) * hidden);
+  fill_fp4<<<4096, 256, 0, stream>>>(w13, w13s, w13_rows, hidden, hidden, 2 * padded, inter, padded,
+                                     inter, 1);
+  fill_fp4<<<4096, 256, 0, stream>>>(w2, w2s, w2_rows, padded, inter, 1, 1, 0, 0, 2);
+  fill_bf16<<<1024, 256, 0, stream>>>(b13, w13_rows, 0.05F, 3);
+  fill_bf16<<<1024, 256, 0, stream>>>(b2, w2_rows, 0.05F, 4);
+  fill_bf16<<<1024, 256, 0, stream>>>(router, static_cast<std::size_t>(experts) * hidden, 0.05F, 5);
+  MXQ_CUDA_CHECK_LAUNCH();
+  std::vector<__nv_bfloat16*> inputs(kInputSets);
+  for (int s = 0; s < kInputSets; ++s) {
+    inputs[s] = device_alloc<__nv_bfloat16>(static_cast<std::size_t>(max_tokens) * hidden);
+    fill_bf16<<<1024, 256, 0, stream>>>(inputs[s], static_cast<std::size_t>(max_tokens) * hidden,
+                                        1.0F, 100 + s);
+  }
+  MXQ_CUDA_CHECK_LAUNCH();
+
+  MoeDeviceWeights w;
+  w.w13 = w13;
+  w.w13_scale = w13s;
+  w.w2 = w2;
+  w.w2_scale = w2s;
+  w.b13 = reinterpret_cast<const std::uint16_t*>(b13);
+  w.b2 = reinterpret_cast<const std::uint16_t*>(b2);
+  w.router_w = reinterpret_cast<const std::uint16_t*>(router);
+  w.num_local_experts = experts;
+  w.num_global_experts = experts;
+  w.hidden = hidden;
+  w.inter = inter;
+  w.inter_padded = padded;
+  MoeParams params;
+  params.top_k = k;
+  const std::size_t ws_bytes = moe::cuda::moe_workspace_bytes(w, params, max_tokens);
+  void* workspace = device_alloc<char>(ws_bytes);
+  auto* out = device_alloc<std::uint16_t>(static_cast<std::size_t>(max_tokens) * hidden);
+  auto* out_base = device_alloc<std::uint16_t>(static_cast<std::size_t>(max_tokens) * hidden);
+
+  Bf16Baseline base{experts, hidden, inter, k, nullptr, nullptr, router, nullptr, nullptr, nullptr};
+  const std::size_t pairs_max = static_cast<std::size_t>(max_tokens) * k;
+  float* logits = nullptr;
+  int *ids = nullptr, *tos = nullptr, *eos = nullptr, *sop = nullptr;
+  float* weights = nullptr;
+  __nv_bfloat16 *xg = nullptr, *y1 = nullptr, *act = nullptr, *y2 = nullptr;
+  if (options.baseline) {
+    base.w13 = device_alloc<__nv_bfloat16>(static_cast<std::size_t>(experts) * 2 * inter * hidden);
+    base.w2 = device_alloc<__nv_bfloat16>(static_cast<std::size_t>(experts) * hidden * inter);
+    base.b13 = device_alloc<__nv_bfloat16>(static_cast<std::size_t>(experts) * 2 * inter);
+    base.b2 = b2;
+    dequant_to_bf16<<<8192, 256, 0, stream>>>(w13, w13s, hidden, base.w13,
+                                              static_cast<std::size_t>(experts) * 2 * inter, hidden,
+                                              2 * padded, 2 * inter, inter, padded);
+    dequant_to_bf16<<<8192, 256, 0, stream>>>(w2, w2s, padded, base.w2, w2_rows, inter, 1, 1, 1, 0);
+    // Compact the biases the same way (gate rows then up rows, no padding).
+    for (int e = 0; e < experts; ++e) {
+      MXQ_CUDA_CHECK(cudaMemcpyAsync(base.b13 + static_cast<std::size_t>(e) * 2 * inter,
+                                     b13 + static_cast<std::size_t>(e) * 2 * padded, inter * 2,
+                                     cudaMemcpyDeviceToDevice, stream));
+      MXQ_CUDA_CHECK(cudaMemcpyAsync(base.b13 + static_cast<std::size_t>(e) * 2 * inter + inter,
+                                     b13 + static_cast<std::size_t>(e) * 2 * padded + padded,
+                                     inter * 2, cudaMemcpyDeviceToDevice, stream));
+    }
+    MXQ_CUDA_CHECK_LAUNCH();
+    MXQ_CUBLAS_CHECK(cublasCreate(&base.handle));
+    logits = device_alloc<float>(static_cast<std::size_t>(max_tokens) * experts);
+    ids = device_alloc<int>(pairs_max);
+    weights = device_alloc<float>(pairs_max);
+    tos = device_alloc<int>(pairs_max);
+    eos = device_alloc<int>(pairs_max);
+    sop = device_alloc<int>(pairs_max);
+    xg = device_alloc<__nv_bfloat16>(pairs_max * hidden);
+    y1 = device_alloc<__nv_bfloat16>(pairs_max * 2 * inter);
+    act = device_alloc<__nv_bfloat16>(pairs_max * inter);
+    y2 = device_alloc<__nv_bfloat16>(pairs_max * hidden);
+  }
+  MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  std::vector<cudaEvent_t> events(5);
+  for (auto& e : events) MXQ_CUDA_CHECK(cudaEventCreate(&e));
+  cudaEvent_t start, stop;
+  MXQ_CUDA_CHECK(cudaEventCreate(&start));
+  MXQ_CUDA_CHECK(cudaEventCreate(&stop));
+  const auto elapsed_us = [](cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0.0F;
+    MXQ_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    return ms * 1000.0F;
+  };
+
+  nlohmann::json points = nlohmann::json::array();
+  for (const int tokens : options.tokens) {
+    if (progress) std::fprintf(stderr, "bench moe: %s T=%d ...\n", preset->name, tokens);
+    MoeRun run;
+    run.tokens = tokens;
+    run.out_bf16 = out;
+    // Touched experts per input set (from the device routing).
+    double touched = 0.0;
+    std::vector<int> h_ids(static_cast<std::size_t>(tokens) * k);
+    for (int s = 0; s < kInputSets; ++s) {
+      run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
+      moe::cuda::moe_forward(w, params, run, workspace, ws_bytes, max_tokens, stream);
+      const auto routing = moe::cuda::moe_routing_view(w, params, max_tokens, workspace);
+      MXQ_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), routing.topk_ids, h_ids.size() * sizeof(int),
+                                     cudaMemcpyDeviceToHost, stream));
+      MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+      touched += static_cast<double>(std::set<int>(h_ids.begin(), h_ids.end()).size());
+    }
+    touched /= kInputSets;
+    const double touched_bytes =
+        touched * static_cast<double>(moe::cuda::moe_expert_weight_bytes(w));
+    const double flops = 2.0 * tokens * k * (3.0 * static_cast<double>(inter) * hidden);
+
+    // Whole forward: one graph per input set, replayed round-robin.
+    std::vector<cudaGraphExec_t> graphs(kInputSets);
+    for (int s = 0; s < kInputSets; ++s) {
+      run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
+      cudaGraph_t graph;
+      MXQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      moe::cuda::moe_forward(w, params, run, workspace, ws_bytes, max_tokens, stream);
+      MXQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      MXQ_CUDA_CHECK(cudaGraphInstantiate(&graphs[s], graph, 0));
+      MXQ_CUDA_CHECK(cudaGraphDestroy(graph));
+    }
+    std::vector<float> total;
+    for (int i = 0; i < options.repeats + 5; ++i) {
+      MXQ_CUDA_CHECK(cudaEventRecord(start, stream));
+      MXQ_CUDA_CHECK(cudaGraphLaunch(graphs[i % kInputSets], stream));
+      MXQ_CUDA_CHECK(cudaEventRecord(stop, stream));
+      MXQ_CUDA_CHECK(cudaEventSynchronize(stop));
+      if (i >= 5) total.push_back(elapsed_us(start, stop));
+    }
+    for (auto& g : graphs) MXQ_CUDA_CHECK(cudaGraphExecDestroy(g));
+    // Phases: eager launches with events between them.
+    std::vector<std::vector<float>> phase(4);
+    run.phase_events = events.data();
+    for (int i = 0; i < options.repeats + 5; ++i) {
+      run.x = reinterpret_cast<const std::uint16_t*>(inputs[i % kInputSets]);
+      moe::cuda::moe_forward(w, params, run, workspace, ws_bytes, max_tokens, stream);
+      MXQ_CUDA_CHECK(cudaEventSynchronize(events[4]));
+      if (i < 5) continue;
+      for (int p = 0; p < 4; ++p) phase[p].push_back(elapsed_us(events[p], events[p + 1]));
+    }
+    run.phase_events = nullptr;
+    const double us = median(total);
+    nlohmann::json point = {
+        {"tokens", tokens},
+        {"mxq",
+         {{"total_us", us},
+          {"routing_us", median(phase[0])},
+          {"gemm1_us", median(phase[1])},
+          {"gemm2_us", median(phase[2])},
+          {"combine_us", median(phase[3])},
+          {"touched_experts", touched},
+          {"touched_weight_bytes", touched_bytes},
+          {"effective_gbps", touched_bytes / (us * 1e-6) / 1e9},
+          {"pct_of_copy_ceiling", 100.0 * touched_bytes / (us * 1e-6) / 1e9 / copy_gbps},
+          {"tflops", flops / (us * 1e-6) / 1e12}}}};
+    if (options.baseline) {
+      std::vector<float> base_times;
+      for (int i = 0; i < std::max(10, options.repeats / 2) + 3; ++i) {
+        const __nv_bfloat16* x = inputs[i % kInputSets];
+        MXQ_CUDA_CHECK(cudaEventRecord(start, stream));
+        base.forward(x, tokens, reinterpret_cast<__nv_bfloat16*>(out_base), stream, logits, ids,
+                     weights, tos, eos, sop, xg, y1, act, y2);
+        MXQ_CUDA_CHECK(cudaEventRecord(stop, stream));
+        MXQ_CUDA_CHECK(cudaEventSynchronize(stop));
+        if (i >= 3) base_times.push_back(elapsed_us(start, stop));
+      }
+      // Agreement check on input set 0 (bf16 intermediates differ slightly by design).
+      run.x = reinterpret_cast<const std::uint16_t*>(inputs[0]);
+      moe::cuda::moe_forward(w, params, run, workspace, ws_bytes, max_tokens, stream);
+      base.forward(inputs[0], tokens, reinterpret_cast<__nv_bfloat16*>(out_base), stream, logits,
+                   ids, weights, tos, eos, sop, xg, y1, act, y2);
+      std::vector<std::uint16_t> a(static_cast<std::size_t>(tokens) * hidden), b(a.size());
+      MXQ_CUDA_CHECK(cudaMemcpyAsync(a.data(), out, a.size() * 2, cudaMemcpyDeviceToHost, stream));
+      MXQ_CUDA_CHECK(
+          cudaMemcpyAsync(b.data(), out_base, b.size() * 2, cudaMemcpyDeviceToHost, stream));
+      MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const double bus = median(base_times);
+      const double base_bytes = touched * (3.0 * inter * hidden * 2.0);
+      point["baseline_bf16"] = {{"total_us", bus},
+                                {"weight_bytes", base_bytes},
+                                {"effective_gbps", base_bytes / (bus * 1e-6) / 1e9},
+                                {"tflops", flops / (bus * 1e-6) / 1e12}};
+      point["speedup_vs_baseline"] = bus / us;
+      point["relative_difference_vs_baseline"] = relative_error(a, b);
+    }
+    points.push_back(point);
+  }
+  MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return {{"preset", preset->name},
+          {"experts", experts},
+          {"hidden", hidden},
+          {"intermediate_per_rank", inter},
+          {"intermediate_padded", padded},
+          {"top_k", k},
+          {"tp", options.tp},
+          {"copy_ceiling_gbps", copy_gbps},
+          {"points", points}};
+}
+
+}  // namespace mxq::bench

@@ -1,0 +1,24 @@
+// `mxq bench moe`: times the CUDA MXFP4 MoE forward per phase against a straightforward bf16
+// cuBLAS implementation of the same layer, on one GPU.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace mxq::bench {
+
+struct MoeBenchOptions {
+  std::string preset = "gpt-oss-120b";  // or gpt-oss-20b
+  std::vector<int> tokens = {1, 8, 64, 512, 4096};
+  int tp = 1;
+  int align = 128;   // padding of I_rank (the prepared layout)
+  int repeats = 50;  // timed replays per point (median reported)
+  bool baseline = true;
+};
+
+// Runs the benchmark; returns one JSON object per token count. Throws mxq::Error without a GPU.
+nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress);
+
+}  // namespace mxq::bench

@@ -1,0 +1,67 @@
+// The block-FP8 linear op: y[M, N] = x[M, K] W[N, K]^T (+ bias), W a block-FP8 weight, x
+// quantized per 1 x bk group along K (bk = the weight block's K extent) either inside the op or
+// beforehand. Runs on the device holding x and W (CPU or CUDA) through the tactic that
+// dispatch chooses (mxq/linear/dispatch.h).
+//
+// Numerics: every tactic computes sum over K-blocks of (codes dot-product in fp32) times
+// a_scale[m, block] * w_scale[block row, block], accumulated in fp32 (CUDA, CPU blocked) or
+// fp64 (CPU reference), plus bias, rounded once to the output type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mxq/core/tensor.h"
+#include "mxq/formats/fp8_block.h"
+#include "mxq/linear/problem.h"
+#include "mxq/linear/tactic.h"
+#include "mxq/linear/weight.h"
+
+namespace mxq::linear {
+
+struct LinearOptions {
+  std::string tactic = "auto";                     // "auto", "fast", "fallback" or a tactic name
+  ScaleMode activation_scales = ScaleMode::kFp32;  // in-op quantization of bf16 x
+  DType out_dtype = DType::kBF16;                  // bf16 or f32
+  void* stream = nullptr;                          // cudaStream_t for CUDA (null: default)
+};
+
+// x: bf16 [M, K] (M >= 1), contiguous, on the weight's device; bias: optional bf16 or f32 [N].
+// Returns [M, N] of options.out_dtype on the same device.
+Tensor linear(const TensorView& x, const BlockFp8Weight& w, const TensorView* bias = nullptr,
+              const LinearOptions& options = {});
+
+// Pre-quantized activations: x.q e4m3 [M, K] and x.scale f32 [M, ceil(K/bk)] (or packed UE8M0
+// i32 [ceil(G/4), round_up(M, 4)]) with x.block == {1, w.block.k}.
+Tensor linear(const Fp8BlockTensor& x, const BlockFp8Weight& w, const TensorView* bias = nullptr,
+              const LinearOptions& options = {});
+
+// The problem `linear` would solve for these inputs (validating them), e.g. for explain().
+LinearProblem make_problem(const TensorView& x, const BlockFp8Weight& w, const TensorView* bias,
+                           const LinearOptions& options = {});
+
+// Quantizes bf16 x [M, K] per 1 x group_k group on x's device (CUDA: the device kernel, bit-equal
+// to the host quantizer). Returns q e4m3 [M, K] and scale f32 [M, ceil(K/group_k)].
+Fp8BlockTensor quantize_activations(const TensorView& x, std::int64_t group_k,
+                                    ScaleMode mode = ScaleMode::kFp32, void* stream = nullptr);
+
+// Everything a tactic needs, prepared once: the problem and its operands (activation scales in
+// the layout tactics share, packed UE8M0 scales unpacked, bias and output bound). `storage`
+// keeps the temporaries alive. For calling tactics directly (benchmarks, the autotuner).
+struct PreparedLinear {
+  LinearProblem problem;
+  LinearOperands operands;
+  std::vector<Tensor> storage;
+};
+// x: pre-quantized activations as in linear(); out: [M, N] of options.out_dtype, contiguous, on
+// the weight's device.
+PreparedLinear prepare_linear(const Fp8BlockTensor& x, const BlockFp8Weight& w,
+                              const TensorView* bias, const TensorView& out,
+                              const LinearOptions& options = {});
+
+// The CPU reference on host tensors: dequantize, accumulate in fp64, round once.
+Tensor linear_reference(const Fp8BlockTensor& x, const BlockFp8Weight& w,
+                        const TensorView* bias = nullptr, DType out_dtype = DType::kBF16);
+
+}  // namespace mxq::linear

@@ -1,0 +1,83 @@
+// A tactic is one kernel variant of the block-FP8 linear op: a name, its parameters (tile
+// shapes), supports(problem) with the first reason it does not, and the token range it is valid
+// for. A tactic whose supports() is false is never run (dispatch checks it; so does run()).
+// The autotuner's registry adopts these objects as they are.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mxq/core/dtype.h"
+#include "mxq/linear/problem.h"
+
+namespace mxq::linear {
+
+enum class TacticKind {
+  kReference,  // the CPU oracle (fp64 accumulation)
+  kFast,       // a specialised path, eligible only for the layouts it was validated on
+  kFallback,   // a general path (every block shape it documents)
+};
+std::string_view to_string(TacticKind kind);  // "reference" / "fast" / "fallback"
+
+// Result of LinearTactic::supports(): ok, or the first reason the tactic cannot run.
+struct Support {
+  std::string reason;  // empty when supported
+  [[nodiscard]] bool ok() const { return reason.empty(); }
+  explicit operator bool() const { return ok(); }
+  static Support yes() { return {}; }
+  static Support no(std::string why) { return Support{std::move(why)}; }
+};
+
+struct TacticParam {
+  std::string name;  // e.g. "block_m"
+  std::int64_t value;
+};
+
+// The operands a tactic reads and writes, all on the problem's device, already in the layout
+// tactics share: quantized activations, fp32 scales (packed UE8M0 already unpacked).
+struct LinearOperands {
+  const std::uint8_t* a = nullptr;  // e4m3 [M, K], row stride lda bytes
+  std::int64_t lda = 0;
+  // Activation scale of (row m, K-group g) at a_scale[g * a_scale_group_stride + m *
+  // a_scale_row_stride]
+  const float* a_scale = nullptr;
+  std::int64_t a_scale_row_stride = 0;
+  std::int64_t a_scale_group_stride = 0;
+  const std::uint8_t* w = nullptr;  // e4m3 [N, K], row stride ldw bytes
+  std::int64_t ldw = 0;
+  const float* w_scale = nullptr;  // f32 [ceil(N/bn), w_scale_ld]
+  std::int64_t w_scale_ld = 0;
+  const void* bias = nullptr;  // optional [N], f32 or bf16
+  DType bias_dtype = DType::kBF16;
+  void* out = nullptr;  // [M, N] of the problem's out dtype, row stride ldo elements
+  std::int64_t ldo = 0;
+  void* stream = nullptr;  // cudaStream_t for CUDA tactics (null: the default stream)
+};
+
+class LinearTactic {
+ public:
+  LinearTactic() = default;
+  LinearTactic(const LinearTactic&) = delete;
+  LinearTactic& operator=(const LinearTactic&) = delete;
+  virtual ~LinearTactic() = default;
+
+  [[nodiscard]] virtual const std::string& name() const = 0;  // e.g. "cuda.sm90_wgmma.m128n128"
+  [[nodiscard]] virtual TacticKind kind() const = 0;
+  [[nodiscard]] virtual std::vector<TacticParam> params() const = 0;
+  [[nodiscard]] virtual TokenRange tokens() const { return {}; }
+  // ok() when the tactic runs `problem`: M inside tokens(), then the tactic's own conditions;
+  // otherwise the first reason why not.
+  [[nodiscard]] Support supports(const LinearProblem& problem) const;
+  // Computes the operands' output. Throws mxq::Error(kUnsupported) when !supports(problem).
+  void run(const LinearOperands& operands, const LinearProblem& problem) const;
+
+ protected:
+  // The tactic's conditions besides the token range, in the order they are reported.
+  [[nodiscard]] virtual Support check(const LinearProblem& problem) const = 0;
+  virtual void run_supported(const LinearOperands& operands,
+                             const LinearProblem& problem) const = 0;
+};
+
+}  // namespace mxq::linear

@@ -1,0 +1,85 @@
+// The CUDA MXFP4 MoE forward (W4A16: bf16 activations, MXFP4 weights dequantized in the
+// kernels) on raw device pointers. The MoE layer class maps its prepared tensors onto
+// MoeDeviceWeights; this header is what the kernels need and nothing else.
+//
+// Pipeline (all on `stream`, no host synchronization, no allocation: the workspace is sized up
+// front by moe_workspace_bytes, so the whole forward can be captured in a CUDA graph):
+//   1. routing   : router GEMV + top-k + softmax over the k (gpt-oss), or precomputed ids/weights
+//   2. lists     : per-expert counts and offsets, pairs sorted by expert, 8-token work tiles
+//   3. gemm1     : [gate; up] rows of w13 x tokens, + bias, SwiGLU variant, -> bf16 activations
+//   4. gemm2     : w2 x activations + bias -> fp32 per (token, expert) pair
+//   5. combine   : weighted sum over the k experts of each token, in order j = 0..k-1
+// Rounding points match the CPU reference (docs/moe.md): fp32 accumulation, activations rounded
+// to bf16 between the GEMMs, the combined output rounded to bf16 once.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mxq::moe::cuda {
+
+enum class GpuActivation : int { kSwigluOai = 0, kSwigluClamp = 1, kSwiglu = 2 };
+
+struct MoeDeviceWeights {
+  const std::uint8_t* w13 = nullptr;        // [E, 2P, H/2]: gate rows [0, I), up rows [P, P+I)
+  const std::uint8_t* w13_scale = nullptr;  // [E, 2P, H/32] E8M0
+  const std::uint16_t* b13 = nullptr;       // [E, 2P] bf16, or null
+  const std::uint8_t* w2 = nullptr;         // [E, H, P/2]
+  const std::uint8_t* w2_scale = nullptr;   // [E, H, P/32] E8M0
+  const std::uint16_t* b2 = nullptr;        // [E, H] bf16, or null
+  const std::uint16_t* router_w = nullptr;  // [E_global, H] bf16 (null: routing is precomputed)
+  const std::uint16_t* router_b = nullptr;  // [E_global] bf16, or null
+  int num_local_experts = 0;                // E (this rank)
+  int first_local_expert = 0;               // global id of local expert 0 (EP)
+  int num_global_experts = 0;               // router width
+  int hidden = 0;                           // H, a multiple of 32
+  int inter = 0;                            // I valid channels, a multiple of 32
+  int inter_padded = 0;                     // P >= I: row offset of the up half, w2 row length
+};
+
+struct MoeParams {
+  int top_k = 4;
+  GpuActivation activation = GpuActivation::kSwigluOai;
+  float swiglu_alpha = 1.702F;
+  float swiglu_limit = 7.0F;
+  bool add_down_bias = true;  // only one TP rank adds b2
+};
+
+struct MoeRun {
+  const std::uint16_t* x = nullptr;     // [T, H] bf16
+  int tokens = 0;                       // T
+  const int* topk_ids = nullptr;        // [T, k] global expert ids, when routing is precomputed
+  const float* topk_weights = nullptr;  // [T, k]
+  float* out_f32 = nullptr;             // [T, H] fp32 partial (before the TP sum), or null
+  std::uint16_t* out_bf16 = nullptr;    // [T, H] bf16 final output, or null
+  // Optional: 5 events recorded before routing, before gemm1, gemm2, combine and after combine
+  // (benchmarks time the phases with them; recording is legal under graph capture).
+  cudaEvent_t* phase_events = nullptr;
+};
+
+// Where the router's decisions of the last forward (when routing was not precomputed) sit in
+// the workspace: topk ids i32 [T, k] and weights f32 [T, k].
+struct MoeRoutingView {
+  const int* topk_ids;
+  const float* topk_weights;
+};
+MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens,
+                                void* workspace);
+
+// Per-expert bytes the decode tactic streams for one expert (valid rows/columns only).
+std::size_t moe_expert_weight_bytes(const MoeDeviceWeights& w);
+
+// Why this tactic cannot run the shape, or nullptr when it can.
+const char* moe_decode_unsupported_reason(const MoeDeviceWeights& w, const MoeParams& p);
+
+// Device workspace for up to `max_tokens` tokens.
+std::size_t moe_workspace_bytes(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens);
+
+// Enqueues the forward. Throws mxq::Error on unsupported shapes, a too-small workspace or a
+// CUDA launch failure.
+void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& run, void* workspace,
+                 std::size_t workspace_bytes, int max_tokens, cudaStream_t stream);
+
+}  // namespace mxq::moe::cuda

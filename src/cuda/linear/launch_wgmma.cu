@@ -1,0 +1,140 @@
+// Host launcher of the Hopper (sm_90a) block-FP8 GEMM: builds the four TMA tensor maps through
+// the driver's cuTensorMapEncodeTiled, reached via cudaGetDriverEntryPointByVersion so that
+// mxq never links libcuda directly, and launches a persistent grid of one CTA per SM.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+
+#include "cuda/linear/launch.h"
+#include "cuda/linear/wgmma_gemm.cuh"
+#include "mxq/core/cuda_check.h"
+#include "mxq/core/error.h"
+
+namespace mxq::linear::cuda {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+  MXQ_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
+                                                  cudaEnableDefault, &status));
+  if (status != cudaDriverEntryPointSuccess || function == nullptr) {
+    fail(ErrorCode::kUnsupported,
+         "cuTensorMapEncodeTiled is not available from the CUDA driver (driver too old for TMA)");
+  }
+  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
+}
+
+// A 2-D row-major tensor [rows, cols] with a row stride of `row_stride_bytes`; boxes of
+// [box_rows, box_cols]; out-of-bounds elements read as zero and are skipped on store.
+CUtensorMap make_tensor_map(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMapDataType type,
+                            const void* base, std::uint64_t rows, std::uint64_t cols,
+                            std::uint64_t row_stride_bytes, std::uint32_t box_rows,
+                            std::uint32_t box_cols, CUtensorMapSwizzle swizzle, const char* what) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {row_stride_bytes};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult result =
+      encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    fail(ErrorCode::kCuda, "cuTensorMapEncodeTiled failed for ", what, " (CUresult ",
+         static_cast<int>(result), "): rows ", rows, ", cols ", cols, ", row stride ",
+         row_stride_bytes, " bytes, box ", box_rows, "x", box_cols);
+  }
+  return map;
+}
+
+bool aligned(const void* pointer, std::uintptr_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0;
+}
+
+void require(bool condition, const char* what) {
+  if (!condition) {
+    fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: ", what,
+         " (dispatch should have refused this problem)");
+  }
+}
+
+template <typename Tile>
+void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  const int k_blocks = args.k / 128;
+  const CUtensorMap map_a = make_tensor_map(
+      encode, CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a, static_cast<std::uint64_t>(args.m),
+      static_cast<std::uint64_t>(args.k), static_cast<std::uint64_t>(args.lda), Tile::kBm, 128,
+      CU_TENSOR_MAP_SWIZZLE_128B, "activations");
+  const CUtensorMap map_w = make_tensor_map(
+      encode, CU_TENSOR_MAP_DATA_TYPE_UINT8, args.w, static_cast<std::uint64_t>(args.n),
+      static_cast<std::uint64_t>(args.k), static_cast<std::uint64_t>(args.ldw), Tile::kBn, 128,
+      CU_TENSOR_MAP_SWIZZLE_128B, "weights");
+  const CUtensorMap map_a_scale = make_tensor_map(
+      encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, args.a_scale, static_cast<std::uint64_t>(k_blocks),
+      static_cast<std::uint64_t>(args.m), static_cast<std::uint64_t>(args.a_scale_ld) * 4, 1,
+      Tile::kBm, CU_TENSOR_MAP_SWIZZLE_NONE, "activation scales");
+  const CUtensorMap map_out = make_tensor_map(
+      encode, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.out, static_cast<std::uint64_t>(args.m),
+      static_cast<std::uint64_t>(args.n), static_cast<std::uint64_t>(args.ldo) * 2, 64, 64,
+      CU_TENSOR_MAP_SWIZZLE_128B, "output");
+
+  WgmmaGemmArgs kernel_args;
+  kernel_args.m = args.m;
+  kernel_args.n = args.n;
+  kernel_args.k = args.k;
+  kernel_args.w_scale = args.w_scale;
+  kernel_args.w_scale_ld = args.w_scale_ld;
+  kernel_args.bias_f32 = args.bias_f32;
+  kernel_args.bias_bf16 = args.bias_bf16;
+
+  int device = 0;
+  int sms = 0;
+  MXQ_CUDA_CHECK(cudaGetDevice(&device));
+  MXQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const long long tiles = static_cast<long long>((args.m + Tile::kBm - 1) / Tile::kBm) *
+                          ((args.n + Tile::kBn - 1) / Tile::kBn);
+  const int grid = static_cast<int>(tiles < sms ? tiles : sms);
+
+  auto* kernel = &device::block_fp8_wgmma_kernel<Tile>;
+  MXQ_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map_a, map_w, map_a_scale, map_out,
+                                                             kernel_args);
+  MXQ_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+std::string to_string(const WgmmaShape& shape) {
+  return detail::concat('m', shape.bm, 'n', shape.bn);
+}
+
+void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream) {
+  require(args.block_n == 128 && args.block_k == 128, "block must be 128x128");
+  require(args.out_bf16, "output must be bf16");
+  require(args.k % 128 == 0 && args.n % 16 == 0, "K % 128 == 0 and N % 16 == 0");
+  require(args.lda % 16 == 0 && args.ldw % 16 == 0 && args.ldo % 8 == 0,
+          "16-byte row strides of A, W and the output");
+  require(args.a_scale_ld % 4 == 0 && args.a_scale_ld >= args.m,
+          "activation scale rows padded to a multiple of 4");
+  require(aligned(args.a, 16) && aligned(args.w, 16) && aligned(args.out, 16) &&
+              aligned(args.a_scale, 16),
+          "16-byte aligned A, W, scales and output");
+  if (args.m <= 0 || args.n <= 0 || args.k <= 0) return;
+  if (shape.bm == 64 && shape.bn == 64) {
+    return launch_tile<device::WgmmaTile<64, 64, 8>>(args, stream);
+  }
+  if (shape.bm == 64 && shape.bn == 128) {
+    return launch_tile<device::WgmmaTile<64, 128, 8>>(args, stream);
+  }
+  if (shape.bm == 128 && shape.bn == 128) {
+    return launch_tile<device::WgmmaTile<128, 128, 5>>(args, stream);
+  }
+  fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: tile ", to_string(shape),
+       " is not compiled");
+}
+
+}  // namespace mxq::linear::cuda

@@ -1,0 +1,269 @@
+// The Hopper fast path for DeepSeek-V3 block-FP8 (weights 128x128 blocks, activations 1x128
+// groups; K % 128 == 0, N % 16 == 0, bf16 out). Persistent, warp-specialised:
+//  * one producer warpgroup whose first thread streams A [kBm x 128], W [kBn x 128] and the
+//    activation scales of the tile's rows through a kStages-deep ring of shared-memory stages with
+//    TMA (cp.async.bulk.tensor, 128-byte swizzle), completion on "full" mbarriers;
+//  * kBm/64 consumer warpgroups, each owning 64 rows: per 128-wide K-block four wgmma
+//    m64n{kBn}k32 e4m3 into a fresh fp32 accumulator, then the promotion
+//    result += accumulator * (a_scale[row] * w_scale[block]) on the CUDA cores (the fp32
+//    promotion per K-block that keeps the tensor cores' limited accumulation precision from
+//    growing with K), and an "empty" mbarrier arrival that hands the stage back;
+//  * epilogue: bias, bf16 rounding, a 128-byte-swizzled staging buffer and TMA stores that
+//    clip the ragged M and N edges.
+// kBn divides 128, so a tile lies inside one weight block column and needs one weight scale per
+// K-block, read from global one K-block ahead.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "cuda/linear/device_ptx.cuh"
+
+namespace mxq::linear::cuda {
+
+struct WgmmaGemmArgs {
+  int m = 0;
+  int n = 0;
+  int k = 0;
+  const float* w_scale = nullptr;  // f32 [ceil(N/128), w_scale_ld]
+  std::int64_t w_scale_ld = 0;
+  const float* bias_f32 = nullptr;
+  const std::uint16_t* bias_bf16 = nullptr;
+};
+
+}  // namespace mxq::linear::cuda
+
+namespace mxq::linear::device {
+
+template <int kBm_, int kBn_, int kStages_>
+struct WgmmaTile {
+  static constexpr int kBm = kBm_;
+  static constexpr int kBn = kBn_;
+  static constexpr int kBk = 128;  // one scale block of K per stage
+  static constexpr int kStages = kStages_;
+  static constexpr int kConsumers = kBm / 64;  // consumer warpgroups
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kAccumulators = kBn / 2;  // fp32 per thread for a 64 x kBn wgmma tile
+  static constexpr int kGroupM = 8;              // m-tiles per rasterisation group (L2 reuse)
+
+  static constexpr int kABytes = kBm * kBk;
+  static constexpr int kBBytes = kBn * kBk;
+  static constexpr int kScaleBytes = kBm * 4;
+  static constexpr int kStoreBoxCols = 64;         // 128 bytes of bf16: the swizzle span
+  static constexpr int kStoreBoxBytes = 64 * 128;  // 64 rows x 128 bytes
+  static constexpr int kDBytes = kBm * kBn * 2;
+  static constexpr int kTxBytes = kABytes + kBBytes + kScaleBytes;
+
+  // Shared-memory layout (offsets from a 1024-byte aligned base).
+  static constexpr int kAOffset = 0;
+  static constexpr int kBOffset = kAOffset + kStages * kABytes;
+  static constexpr int kDOffset = kBOffset + kStages * kBBytes;
+  static constexpr int kScaleOffset = kDOffset + kDBytes;
+  static constexpr int kBarrierOffset = kScaleOffset + kStages * kScaleBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + alignment slack
+
+  static_assert(kBm == 64 || kBm == 128, "64 rows per consumer warpgroup, 1 or 2 of them");
+  static_assert(kBn == 64 || kBn == 128, "kBn must divide the 128-wide weight block");
+  static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzle-128B atoms");
+  static_assert(kScaleBytes % 128 == 0, "TMA destination alignment");
+  static_assert(kSmemBytes <= 232448, "shared memory per block on sm_90");
+};
+
+// Tile index -> (m tile, n tile), grouping kGroupM m-tiles so that concurrently running CTAs
+// share both their A rows and their W rows in L2.
+template <typename Tile>
+__device__ __forceinline__ void tile_coordinates(int tile, int tiles_m, int tiles_n, int& m_tile,
+                                                 int& n_tile) {
+  const int per_group = Tile::kGroupM * tiles_n;
+  const int group = tile / per_group;
+  const int first_m = group * Tile::kGroupM;
+  const int group_m = min(tiles_m - first_m, Tile::kGroupM);
+  const int in_group = tile % per_group;
+  m_tile = first_m + in_group % group_m;
+  n_tile = in_group / group_m;
+}
+
+template <typename Tile>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    block_fp8_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
+                           const __grid_constant__ CUtensorMap map_w,
+                           const __grid_constant__ CUtensorMap map_a_scale,
+                           const __grid_constant__ CUtensorMap map_out,
+                           const cuda::WgmmaGemmArgs args) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) std::uint8_t smem_raw[];
+  // Swizzle-128B tiles need 1024-byte alignment of the shared-space address.
+  const std::uint32_t raw_addr = smem_addr(smem_raw);
+  std::uint8_t* smem = smem_raw + ((1024U - (raw_addr & 1023U)) & 1023U);
+  auto* full = reinterpret_cast<std::uint64_t*>(smem + Tile::kBarrierOffset);
+  std::uint64_t* empty = full + Tile::kStages;
+
+  const int warpgroup = static_cast<int>(threadIdx.x / 128);
+  const int thread_in_wg = static_cast<int>(threadIdx.x % 128);
+  const int tiles_m = (args.m + Tile::kBm - 1) / Tile::kBm;
+  const int tiles_n = (args.n + Tile::kBn - 1) / Tile::kBn;
+  const int tiles = tiles_m * tiles_n;
+  const int k_blocks = args.k / Tile::kBk;
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < Tile::kStages; ++s) {
+      mbarrier_init(&full[s], 1);
+      mbarrier_init(&empty[s], Tile::kConsumers * 4);  // one arrival per consumer warp
+    }
+    fence_barrier_init();
+    fence_proxy_async_shared();
+  }
+  __syncthreads();
+
+  if (warpgroup == Tile::kConsumers) {
+    // ---- producer warpgroup: one thread issues every TMA load ----
+    setmaxnreg_dec<40>();
+    if (thread_in_wg == 0) {
+      prefetch_tensor_map(&map_a);
+      prefetch_tensor_map(&map_w);
+      prefetch_tensor_map(&map_a_scale);
+      int iteration = 0;
+      for (int tile = static_cast<int>(blockIdx.x); tile < tiles;
+           tile += static_cast<int>(gridDim.x)) {
+        int m_tile = 0;
+        int n_tile = 0;
+        tile_coordinates<Tile>(tile, tiles_m, tiles_n, m_tile, n_tile);
+        for (int kb = 0; kb < k_blocks; ++kb, ++iteration) {
+          const int s = iteration % Tile::kStages;
+          const std::uint32_t phase = static_cast<std::uint32_t>(iteration / Tile::kStages) & 1U;
+          mbarrier_wait(&empty[s], phase ^ 1U);
+          mbarrier_arrive_expect_tx(&full[s], Tile::kTxBytes);
+          tma_load_2d(smem + Tile::kAOffset + s * Tile::kABytes, &map_a, &full[s], kb * Tile::kBk,
+                      m_tile * Tile::kBm);
+          tma_load_2d(smem + Tile::kBOffset + s * Tile::kBBytes, &map_w, &full[s], kb * Tile::kBk,
+                      n_tile * Tile::kBn);
+          tma_load_2d(smem + Tile::kScaleOffset + s * Tile::kScaleBytes, &map_a_scale, &full[s],
+                      m_tile * Tile::kBm, kb);
+        }
+      }
+    }
+  } else {
+    // ---- consumer warpgroups: wgmma + promotion + epilogue ----
+    setmaxnreg_inc<232>();
+    const int warp_in_wg = thread_in_wg / 32;
+    const int lane = thread_in_wg % 32;
+    const int row_lo = warpgroup * 64 + warp_in_wg * 16 + lane / 4;  // row inside the tile
+    const int row_hi = row_lo + 8;
+    std::uint8_t* d_tile = smem + Tile::kDOffset + warpgroup * (64 * Tile::kBn * 2);
+    const bool is_store_thread = thread_in_wg == 0;
+    if (is_store_thread) prefetch_tensor_map(&map_out);
+
+    int iteration = 0;
+    for (int tile = static_cast<int>(blockIdx.x); tile < tiles;
+         tile += static_cast<int>(gridDim.x)) {
+      int m_tile = 0;
+      int n_tile = 0;
+      tile_coordinates<Tile>(tile, tiles_m, tiles_n, m_tile, n_tile);
+      const float* w_scale_row =
+          args.w_scale + static_cast<std::int64_t>(n_tile * Tile::kBn / 128) * args.w_scale_ld;
+
+      float result[Tile::kAccumulators];
+      float accumulator[Tile::kAccumulators];
+#pragma unroll
+      for (int i = 0; i < Tile::kAccumulators; ++i) result[i] = 0.0F;
+
+      float w_scale_next = __ldg(w_scale_row);
+      for (int kb = 0; kb < k_blocks; ++kb, ++iteration) {
+        const float w_scale = w_scale_next;
+        if (kb + 1 < k_blocks) w_scale_next = __ldg(w_scale_row + kb + 1);
+        const int s = iteration % Tile::kStages;
+        const std::uint32_t phase = static_cast<std::uint32_t>(iteration / Tile::kStages) & 1U;
+        mbarrier_wait(&full[s], phase);
+
+        // Everything read from this stage is read before it is handed back.
+        const float* a_scale =
+            reinterpret_cast<const float*>(smem + Tile::kScaleOffset + s * Tile::kScaleBytes);
+        const float a_scale_lo = a_scale[row_lo];
+        const float a_scale_hi = a_scale[row_hi];
+        const std::uint32_t a_base =
+            smem_addr(smem + Tile::kAOffset + s * Tile::kABytes) + warpgroup * 64 * Tile::kBk;
+        const std::uint32_t b_base = smem_addr(smem + Tile::kBOffset + s * Tile::kBBytes);
+
+        wgmma_fence_operands(accumulator);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < Tile::kBk / 32; ++k) {
+          wgmma_m64k32_e4m3<Tile::kBn>(accumulator, wgmma_desc_k128_sw128(a_base + k * 32),
+                                       wgmma_desc_k128_sw128(b_base + k * 32), k > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(accumulator);
+        if (lane == 0) mbarrier_arrive(&empty[s]);
+
+        const float scale_lo = a_scale_lo * w_scale;
+        const float scale_hi = a_scale_hi * w_scale;
+#pragma unroll
+        for (int i = 0; i < Tile::kAccumulators / 4; ++i) {
+          result[4 * i + 0] += accumulator[4 * i + 0] * scale_lo;
+          result[4 * i + 1] += accumulator[4 * i + 1] * scale_lo;
+          result[4 * i + 2] += accumulator[4 * i + 2] * scale_hi;
+          result[4 * i + 3] += accumulator[4 * i + 3] * scale_hi;
+        }
+      }
+
+      // ---- epilogue: this warpgroup's 64 x kBn block ----
+      const int named_barrier = 1 + warpgroup;
+      if (is_store_thread) tma_store_wait_read();  // the previous tile's stores left d_tile
+      named_barrier_sync(named_barrier, 128);
+      const int col_in_group = 2 * (lane % 4);
+#pragma unroll
+      for (int i = 0; i < Tile::kAccumulators / 4; ++i) {
+        const int col = i * 8 + col_in_group;  // column inside the tile
+        const int global_col = n_tile * Tile::kBn + col;
+        float bias0 = 0.0F;
+        float bias1 = 0.0F;
+        if (global_col < args.n) {  // N % 16 == 0: col and col + 1 are both in range or both out
+          if (args.bias_f32 != nullptr) {
+            bias0 = args.bias_f32[global_col];
+            bias1 = args.bias_f32[global_col + 1];
+          } else if (args.bias_bf16 != nullptr) {
+            bias0 = bf16_bits_to_float(args.bias_bf16[global_col]);
+            bias1 = bf16_bits_to_float(args.bias_bf16[global_col + 1]);
+          }
+        }
+        const __nv_bfloat162 lo =
+            __floats2bfloat162_rn(result[4 * i + 0] + bias0, result[4 * i + 1] + bias1);
+        const __nv_bfloat162 hi =
+            __floats2bfloat162_rn(result[4 * i + 2] + bias0, result[4 * i + 3] + bias1);
+        // Staging box b holds tile columns [64b, 64b + 64) as [64 rows][128 bytes], with the
+        // 16-byte unit u of row r stored at unit u ^ (r % 8) (TMA's 128-byte swizzle).
+        const int box = col / Tile::kStoreBoxCols;
+        const int unit = (col % Tile::kStoreBoxCols) / 8;
+        const int byte_in_unit = (col % 8) * 2;
+        const int r_lo = row_lo - warpgroup * 64;
+        const int r_hi = r_lo + 8;
+        std::uint8_t* box_base = d_tile + box * Tile::kStoreBoxBytes;
+        *reinterpret_cast<__nv_bfloat162*>(box_base + r_lo * 128 + ((unit ^ (r_lo % 8)) * 16) +
+                                           byte_in_unit) = lo;
+        *reinterpret_cast<__nv_bfloat162*>(box_base + r_hi * 128 + ((unit ^ (r_hi % 8)) * 16) +
+                                           byte_in_unit) = hi;
+      }
+      fence_proxy_async_shared();  // make the generic-proxy writes visible to TMA
+      named_barrier_sync(named_barrier, 128);
+      if (is_store_thread) {
+#pragma unroll
+        for (int box = 0; box < Tile::kBn / Tile::kStoreBoxCols; ++box) {
+          tma_store_2d(&map_out, d_tile + box * Tile::kStoreBoxBytes,
+                       n_tile * Tile::kBn + box * Tile::kStoreBoxCols,
+                       m_tile * Tile::kBm + warpgroup * 64);
+        }
+        tma_store_commit();
+      }
+    }
+    if (is_store_thread) tma_store_wait_all();
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // built without sm_90a features: never run silently as a no-op
+#endif
+}
+
+}  // namespace mxq::linear::device

@@ -1,0 +1,627 @@
+// The decode-regime MXFP4 MoE forward: see include/mxq/moe/cuda_moe.h for the pipeline.
+//
+// GEMM kernels: one block = 16 output rows (channels) x one tile of <= 8 tokens of one expert,
+// 4 warps splitting K. Lane (r = lane/4, c = lane%4) streams 16-byte chunks (one MXFP4 block of
+// 32 values) of rows r and r+8 and feeds them to m16n8k16 bf16 mma. The mma's k order is
+// permuted consistently on both operands: in k-step s of a 128-wide chunk, lane c contributes
+// elements 32c + 4s .. 32c + 4s + 3, so every lane decodes only bytes of its own MX block and
+// applies one scale per block; the activations in shared memory are read with the same map.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "mxfp4_mma.cuh"
+#include "mxq/core/cuda_check.h"
+#include "mxq/core/error.h"
+#include "mxq/moe/cuda_moe.h"
+
+namespace mxq::moe::cuda {
+namespace {
+
+constexpr int kTileTokens = 8;  // mma n
+constexpr int kTileRows = 16;   // mma m
+constexpr int kGemmWarps = 4;   // split-K warps per block
+constexpr int kChunk = 128;     // K elements per lane-quad per iteration (4 MX blocks)
+constexpr int kMaxTopK = 8;
+
+struct Workspace {
+  int* topk_ids;       // [T*k] (router output)
+  float* topk_w;       // [T*k]
+  float* logits;       // [T, E_global] (router output)
+  int* num_tiles;      // [1]
+  int* slot_pair;      // [T*k] pair index of each expert-sorted slot
+  int* pair_slot;      // [T*k] slot of each pair, -1 when the expert is not local
+  int* tile_expert;    // [max_tiles]
+  int* tile_slot0;     // [max_tiles]
+  int* tile_rows;      // [max_tiles]
+  __nv_bfloat16* act;  // [T*k, I]
+  float* y;            // [T*k, H]
+};
+
+std::size_t align_up(std::size_t n) { return (n + 255) / 256 * 256; }
+
+int max_tiles_for(int pairs, int experts) {
+  return std::min(pairs, experts) + pairs / kTileTokens + 1;
+}
+
+template <typename Visit>
+std::size_t layout(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens, Visit&& visit) {
+  const std::size_t pairs = static_cast<std::size_t>(max_tokens) * p.top_k;
+  const std::size_t tiles =
+      static_cast<std::size_t>(max_tiles_for(static_cast<int>(pairs), w.num_local_experts));
+  std::size_t offset = 0;
+  const auto take = [&](std::size_t bytes) {
+    const std::size_t at = offset;
+    offset += align_up(bytes);
+    return at;
+  };
+  const std::size_t logits = static_cast<std::size_t>(max_tokens) * w.num_global_experts;
+  // Named, in order: function arguments would be evaluated in an unspecified order.
+  const std::size_t ids = take(pairs * sizeof(int));
+  const std::size_t weights = take(pairs * sizeof(float));
+  const std::size_t logit_rows = take(logits * sizeof(float));
+  const std::size_t num_tiles = take(sizeof(int));
+  const std::size_t slot_pair = take(pairs * sizeof(int));
+  const std::size_t pair_slot = take(pairs * sizeof(int));
+  const std::size_t tile_expert = take(tiles * sizeof(int));
+  const std::size_t tile_slot0 = take(tiles * sizeof(int));
+  const std::size_t tile_rows = take(tiles * sizeof(int));
+  const std::size_t act = take(pairs * static_cast<std::size_t>(w.inter) * 2);
+  const std::size_t y = take(pairs * static_cast<std::size_t>(w.hidden) * 4);
+  visit(ids, weights, logit_rows, num_tiles, slot_pair, pair_slot, tile_expert, tile_slot0,
+        tile_rows, act, y);
+  return offset;
+}
+
+Workspace carve(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens, void* base) {
+  auto* bytes = static_cast<char*>(base);
+  Workspace ws{};
+  layout(w, p, max_tokens,
+         [&](std::size_t ids, std::size_t tw, std::size_t logits, std::size_t ntiles,
+             std::size_t slot_pair, std::size_t pair_slot, std::size_t texp, std::size_t tslot,
+             std::size_t trows, std::size_t act, std::size_t y) {
+           ws.topk_ids = reinterpret_cast<int*>(bytes + ids);
+           ws.topk_w = reinterpret_cast<float*>(bytes + tw);
+           ws.logits = reinterpret_cast<float*>(bytes + logits);
+           ws.num_tiles = reinterpret_cast<int*>(bytes + ntiles);
+           ws.slot_pair = reinterpret_cast<int*>(bytes + slot_pair);
+           ws.pair_slot = reinterpret_cast<int*>(bytes + pair_slot);
+           ws.tile_expert = reinterpret_cast<int*>(bytes + texp);
+           ws.tile_slot0 = reinterpret_cast<int*>(bytes + tslot);
+           ws.tile_rows = reinterpret_cast<int*>(bytes + trows);
+           ws.act = reinterpret_cast<__nv_bfloat16*>(bytes + act);
+           ws.y = reinterpret_cast<float*>(bytes + y);
+         });
+  return ws;
+}
+
+__device__ __forceinline__ float bf16_bits_to_float(std::uint16_t bits) {
+  return __uint_as_float(static_cast<std::uint32_t>(bits) << 16);
+}
+
+// ---- 1. routing: logits = x . Wr^T + br (fp32), one warp per (token, expert) --------------
+constexpr int kRouterWarps = 8;
+
+__global__ void __launch_bounds__(kRouterWarps * 32)
+    router_logits_kernel(const std::uint16_t* __restrict__ x,
+                         const std::uint16_t* __restrict__ router_w,
+                         const std::uint16_t* __restrict__ router_b, int hidden, int experts,
+                         float* __restrict__ logits) {
+  const int t = blockIdx.y;
+  const int e = blockIdx.x * kRouterWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (e >= experts) return;
+  const uint4* xrow = reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(t) * hidden);
+  const uint4* wrow =
+      reinterpret_cast<const uint4*>(router_w + static_cast<std::size_t>(e) * hidden);
+  float acc = 0.0F;
+  for (int v = lane; v < hidden / 8; v += 32) {
+    const uint4 xa = __ldg(xrow + v);
+    const uint4 wa = __ldg(wrow + v);
+    const std::uint32_t xs[4] = {xa.x, xa.y, xa.z, xa.w};
+    const std::uint32_t ws[4] = {wa.x, wa.y, wa.z, wa.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      acc = fmaf(__uint_as_float(xs[i] << 16), __uint_as_float(ws[i] << 16), acc);
+      acc = fmaf(__uint_as_float(xs[i] & 0xFFFF0000U), __uint_as_float(ws[i] & 0xFFFF0000U), acc);
+    }
+  }
+  for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xFFFFFFFFU, acc, offset);
+  if (lane == 0) {
+    logits[static_cast<std::size_t>(t) * experts + e] =
+        acc + (router_b != nullptr ? bf16_bits_to_float(router_b[e]) : 0.0F);
+  }
+}
+
+// ---- 2. top-k + softmax (when routing), expert lists and 8-token tiles, in one block -------
+// Slots within an expert are assigned with shared-memory atomics: their order varies, but each
+// slot's result depends only on its own token and expert, so outputs are deterministic.
+constexpr int kListThreads = 1024;
+
+// The routing order: larger logit first, equal logits by lower expert id, NaN below every
+// number; id -1 is "nothing yet".
+__device__ __forceinline__ bool ranks_above(float v, int id, float best, int best_id) {
+  if (id < 0) return false;
+  if (best_id < 0) return true;
+  const bool v_nan = v != v;
+  const bool best_nan = best != best;
+  if (v_nan != best_nan) return best_nan;
+  if (!v_nan && v != best) return v > best;
+  return id < best_id;
+}
+
+__global__ void __launch_bounds__(kListThreads)
+    topk_lists_kernel(const float* __restrict__ logits, int router_experts, int top_k, int tokens,
+                      const int* topk_ids, int* routed_ids, float* routed_w, int first_expert,
+                      int experts, Workspace ws) {
+  extern __shared__ int lists_smem[];
+  int* counts = lists_smem;                   // [E]
+  int* offsets = counts + experts;            // [E+1]
+  int* tile_offsets = offsets + experts + 1;  // [E+1]
+  int* cursor = tile_offsets + experts + 1;   // [E]
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int pairs = tokens * top_k;
+  if (logits != nullptr) {
+    // Warp per token: k rounds of an argmax (larger logit first; ties: lower expert id; NaN
+    // never wins), then the softmax over the k chosen logits.
+    for (int t = warp; t < tokens; t += kListThreads / 32) {
+      const float* row = logits + static_cast<std::size_t>(t) * router_experts;
+      float chosen[kMaxTopK];
+      int chosen_id[kMaxTopK];
+#pragma unroll
+      for (int j = 0; j < kMaxTopK; ++j) {
+        if (j >= top_k) break;
+        float best = 0.0F;
+        int best_id = -1;
+        for (int e = lane; e < router_experts; e += 32) {
+          bool taken = false;
+#pragma unroll
+          for (int q = 0; q < kMaxTopK; ++q) taken = taken || (q < j && chosen_id[q] == e);
+          if (!taken && ranks_above(row[e], e, best, best_id)) {
+            best = row[e];
+            best_id = e;
+          }
+        }
+        for (int offset = 16; offset > 0; offset /= 2) {
+          const float other = __shfl_xor_sync(0xFFFFFFFFU, best, offset);
+          const int other_id = __shfl_xor_sync(0xFFFFFFFFU, best_id, offset);
+          if (ranks_above(other, other_id, best, best_id)) {
+            best = other;
+            best_id = other_id;
+          }
+        }
+        chosen[j] = best;
+        chosen_id[j] = best_id;
+      }
+      if (lane == 0) {
+        float sum = 0.0F;
+        for (int j = 0; j < top_k; ++j) sum += expf(chosen[j] - chosen[0]);
+        for (int j = 0; j < top_k; ++j) {
+          routed_ids[t * top_k + j] = chosen_id[j];
+          routed_w[t * top_k + j] = expf(chosen[j] - chosen[0]) / sum;
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int e = threadIdx.x; e < experts; e += kListThreads) {
+    counts[e] = 0;
+    cursor[e] = 0;
+  }
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += kListThreads) {
+    const int e = topk_ids[p] - first_expert;
+    if (e >= 0 && e < experts) atomicAdd(&counts[e], 1);
+  }
+  __syncthreads();
+  if (warp == 0) {  // exclusive scans of slots and tiles: lane l owns a run of experts
+    const int per_lane = (experts + 31) / 32;
+    const int begin = min(lane * per_lane, experts);
+    const int end = min(begin + per_lane, experts);
+    int slots = 0;
+    int tiles = 0;
+    for (int e = begin; e < end; ++e) {
+      slots += counts[e];
+      tiles += (counts[e] + kTileTokens - 1) / kTileTokens;
+    }
+    int slot_prefix = slots;
+    int tile_prefix = tiles;
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const int s_up = __shfl_up_sync(0xFFFFFFFFU, slot_prefix, offset);
+      const int t_up = __shfl_up_sync(0xFFFFFFFFU, tile_prefix, offset);
+      if (lane >= offset) {
+        slot_prefix += s_up;
+        tile_prefix += t_up;
+      }
+    }
+    slots = slot_prefix - slots;
+    tiles = tile_prefix - tiles;
+    for (int e = begin; e < end; ++e) {
+      offsets[e] = slots;
+      tile_offsets[e] = tiles;
+      slots += counts[e];
+      tiles += (counts[e] + kTileTokens - 1) / kTileTokens;
+    }
+    if (lane == 31) {
+      offsets[experts] = slot_prefix;
+      tile_offsets[experts] = tile_prefix;
+      *ws.num_tiles = tile_prefix;
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < experts; e += kListThreads) {
+    const int count = counts[e];
+    for (int i = 0; i * kTileTokens < count; ++i) {
+      const int tile = tile_offsets[e] + i;
+      ws.tile_expert[tile] = e;
+      ws.tile_slot0[tile] = offsets[e] + i * kTileTokens;
+      ws.tile_rows[tile] = min(kTileTokens, count - i * kTileTokens);
+    }
+  }
+  for (int p = threadIdx.x; p < pairs; p += kListThreads) {
+    const int e = topk_ids[p] - first_expert;
+    if (e >= 0 && e < experts) {
+      const int slot = offsets[e] + atomicAdd(&cursor[e], 1);
+      ws.slot_pair[slot] = p;
+      ws.pair_slot[p] = slot;
+    } else {
+      ws.pair_slot[p] = -1;
+    }
+  }
+}
+
+// ---- 3/4. grouped GEMMs ---------------------------------------------------------------------
+__device__ __forceinline__ float sigmoidf_(float z) { return 1.0F / (1.0F + expf(-z)); }
+
+__device__ __forceinline__ float apply_activation(GpuActivation kind, float g, float u, float alpha,
+                                                  float limit) {
+  switch (kind) {
+    case GpuActivation::kSwigluOai:
+      g = fminf(g, limit);
+      u = fminf(fmaxf(u, -limit), limit);
+      return (u + 1.0F) * g * sigmoidf_(alpha * g);
+    case GpuActivation::kSwigluClamp:
+      g = fminf(g, limit);
+      u = fminf(fmaxf(u, -limit), limit);
+      return g * sigmoidf_(g) * u;
+    case GpuActivation::kSwiglu:
+    default:
+      return g * sigmoidf_(g) * u;
+  }
+}
+
+// What one lane streams per 128-wide K chunk: its MX block of rows r and r+8 of every
+// accumulator set (GEMM1: gate and up) with their scales, and the matching 32 activations of its
+// token (B operand) — all loaded one chunk ahead of use.
+template <int kAcc>
+struct ChunkRegs {
+  uint4 w[kAcc][2];
+  std::uint32_t scale[kAcc][2];
+  uint4 x[4];
+};
+
+template <int kAcc>
+struct RowPair {
+  const std::uint8_t* row[kAcc][2];    // packed FP4 rows (r, r+8)
+  const std::uint8_t* scale[kAcc][2];  // their E8M0 scales
+};
+
+template <int kAcc>
+__device__ __forceinline__ void load_chunk(const RowPair<kAcc>& rp, const std::uint16_t* brow,
+                                           int k0, bool has_block, ChunkRegs<kAcc>& regs) {
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      regs.w[a][h] =
+          has_block ? detail::load_stream_16(rp.row[a][h] + k0 / 2) : make_uint4(0, 0, 0, 0);
+      regs.scale[a][h] = has_block ? __ldg(rp.scale[a][h] + k0 / 32) : 127U;
+    }
+  }
+  const bool has_x = has_block && brow != nullptr;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    regs.x[i] =
+        has_x ? __ldg(reinterpret_cast<const uint4*>(brow + k0) + i) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+template <int kAcc, bool kWideScales>
+__device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc>& regs, float (&acc)[kAcc][4]) {
+  detail::ScaleFactors f[kAcc][2];
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) f[a][h] = detail::e8m0_scale_factors(regs.scale[a][h]);
+  }
+  const std::uint32_t xw[16] = {regs.x[0].x, regs.x[0].y, regs.x[0].z, regs.x[0].w,
+                                regs.x[1].x, regs.x[1].y, regs.x[1].z, regs.x[1].w,
+                                regs.x[2].x, regs.x[2].y, regs.x[2].z, regs.x[2].w,
+                                regs.x[3].x, regs.x[3].y, regs.x[3].z, regs.x[3].w};
+#pragma unroll
+  for (int s = 0; s < 8; ++s) {
+#pragma unroll
+    for (int a = 0; a < kAcc; ++a) {
+      const std::uint32_t hw0 = detail::halfword(regs.w[a][0], s);
+      const std::uint32_t hw1 = detail::halfword(regs.w[a][1], s);
+      std::uint32_t frag[4];
+      if constexpr (kWideScales) {
+        frag[0] = detail::decode_e2m1x2(hw0 & 0xFFU, f[a][0]);
+        frag[1] = detail::decode_e2m1x2(hw1 & 0xFFU, f[a][1]);
+        frag[2] = detail::decode_e2m1x2(hw0 >> 8, f[a][0]);
+        frag[3] = detail::decode_e2m1x2(hw1 >> 8, f[a][1]);
+      } else {
+        frag[0] = detail::bf16x2_mul(detail::e2m1x2_to_bf16x2_unscaled(hw0 & 0xFFU), f[a][0].first);
+        frag[1] = detail::bf16x2_mul(detail::e2m1x2_to_bf16x2_unscaled(hw1 & 0xFFU), f[a][1].first);
+        frag[2] = detail::bf16x2_mul(detail::e2m1x2_to_bf16x2_unscaled(hw0 >> 8), f[a][0].first);
+        frag[3] = detail::bf16x2_mul(detail::e2m1x2_to_bf16x2_unscaled(hw1 >> 8), f[a][1].first);
+      }
+      detail::mma_bf16_16816(acc[a], frag, xw[2 * s], xw[2 * s + 1]);
+    }
+  }
+}
+
+// Streams K for rows r and r+8, this warp taking chunks warp, warp + 4, ...; loads run one
+// chunk ahead of the tensor-core work. Scales above 2 (E8M0 > 128) take a two-multiply decode.
+template <int kAcc>
+__device__ __forceinline__ void stream_k(const RowPair<kAcc>& rp, const std::uint16_t* brow,
+                                         int k_total, int warp, int lane, float (&acc)[kAcc][4]) {
+  const int c = lane % 4;
+  const int chunks = (k_total + kChunk - 1) / kChunk;
+  int chunk = warp;
+  if (chunk >= chunks) return;
+  ChunkRegs<kAcc> cur;
+  load_chunk(rp, brow, chunk * kChunk + 32 * c, chunk * kChunk + 32 * c < k_total, cur);
+  for (; chunk < chunks; chunk += kGemmWarps) {
+    ChunkRegs<kAcc> next;
+    const int next_k0 = (chunk + kGemmWarps) * kChunk + 32 * c;
+    load_chunk(rp, brow, next_k0, chunk + kGemmWarps < chunks && next_k0 < k_total, next);
+    bool wide = false;
+#pragma unroll
+    for (int a = 0; a < kAcc; ++a)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        wide = wide || (cur.scale[a][h] > 128U && cur.scale[a][h] != 255U);
+    if (__any_sync(0xFFFFFFFFU, wide)) {
+      mma_chunk<kAcc, true>(cur, acc);
+    } else {
+      mma_chunk<kAcc, false>(cur, acc);
+    }
+    cur = next;
+  }
+}
+
+// Sums the 4 warps' accumulators into warp 0's registers.
+template <int kAcc>
+__device__ __forceinline__ void reduce_warps(float (&acc)[kAcc][4], float* red, int warp,
+                                             int lane) {
+  if (warp != 0) {
+#pragma unroll
+    for (int a = 0; a < kAcc; ++a)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[((warp - 1) * kAcc * 4 + a * 4 + i) * 32 + lane] = acc[a][i];
+  }
+  __syncthreads();
+  if (warp == 0) {
+    for (int w = 1; w < kGemmWarps; ++w)
+#pragma unroll
+      for (int a = 0; a < kAcc; ++a)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[a][i] += red[((w - 1) * kAcc * 4 + a * 4 + i) * 32 + lane];
+  }
+}
+
+struct GemmArgs {
+  MoeDeviceWeights w;
+  MoeParams p;
+  const std::uint16_t* x;
+  int top_k;
+  Workspace ws;
+};
+
+__global__ void __launch_bounds__(kGemmWarps * 32) gemm1_swiglu_kernel(GemmArgs args) {
+  const int tile = blockIdx.y;
+  if (tile >= *args.ws.num_tiles) return;
+  __shared__ float red[(kGemmWarps - 1) * 2 * 4 * 32];
+  const int expert = args.ws.tile_expert[tile];
+  const int slot0 = args.ws.tile_slot0[tile];
+  const int rows = args.ws.tile_rows[tile];
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int n = lane / 4;  // this lane's token column of the B operand
+  const int hidden = args.w.hidden;
+  const std::uint16_t* brow =
+      n < rows
+          ? args.x + static_cast<std::size_t>(args.ws.slot_pair[slot0 + n] / args.top_k) * hidden
+          : nullptr;
+
+  const int ch0 = blockIdx.x * kTileRows;
+  const int r = lane / 4;
+  const std::size_t row_bytes = hidden / 2;
+  const std::size_t scale_row = hidden / 32;
+  const std::size_t base_row = static_cast<std::size_t>(expert) * 2 * args.w.inter_padded;
+  RowPair<2> rp;
+  for (int h = 0; h < 2; ++h) {
+    const std::size_t gate = base_row + ch0 + r + 8 * h;
+    const std::size_t up = gate + args.w.inter_padded;
+    rp.row[0][h] = args.w.w13 + gate * row_bytes;
+    rp.row[1][h] = args.w.w13 + up * row_bytes;
+    rp.scale[0][h] = args.w.w13_scale + gate * scale_row;
+    rp.scale[1][h] = args.w.w13_scale + up * scale_row;
+  }
+  float acc[2][4] = {};
+  stream_k<2>(rp, brow, hidden, warp, lane, acc);
+  reduce_warps<2>(acc, red, warp, lane);
+  if (warp != 0) return;
+
+  const int c = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int channel = ch0 + r + (i >= 2 ? 8 : 0);
+    const int col = 2 * c + (i & 1);
+    if (col >= rows) continue;
+    float g = acc[0][i];
+    float u = acc[1][i];
+    if (args.w.b13 != nullptr) {
+      g += bf16_bits_to_float(args.w.b13[base_row + channel]);
+      u += bf16_bits_to_float(args.w.b13[base_row + args.w.inter_padded + channel]);
+    }
+    const float out =
+        apply_activation(args.p.activation, g, u, args.p.swiglu_alpha, args.p.swiglu_limit);
+    args.ws.act[static_cast<std::size_t>(slot0 + col) * args.w.inter + channel] =
+        __float2bfloat16_rn(out);
+  }
+}
+
+__global__ void __launch_bounds__(kGemmWarps * 32) gemm2_kernel(GemmArgs args) {
+  const int tile = blockIdx.y;
+  if (tile >= *args.ws.num_tiles) return;
+  __shared__ float red[(kGemmWarps - 1) * 1 * 4 * 32];
+  const int expert = args.ws.tile_expert[tile];
+  const int slot0 = args.ws.tile_slot0[tile];
+  const int rows = args.ws.tile_rows[tile];
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int n = lane / 4;
+  const int inter = args.w.inter;
+  const std::uint16_t* brow = n < rows ? reinterpret_cast<const std::uint16_t*>(args.ws.act) +
+                                             static_cast<std::size_t>(slot0 + n) * inter
+                                       : nullptr;
+
+  const int h0 = blockIdx.x * kTileRows;
+  const int r = lane / 4;
+  const std::size_t row_bytes = args.w.inter_padded / 2;
+  const std::size_t scale_row = args.w.inter_padded / 32;
+  const std::size_t base_row = static_cast<std::size_t>(expert) * args.w.hidden;
+  RowPair<1> rp;
+  for (int h = 0; h < 2; ++h) {
+    const std::size_t row = base_row + h0 + r + 8 * h;
+    rp.row[0][h] = args.w.w2 + row * row_bytes;
+    rp.scale[0][h] = args.w.w2_scale + row * scale_row;
+  }
+  float acc[1][4] = {};
+  stream_k<1>(rp, brow, inter, warp, lane, acc);
+  reduce_warps<1>(acc, red, warp, lane);
+  if (warp != 0) return;
+
+  const int c = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int h = h0 + r + (i >= 2 ? 8 : 0);
+    const int col = 2 * c + (i & 1);
+    if (col >= rows) continue;
+    float v = acc[0][i];
+    if (args.w.b2 != nullptr && args.p.add_down_bias)
+      v += bf16_bits_to_float(args.w.b2[base_row + h]);
+    args.ws.y[static_cast<std::size_t>(slot0 + col) * args.w.hidden + h] = v;
+  }
+}
+
+// ---- 5. combine -----------------------------------------------------------------------------
+__global__ void combine_kernel(const float* __restrict__ y, const int* __restrict__ pair_slot,
+                               const float* __restrict__ topk_w, int top_k, int hidden,
+                               float* __restrict__ out_f32, std::uint16_t* __restrict__ out_bf16) {
+  const int t = blockIdx.y;
+  const int h = blockIdx.x * blockDim.x + threadIdx.x;
+  if (h >= hidden) return;
+  float sum = 0.0F;
+  for (int j = 0; j < top_k; ++j) {
+    const int slot = pair_slot[t * top_k + j];
+    if (slot >= 0) sum += topk_w[t * top_k + j] * y[static_cast<std::size_t>(slot) * hidden + h];
+  }
+  const std::size_t at = static_cast<std::size_t>(t) * hidden + h;
+  if (out_f32 != nullptr) out_f32[at] = sum;
+  if (out_bf16 != nullptr) {
+    out_bf16[at] = __bfloat16_as_ushort(__float2bfloat16_rn(sum));
+  }
+}
+
+std::size_t lists_smem_bytes(int experts) {
+  return (4 * static_cast<std::size_t>(experts) + 2) * 4;
+}
+
+}  // namespace
+
+const char* moe_decode_unsupported_reason(const MoeDeviceWeights& w, const MoeParams& p) {
+  if (w.hidden <= 0 || w.hidden % 32 != 0) return "hidden size must be a positive multiple of 32";
+  if (w.inter <= 0 || w.inter % 32 != 0)
+    return "intermediate size must be a positive multiple of 32";
+  if (w.inter_padded < w.inter || w.inter_padded % 32 != 0)
+    return "padded intermediate size must be a multiple of 32 and >= the intermediate size";
+  if (p.top_k < 1 || p.top_k > kMaxTopK) return "top-k must be in [1, 8]";
+  if (w.num_local_experts < 1 || w.num_local_experts > 1024) return "experts must be in [1, 1024]";
+  if (w.router_w != nullptr && (w.num_global_experts < p.top_k || w.num_global_experts > 1024))
+    return "router width must be in [top-k, 1024]";
+  return nullptr;
+}
+
+std::size_t moe_workspace_bytes(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens) {
+  return layout(w, p, max_tokens, [](auto...) {});
+}
+
+void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& run, void* workspace,
+                 std::size_t workspace_bytes, int max_tokens, cudaStream_t stream) {
+  if (const char* reason = moe_decode_unsupported_reason(w, p)) {
+    fail(ErrorCode::kUnsupported, "CUDA MoE decode tactic: ", reason);
+  }
+  MXQ_CHECK(run.tokens >= 0 && run.tokens <= max_tokens, ErrorCode::kOutOfRange,
+            "moe_forward: tokens: expected 0..", max_tokens, ", found ", run.tokens);
+  MXQ_CHECK(workspace_bytes >= moe_workspace_bytes(w, p, max_tokens), ErrorCode::kInvalidArgument,
+            "moe_forward: workspace: expected at least ", moe_workspace_bytes(w, p, max_tokens),
+            " bytes, found ", workspace_bytes);
+  MXQ_CHECK(run.topk_ids != nullptr || w.router_w != nullptr, ErrorCode::kInvalidArgument,
+            "moe_forward: no routing: give precomputed top-k ids/weights or router weights");
+  if (run.tokens == 0) return;
+  const auto mark = [&](int phase) {
+    if (run.phase_events != nullptr)
+      MXQ_CUDA_CHECK(cudaEventRecord(run.phase_events[phase], stream));
+  };
+  mark(0);
+  const Workspace ws = carve(w, p, max_tokens, workspace);
+  const int pairs = run.tokens * p.top_k;
+
+  const float* logits = nullptr;
+  if (run.topk_ids == nullptr) {
+    router_logits_kernel<<<dim3((w.num_global_experts + kRouterWarps - 1) / kRouterWarps,
+                                run.tokens),
+                           kRouterWarps * 32, 0, stream>>>(run.x, w.router_w, w.router_b, w.hidden,
+                                                           w.num_global_experts, ws.logits);
+    MXQ_CUDA_CHECK_LAUNCH();
+    logits = ws.logits;
+  }
+  const int* ids = logits != nullptr ? ws.topk_ids : run.topk_ids;
+  const float* weights = logits != nullptr ? ws.topk_w : run.topk_weights;
+  topk_lists_kernel<<<1, kListThreads, lists_smem_bytes(w.num_local_experts), stream>>>(
+      logits, w.num_global_experts, p.top_k, run.tokens, ids, ws.topk_ids, ws.topk_w,
+      w.first_local_expert, w.num_local_experts, ws);
+  MXQ_CUDA_CHECK_LAUNCH();
+
+  mark(1);
+  const int max_tiles = max_tiles_for(pairs, w.num_local_experts);
+  const GemmArgs args{w, p, run.x, p.top_k, ws};
+  gemm1_swiglu_kernel<<<dim3(w.inter / kTileRows, max_tiles), kGemmWarps * 32, 0, stream>>>(args);
+  MXQ_CUDA_CHECK_LAUNCH();
+  mark(2);
+  gemm2_kernel<<<dim3(w.hidden / kTileRows, max_tiles), kGemmWarps * 32, 0, stream>>>(args);
+  MXQ_CUDA_CHECK_LAUNCH();
+  mark(3);
+  combine_kernel<<<dim3((w.hidden + 255) / 256, run.tokens), 256, 0, stream>>>(
+      ws.y, ws.pair_slot, weights, p.top_k, w.hidden, run.out_f32, run.out_bf16);
+  MXQ_CUDA_CHECK_LAUNCH();
+  mark(4);
+}
+
+MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens,
+                                void* workspace) {
+  const Workspace ws = carve(w, p, max_tokens, workspace);
+  return {ws.topk_ids, ws.topk_w};
+}
+
+std::size_t moe_expert_weight_bytes(const MoeDeviceWeights& w) {
+  const std::size_t h = static_cast<std::size_t>(w.hidden);
+  const std::size_t i = static_cast<std::size_t>(w.inter);
+  const std::size_t w13 = 2 * i * (h / 2 + h / 32) + (w.b13 != nullptr ? 2 * i * 2 : 0);
+  const std::size_t w2 = h * (i / 2 + i / 32) + (w.b2 != nullptr ? h * 2 : 0);
+  return w13 + w2;
+}
+
+}  // namespace mxq::moe::cuda

@@ -1,0 +1,60 @@
+// `mxq --version`, `mxq info [--json]`, `--help` through the binary.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_test_support.h"
+#include "mxq/core/build_info.h"
+#include "mxq/core/env.h"
+
+namespace mxq {
+namespace {
+
+using testing::run_cli;
+using testing::ScratchDir;
+
+TEST(InfoCli, VersionPrintsTheLibraryVersion) {
+  const ScratchDir dir("mxq-cli-version");
+  const auto r = run_cli(dir, "--version");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "mxq " + build_info().version + "\n");
+}
+
+TEST(InfoCli, JsonListsBuildGpusCacheDirAndEveryRegisteredVariable) {
+  const ScratchDir dir("mxq-cli-info");
+  const auto r = run_cli(dir, "info --json", "MXQ_CACHE_DIR=/some/where MXQ_TYPO_VARIABLE=1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto info = nlohmann::json::parse(r.out);
+  EXPECT_EQ(info["version"], build_info().version);
+  EXPECT_EQ(info["build"]["cuda"], build_info().cuda);
+  EXPECT_TRUE(info["gpus"].is_array());
+  EXPECT_EQ(info["cache_dir"], "/some/where");
+  ASSERT_EQ(info["environment"].size(), env_registry().size());
+  for (std::size_t i = 0; i < env_registry().size(); ++i) {
+    EXPECT_EQ(info["environment"][i]["name"], std::string(env_registry()[i].name));
+  }
+  EXPECT_EQ(info["unknown_environment"], nlohmann::json::array({"MXQ_TYPO_VARIABLE"}));
+}
+
+TEST(InfoCli, HumanOutputFlagsBadValues) {
+  const ScratchDir dir("mxq-cli-info-bad");
+  const auto r = run_cli(dir, "info", "MXQ_NUM_THREADS=many");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("MXQ_NUM_THREADS"), std::string::npos);
+  EXPECT_NE(r.out.find("expected an integer, found 'many'"), std::string::npos) << r.out;
+}
+
+TEST(InfoCli, EveryCommandHasHelp) {
+  const ScratchDir dir("mxq-cli-help");
+  for (const std::string command :
+       {"", "info", "quantize", "quantize mxfp4", "quantize fp8-block", "dequantize"}) {
+    const auto r = run_cli(dir, command + " --help");
+    EXPECT_EQ(r.exit_code, 0) << command;
+    EXPECT_NE(r.out.find("Usage:"), std::string::npos) << command;
+  }
+  const auto none = run_cli(dir, "");
+  EXPECT_NE(none.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace mxq

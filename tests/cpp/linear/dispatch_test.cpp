@@ -1,0 +1,242 @@
+// Dispatch decisions on typed problems (no GPU needed: a problem names its device and arch):
+// the fast path only for {128,128} blocks, K % 128 == 0, N % 16 == 0, bf16 out, sm_90; the
+// fallback for every other block with multiples of 16; explain() naming the reasons; forced
+// tactics that do not apply failing with their reason.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <set>
+#include <string>
+
+#include "linear/linear_test_support.h"
+#include "mxq/linear/dispatch.h"
+
+namespace mxq::linear {
+namespace {
+
+using testing::code_of;
+using testing::message_of;
+
+bool cuda_tactics_built() { return find_tactic("cuda.sm90_wgmma.m128n128") != nullptr; }
+
+LinearProblem h200_problem(std::int64_t m, std::int64_t n, std::int64_t k, BlockShape block) {
+  LinearProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.block = block;
+  p.device = Device::cuda(0);
+  p.sm = 90;
+  p.sm_count = 132;
+  return p;
+}
+
+std::string reason_for(const Explanation& e, const std::string& tactic) {
+  for (const TacticRejection& r : e.rejected) {
+    if (r.tactic == tactic) return r.reason;
+  }
+  return "<not rejected>";
+}
+
+#define REQUIRE_CUDA_TACTICS() \
+  if (!cuda_tactics_built()) GTEST_SKIP() << "this build has no CUDA tactics"
+
+TEST(Dispatch, RegistryNamesAreUniqueAndEveryTacticHasARange) {
+  std::set<std::string> names;
+  for (const auto& tactic : linear_tactics()) {
+    EXPECT_TRUE(names.insert(tactic->name()).second) << tactic->name();
+    EXPECT_TRUE(tactic->tokens().contains(1)) << tactic->name();
+    EXPECT_EQ(find_tactic(tactic->name()), tactic.get());
+  }
+  EXPECT_NE(find_tactic("cpu.reference"), nullptr);
+  EXPECT_EQ(find_tactic("no-such-tactic"), nullptr);
+}
+
+TEST(Dispatch, DeepSeekBlocksTakeTheFastPathOnSm90) {
+  REQUIRE_CUDA_TACTICS();
+  for (const std::int64_t m : {1, 64, 128, 4096}) {
+    const Explanation e = explain(h200_problem(m, 7168, 2048, BlockShape{128, 128}));
+    ASSERT_NE(e.chosen, nullptr) << e.str();
+    EXPECT_EQ(e.chosen->kind(), TacticKind::kFast) << e.str();
+    EXPECT_EQ(e.chosen->name().rfind("cuda.sm90_wgmma.", 0), 0U) << e.str();
+  }
+  // Large M picks the 128x128 tile; decode-size M a 64-row tile.
+  EXPECT_EQ(explain(h200_problem(4096, 7168, 2048, {128, 128})).chosen->name(),
+            "cuda.sm90_wgmma.m128n128");
+  EXPECT_EQ(explain(h200_problem(64, 24576, 1536, {128, 128})).chosen->name(),
+            "cuda.sm90_wgmma.m64n128");
+  EXPECT_EQ(explain(h200_problem(64, 2112, 7168, {128, 128})).chosen->name(),
+            "cuda.sm90_wgmma.m64n64");
+}
+
+TEST(Dispatch, BlockShapeIsAValueWhereverItComesFrom) {
+  REQUIRE_CUDA_TACTICS();
+  // The seed bug compared a tuple with a list and never took the fast path. A typed BlockShape
+  // compares by value, however it was spelled.
+  const std::array<std::int64_t, 2> as_list = {128, 128};
+  const BlockShape from_text = parse_block_shape("128x128");
+  const BlockShape from_list{as_list[0], as_list[1]};
+  const BlockShape from_literal{128, 128};
+  EXPECT_EQ(from_text, from_literal);
+  EXPECT_EQ(from_list, from_literal);
+  for (const BlockShape block : {from_text, from_list, from_literal}) {
+    EXPECT_EQ(explain(h200_problem(128, 4096, 7168, block)).chosen->kind(), TacticKind::kFast);
+  }
+}
+
+TEST(Dispatch, OtherBlockShapesTakeTheFallbackAndSayWhy) {
+  REQUIRE_CUDA_TACTICS();
+  for (const BlockShape block : {BlockShape{128, 64}, BlockShape{64, 64}, BlockShape{256, 128},
+                                 BlockShape{32, 32}, BlockShape{64, 128}}) {
+    const Explanation e = explain(h200_problem(64, 4096, 7168, block));
+    ASSERT_NE(e.chosen, nullptr) << e.str();
+    EXPECT_EQ(e.chosen->kind(), TacticKind::kFallback) << e.str();
+    EXPECT_EQ(e.chosen->name().rfind("cuda.mma_sync.", 0), 0U) << e.str();
+    const std::string reason = reason_for(e, "cuda.sm90_wgmma.m128n128");
+    EXPECT_NE(reason.find("needs 128x128 weight blocks; the block is " + to_string(block)),
+              std::string::npos)
+        << reason;
+    EXPECT_NE(e.chosen_because.find("no fast tactic supports the problem"), std::string::npos)
+        << e.chosen_because;
+  }
+  // Blocks whose K extent is not a multiple of 64 use 32-byte K chunks.
+  EXPECT_EQ(explain(h200_problem(256, 4096, 7168, {32, 32})).chosen->name(),
+            "cuda.mma_sync.m64n128k32");
+  EXPECT_EQ(explain(h200_problem(8, 4096, 7168, {64, 64})).chosen->name(),
+            "cuda.mma_sync.m16n64k64");
+  EXPECT_EQ(explain(h200_problem(4096, 4096, 7168, {64, 64})).chosen->name(),
+            "cuda.mma_sync.m128n128k64");
+}
+
+TEST(Dispatch, RaggedKOrNOrF32OutputFallBack) {
+  REQUIRE_CUDA_TACTICS();
+  {
+    const Explanation e = explain(h200_problem(64, 4096, 7000, {128, 128}));
+    EXPECT_EQ(e.chosen->kind(), TacticKind::kFallback) << e.str();
+    EXPECT_EQ(reason_for(e, "cuda.sm90_wgmma.m64n128"), "needs K % 128 == 0; K = 7000");
+  }
+  {
+    const Explanation e = explain(h200_problem(64, 4104, 7168, {128, 128}));
+    EXPECT_EQ(e.chosen->kind(), TacticKind::kFallback) << e.str();
+    EXPECT_EQ(reason_for(e, "cuda.sm90_wgmma.m64n128"), "needs N % 16 == 0; N = 4104");
+  }
+  {
+    LinearProblem p = h200_problem(64, 4096, 7168, {128, 128});
+    p.out_dtype = DType::kF32;
+    const Explanation e = explain(p);
+    EXPECT_EQ(e.chosen->kind(), TacticKind::kFallback) << e.str();
+    EXPECT_EQ(reason_for(e, "cuda.sm90_wgmma.m64n128"), "needs bf16 output; the output is f32");
+  }
+  {
+    // N % 16 == 0 but not a multiple of the tile: still fast (TMA clips the edge).
+    const Explanation e = explain(h200_problem(3, 4112, 7168, {128, 128}));
+    EXPECT_EQ(e.chosen->kind(), TacticKind::kFast) << e.str();
+  }
+}
+
+TEST(Dispatch, PackedUe8m0ScalesAndBiasDoNotChangeTheDecision) {
+  REQUIRE_CUDA_TACTICS();
+  LinearProblem p = h200_problem(64, 4096, 7168, {128, 128});
+  const std::string plain = explain(p).chosen->name();
+  p.weight_scales = ScaleLayout::kPackedUe8m0;
+  p.activation_scales = ScaleMode::kUe8m0;
+  p.has_bias = true;
+  EXPECT_EQ(explain(p).chosen->name(), plain);
+}
+
+TEST(Dispatch, OtherGpusAndBlocksNotAMultipleOf16HaveNoCudaTactic) {
+  REQUIRE_CUDA_TACTICS();
+  {
+    LinearProblem p = h200_problem(64, 4096, 7168, {128, 128});
+    p.sm = 89;
+    const Explanation e = explain(p);
+    EXPECT_EQ(e.chosen, nullptr) << e.str();
+    EXPECT_EQ(reason_for(e, "cuda.sm90_wgmma.m128n128"),
+              "needs an sm_90 GPU (H100/H200: wgmma and TMA); the device is sm_89");
+    EXPECT_EQ(reason_for(e, "cuda.mma_sync.m64n128k64"),
+              "this build has machine code for sm_90a only; the device is sm_89");
+    EXPECT_EQ(code_of([&] { (void)select_tactic(p); }), ErrorCode::kUnsupported);
+  }
+  {
+    const LinearProblem p = h200_problem(64, 4096, 7168, {100, 128});
+    const std::string message = message_of([&] { (void)select_tactic(p); });
+    EXPECT_NE(message.find("no tactic supports"), std::string::npos) << message;
+    EXPECT_NE(message.find("needs block extents that are multiples of 16; the block is 100x128"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(code_of([&] { (void)select_tactic(p); }), ErrorCode::kUnsupported);
+  }
+}
+
+TEST(Dispatch, ForcedTacticsRunOnlyWhereSupported) {
+  REQUIRE_CUDA_TACTICS();
+  const LinearProblem p64 = h200_problem(64, 4096, 7168, {64, 64});
+  const std::string fast = message_of([&] { (void)select_tactic(p64, "fast"); });
+  EXPECT_NE(fast.find("no fast tactic supports"), std::string::npos) << fast;
+  EXPECT_NE(fast.find("needs 128x128 weight blocks; the block is 64x64"), std::string::npos)
+      << fast;
+
+  const std::string named =
+      message_of([&] { (void)select_tactic(p64, "cuda.sm90_wgmma.m128n128"); });
+  EXPECT_NE(named.find("tactic cuda.sm90_wgmma.m128n128 does not support"), std::string::npos)
+      << named;
+  EXPECT_NE(named.find("needs 128x128 weight blocks; the block is 64x64"), std::string::npos)
+      << named;
+
+  EXPECT_EQ(code_of([&] { (void)select_tactic(p64, "no-such-tactic"); }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(select_tactic(p64, "fallback").kind(), TacticKind::kFallback);
+  EXPECT_EQ(select_tactic(p64, "cuda.mma_sync.m128n128k64").name(), "cuda.mma_sync.m128n128k64");
+
+  // Forcing the fallback where the fast path applies is allowed.
+  const LinearProblem p128 = h200_problem(64, 4096, 7168, {128, 128});
+  EXPECT_EQ(select_tactic(p128, "fallback").kind(), TacticKind::kFallback);
+  const Explanation e = explain(p128, "fallback");
+  EXPECT_NE(reason_for(e, "cuda.sm90_wgmma.m128n128").find("not requested (--tactic fallback)"),
+            std::string::npos);
+}
+
+TEST(Dispatch, CpuProblemsUseTheReferenceByDefault) {
+  LinearProblem p;
+  p.m = 4;
+  p.n = 64;
+  p.k = 256;
+  p.block = {100, 100};  // the CPU tactics take any block
+  const Explanation e = explain(p);
+  ASSERT_NE(e.chosen, nullptr) << e.str();
+  EXPECT_EQ(e.chosen->name(), "cpu.reference");
+  EXPECT_EQ(select_tactic(p, "fallback").name(), "cpu.blocked_f32.n64");
+  if (cuda_tactics_built()) {
+    EXPECT_EQ(reason_for(e, "cuda.sm90_wgmma.m128n128"),
+              "needs a CUDA device; the problem is on cpu");
+    EXPECT_EQ(code_of([&] { (void)select_tactic(p, "fast"); }), ErrorCode::kUnsupported);
+  }
+}
+
+TEST(Dispatch, ExplainListsEveryTacticNotChosen) {
+  const LinearProblem p =
+      cuda_tactics_built() ? h200_problem(4096, 7168, 2048, {128, 128}) : LinearProblem{4, 64, 256};
+  const Explanation e = explain(p);
+  ASSERT_NE(e.chosen, nullptr);
+  EXPECT_EQ(e.rejected.size() + 1, linear_tactics().size());
+  const std::string text = e.str();
+  EXPECT_NE(text.find("chosen:    " + e.chosen->name()), std::string::npos) << text;
+  for (const TacticRejection& r : e.rejected) {
+    EXPECT_FALSE(r.reason.empty()) << r.tactic;
+    EXPECT_NE(text.find(r.tactic + ": " + r.reason), std::string::npos) << text;
+  }
+}
+
+TEST(Dispatch, TacticsDescribeTheirTiles) {
+  REQUIRE_CUDA_TACTICS();
+  const LinearTactic* fast = find_tactic("cuda.sm90_wgmma.m128n128");
+  const auto params = fast->params();
+  ASSERT_GE(params.size(), 2U);
+  EXPECT_EQ(params[0].name, "block_m");
+  EXPECT_EQ(params[0].value, 128);
+  EXPECT_EQ(params[1].name, "block_n");
+  EXPECT_EQ(params[1].value, 128);
+}
+
+}  // namespace
+}  // namespace mxq::linear
