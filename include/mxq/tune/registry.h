@@ -2,10 +2,10 @@
 // frozen (immutable, so lookups can hold plain pointers into it). Its hash enters the cache
 // fingerprint: a cache tuned against another set of tactics is not served.
 //
-// Built-in tactics: every source file named `*_tactics.cpp` under src/ (and `*_tactics.cu` /
-// `*_tactics.cpp` under src/cuda/ when CUDA is built) defines
+// Built-in tactics: every source file named `*_autotune.cpp` under src/ (and `*_autotune.cu` /
+// `*_autotune.cpp` under src/cuda/ when CUDA is built) defines
 //     void mxq::tune::register_<file stem>(mxq::tune::TacticRegistry&);
-// e.g. src/cpu/toy_gemm/toy_gemm_tactics.cpp defines register_toy_gemm_tactics(). CMake
+// e.g. src/cpu/toy_gemm/toy_gemm_autotune.cpp defines register_toy_gemm_autotune(). CMake
 // generates the list that calls them all (cmake/MxqTactics.cmake), so adding an op's tactics
 // means adding one file.
 #pragma once

@@ -127,6 +127,65 @@ TEST(MergePasses, TargetThenDraftGiveTheUnionAndANewProcessServesBothWithoutTuni
   std::set<std::string> cli_keys;
   for (const CacheEntry& e : merged_by_cli.file.entries) cli_keys.insert(e.key());
   EXPECT_EQ(cli_keys, all_keys);
+
+  // The inspection commands see the same: diff names the draft-only keys, show and ls count.
+  const testing::ProcessResult diff = testing::run_cli({"cache", "diff", target_only, union_path});
+  EXPECT_EQ(diff.exit_code, 1) << diff.err;
+  for (const std::string& key : all_keys) {
+    const bool only_in_draft = target_keys.count(key) == 0;
+    EXPECT_EQ(diff.out.find("+ " + key + ":") != std::string::npos, only_in_draft) << key;
+  }
+  EXPECT_EQ(testing::run_cli({"cache", "diff", union_path, union_path}).exit_code, 0);
+  const testing::ProcessResult show = testing::run_cli({"cache", "show", union_path, "--json"});
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  EXPECT_EQ(nlohmann::json::parse(show.out)["entries"].size(), all_keys.size());
+  const testing::ProcessResult ls =
+      testing::run_cli({"cache", "ls", dir.path().string(), "--json"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  const nlohmann::json listing = nlohmann::json::parse(ls.out);
+  std::map<std::string, std::size_t> counts;
+  for (const auto& f : listing["files"]) {
+    counts[std::filesystem::path(f["path"].get<std::string>()).filename().string()] =
+        f.value("entries", std::size_t{0});
+    EXPECT_EQ(f["status"], "this machine") << f.dump();
+  }
+  EXPECT_EQ(counts["deployment.json"], all_keys.size());
+  EXPECT_EQ(counts["target.json"], target_keys.size());
+  EXPECT_EQ(counts["draft.json"], draft_keys.size());
+  EXPECT_EQ(counts.size(), 4U);  // .lock files are not listed
+}
+
+TEST(MergePasses, EachWinnerIsSavedAtOnceAndLeavingByAnExceptionSavesTheRest) {
+  TempDir dir;
+  const std::string path = dir.file("cache.json");
+  const Problem problem = toy_gemm_problem(64, 64);
+  Autotuner tuner(tune_config(path));
+  {
+    TuningSession session(tuner, "target");
+    ASSERT_EQ(session.tune(problem, 1).status, TuneStatus::kTuned);
+    // Saved before the session ends: a process killed now keeps it.
+    ASSERT_EQ(read_cache_file(path).file.entries.size(), 1U);
+  }
+  // Saving fails for a while (the lock file cannot be opened: a directory stands in its way);
+  // the winners stay in memory, and the scope's exit, by an exception, saves them.
+  std::filesystem::remove(path + ".lock");
+  std::filesystem::create_directory(path + ".lock");
+  try {
+    TuningSession session(tuner, "draft");
+    ASSERT_EQ(session.tune(problem, 2).status, TuneStatus::kTuned);
+    ASSERT_EQ(session.tune(problem, 4).status, TuneStatus::kTuned);
+    EXPECT_EQ(read_cache_file(path).file.entries.size(), 1U) << "saving was supposed to fail";
+    std::filesystem::remove(path + ".lock");
+    throw std::runtime_error("the serving engine failed to start");
+  } catch (const std::runtime_error&) {
+  }
+  const ReadResult after = read_cache_file(path);
+  ASSERT_EQ(after.status, ReadStatus::kOk);
+  EXPECT_EQ(after.file.entries.size(), 3U);
+  bool warned = false;
+  for (const std::string& w : tuner.warnings())
+    warned |= w.find("could not be saved") != std::string::npos;
+  EXPECT_TRUE(warned);
 }
 
 }  // namespace

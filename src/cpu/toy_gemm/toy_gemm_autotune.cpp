@@ -108,7 +108,7 @@ Tactic make(std::string variant, TacticParams params, TokenRange tokens,
 
 }  // namespace
 
-void register_toy_gemm_tactics(TacticRegistry& registry) {
+void register_toy_gemm_autotune(TacticRegistry& registry) {
   OpSpec op;
   op.name = std::string(kToyGemmOp);
   op.backend = Backend::kCpu;
