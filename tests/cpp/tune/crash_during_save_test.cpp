@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <set>
@@ -57,7 +58,9 @@ TEST(CrashDuringSave, KilledWritersLeaveACompleteOldOrNewVersion) {
   TempDir dir;
   const std::string path = dir.file("cache.json");
   std::mt19937 rng(20261202);
-  std::uniform_int_distribution<int> delay_us(0, 40000);
+  // Kills land at random points in [0, max_delay_us); the range adapts so that most kills hit
+  // a writer that has started saving (slow builds, e.g. with sanitizers, need longer).
+  int max_delay_us = 20000;
   std::size_t previous = 0;
   int grew = 0;
   constexpr int kKills = 40;
@@ -65,7 +68,8 @@ TEST(CrashDuringSave, KilledWritersLeaveACompleteOldOrNewVersion) {
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) save_forever(path);
-    std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(std::uniform_int_distribution<int>(0, max_delay_us)(rng)));
     ASSERT_EQ(::kill(pid, SIGKILL), 0);
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -74,6 +78,7 @@ TEST(CrashDuringSave, KilledWritersLeaveACompleteOldOrNewVersion) {
     const ReadResult read = read_cache_file(path);
     if (read.status == ReadStatus::kMissing) {
       ASSERT_EQ(previous, 0U) << "the file vanished";
+      max_delay_us = std::min(max_delay_us * 3 / 2, 2000000);
       continue;
     }
     ASSERT_EQ(read.status, ReadStatus::kOk) << "kill " << kill << ": " << read.problem;
@@ -89,6 +94,8 @@ TEST(CrashDuringSave, KilledWritersLeaveACompleteOldOrNewVersion) {
       ASSERT_EQ(e, entry(static_cast<int>(e.problem.dim("N") / 8 - 1))) << "entry changed";
     }
     grew += n > previous ? 1 : 0;
+    if (n == previous) max_delay_us = std::min(max_delay_us * 3 / 2, 2000000);
+    if (n > previous + 4 * kEntriesPerSave) max_delay_us = std::max(max_delay_us * 2 / 3, 1000);
     previous = n;
     if (kill % 8 == 0 || kill == kKills - 1) {
       const testing::ProcessResult verify = testing::run_cli({"cache", "verify", path});
