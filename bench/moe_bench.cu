@@ -452,42 +452,44 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
         touched * static_cast<double>(moe::cuda::moe_expert_weight_bytes(w));
     const double flops = 2.0 * tokens * k * (3.0 * static_cast<double>(inter) * hidden);
 
-    // Whole forward: one graph per input set, replayed round-robin.
-    std::vector<cudaGraphExec_t> graphs(kInputSets);
-    for (int s = 0; s < kInputSets; ++s) {
-      run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
-      cudaGraph_t graph;
-      MXQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      moe::cuda::moe_forward(w, params, run, workspace, ws_bytes, max_tokens, stream);
-      MXQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-      MXQ_CUDA_CHECK(cudaGraphInstantiate(&graphs[s], graph, 0));
-      MXQ_CUDA_CHECK(cudaGraphDestroy(graph));
-    }
-    std::vector<float> total;
-    for (int i = 0; i < options.repeats + 5; ++i) {
-      MXQ_CUDA_CHECK(cudaEventRecord(start, stream));
-      MXQ_CUDA_CHECK(cudaGraphLaunch(graphs[i % kInputSets], stream));
-      MXQ_CUDA_CHECK(cudaEventRecord(stop, stream));
-      MXQ_CUDA_CHECK(cudaEventSynchronize(stop));
-      if (i >= 5) total.push_back(elapsed_us(start, stop));
-    }
-    for (auto& g : graphs) MXQ_CUDA_CHECK(cudaGraphExecDestroy(g));
-    // Phases: eager launches with events between them.
-    std::vector<std::vector<float>> phase(4);
-    run.phase_events = events.data();
-    for (int i = 0; i < options.repeats + 5; ++i) {
-      run.x = reinterpret_cast<const std::uint16_t*>(inputs[i % kInputSets]);
-      moe::cuda::moe_forward(w, params, run, workspace, ws_bytes, max_tokens, stream);
-      MXQ_CUDA_CHECK(cudaEventSynchronize(events[4]));
-      if (i < 5) continue;
-      for (int p = 0; p < 4; ++p) phase[p].push_back(elapsed_us(events[p], events[p + 1]));
-    }
-    run.phase_events = nullptr;
-    const double us = median(total);
-    nlohmann::json point = {
-        {"tokens", tokens},
-        {"mxq",
-         {{"total_us", us},
+    // Times one GEMM variant: the whole forward as one graph per input set, replayed
+    // round-robin; then the phases, launched eagerly with events between them.
+    const auto measure = [&](moe::cuda::GemmVariant variant) {
+      MoeParams vp = params;
+      vp.gemm = variant;
+      std::vector<cudaGraphExec_t> graphs(kInputSets);
+      for (int s = 0; s < kInputSets; ++s) {
+        run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
+        cudaGraph_t graph;
+        MXQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        moe::cuda::moe_forward(w, vp, run, workspace, ws_bytes, max_tokens, stream);
+        MXQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        MXQ_CUDA_CHECK(cudaGraphInstantiate(&graphs[s], graph, 0));
+        MXQ_CUDA_CHECK(cudaGraphDestroy(graph));
+      }
+      std::vector<float> total;
+      for (int i = 0; i < options.repeats + 5; ++i) {
+        MXQ_CUDA_CHECK(cudaEventRecord(start, stream));
+        MXQ_CUDA_CHECK(cudaGraphLaunch(graphs[i % kInputSets], stream));
+        MXQ_CUDA_CHECK(cudaEventRecord(stop, stream));
+        MXQ_CUDA_CHECK(cudaEventSynchronize(stop));
+        if (i >= 5) total.push_back(elapsed_us(start, stop));
+      }
+      for (auto& g : graphs) MXQ_CUDA_CHECK(cudaGraphExecDestroy(g));
+      std::vector<std::vector<float>> phase(4);
+      run.phase_events = events.data();
+      for (int i = 0; i < options.repeats + 5; ++i) {
+        run.x = reinterpret_cast<const std::uint16_t*>(inputs[i % kInputSets]);
+        moe::cuda::moe_forward(w, vp, run, workspace, ws_bytes, max_tokens, stream);
+        MXQ_CUDA_CHECK(cudaEventSynchronize(events[4]));
+        if (i < 5) continue;
+        for (int p = 0; p < 4; ++p) phase[p].push_back(elapsed_us(events[p], events[p + 1]));
+      }
+      run.phase_events = nullptr;
+      const double us = median(total);
+      return nlohmann::json{
+          {"gemm_variant", moe::cuda::to_string(variant)},
+          {"total_us", us},
           {"routing_us", median(phase[0])},
           {"gemm1_us", median(phase[1])},
           {"gemm2_us", median(phase[2])},
@@ -496,7 +498,14 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
           {"touched_weight_bytes", touched_bytes},
           {"effective_gbps", touched_bytes / (us * 1e-6) / 1e9},
           {"pct_of_copy_ceiling", 100.0 * touched_bytes / (us * 1e-6) / 1e9 / copy_gbps},
-          {"tflops", flops / (us * 1e-6) / 1e12}}}};
+          {"tflops", flops / (us * 1e-6) / 1e12}};
+    };
+    nlohmann::json point = {{"tokens", tokens},
+                            {"mxq", measure(moe::cuda::GemmVariant::kRegisterStream)}};
+    if (options.all_gemm_variants) {
+      point["mxq_shared_tile"] = measure(moe::cuda::GemmVariant::kSharedTile);
+    }
+    const double us = point["mxq"]["total_us"].get<double>();
     if (options.baseline) {
       std::vector<float> base_times;
       for (int i = 0; i < std::max(10, options.repeats / 2) + 3; ++i) {

@@ -30,4 +30,17 @@ void quantize_activations_on_device(const TensorView& x, std::int64_t group_k, S
 
 void append_cuda_tactics(std::vector<std::unique_ptr<LinearTactic>>& tactics);
 
+// Makes `device` the current CUDA device for the scope (kernels launch on the current device);
+// nothing for the CPU.
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;  // the device to restore; -1 when nothing was changed
+};
+
 }  // namespace mxq::linear::internal

@@ -27,5 +27,10 @@ void quantize_activations_on_device(const TensorView&, std::int64_t, ScaleMode, 
 }
 void append_cuda_tactics(std::vector<std::unique_ptr<LinearTactic>>&) {}
 
+DeviceScope::DeviceScope(Device device) {
+  if (device.is_cuda()) no_cuda();
+}
+DeviceScope::~DeviceScope() = default;
+
 }  // namespace mxq::linear::internal
 #endif

@@ -7,6 +7,7 @@
 #include "mxq/core/error.h"
 
 #if MXQ_WITH_CUDA
+#include "linear_bench.h"
 #include "moe_bench.h"
 #endif
 
@@ -23,26 +24,67 @@ struct MoeBenchArgs {
   bool json = false;
 };
 
-void print_moe_table(const nlohmann::json& result) {
+[[maybe_unused]] void print_moe_table(const nlohmann::json& result) {
   std::printf("%s: E=%d H=%d I_rank=%d (padded %d) top-%d TP=%d; copy ceiling %.0f GB/s\n",
               result["preset"].get<std::string>().c_str(), result["experts"].get<int>(),
               result["hidden"].get<int>(), result["intermediate_per_rank"].get<int>(),
               result["intermediate_padded"].get<int>(), result["top_k"].get<int>(),
               result["tp"].get<int>(), result["copy_ceiling_gbps"].get<double>());
-  std::printf("%6s %9s %8s %8s %8s %8s %8s %6s %8s %10s %8s\n", "T", "total_us", "route", "gemm1",
-              "gemm2", "combine", "GB/s", "%ceil", "TFLOPS", "bf16_us", "speedup");
+  std::printf("%6s %-16s %9s %8s %8s %8s %8s %8s %6s %8s %10s %8s\n", "T", "gemm", "total_us",
+              "route", "gemm1", "gemm2", "combine", "GB/s", "%ceil", "TFLOPS", "bf16_us",
+              "speedup");
   for (const auto& p : result["points"]) {
-    const auto& m = p["mxq"];
-    std::printf("%6d %9.1f %8.1f %8.1f %8.1f %8.1f %8.0f %6.1f %8.1f", p["tokens"].get<int>(),
-                m["total_us"].get<double>(), m["routing_us"].get<double>(),
-                m["gemm1_us"].get<double>(), m["gemm2_us"].get<double>(),
-                m["combine_us"].get<double>(), m["effective_gbps"].get<double>(),
-                m["pct_of_copy_ceiling"].get<double>(), m["tflops"].get<double>());
-    if (p.contains("baseline_bf16")) {
-      std::printf(" %10.1f %7.2fx", p["baseline_bf16"]["total_us"].get<double>(),
-                  p["speedup_vs_baseline"].get<double>());
+    for (const char* key : {"mxq", "mxq_shared_tile"}) {
+      if (!p.contains(key)) continue;
+      const auto& m = p[key];
+      std::printf("%6d %-16s %9.1f %8.1f %8.1f %8.1f %8.1f %8.0f %6.1f %8.1f",
+                  p["tokens"].get<int>(), m["gemm_variant"].get<std::string>().c_str(),
+                  m["total_us"].get<double>(), m["routing_us"].get<double>(),
+                  m["gemm1_us"].get<double>(), m["gemm2_us"].get<double>(),
+                  m["combine_us"].get<double>(), m["effective_gbps"].get<double>(),
+                  m["pct_of_copy_ceiling"].get<double>(), m["tflops"].get<double>());
+      if (p.contains("baseline_bf16")) {
+        const double base = p["baseline_bf16"]["total_us"].get<double>();
+        std::printf(" %10.1f %7.2fx", base, base / m["total_us"].get<double>());
+      }
+      std::printf("\n");
     }
-    std::printf("\n");
+  }
+}
+
+struct LinearBenchArgs {
+  std::string preset = "deepseek-v3";
+  std::vector<int> m = {64, 128, 4096};
+  int repeats = 30;
+  bool no_baseline = false;
+  bool no_fallback_64 = false;
+  bool json = false;
+};
+
+[[maybe_unused]] void print_linear_table(const nlohmann::json& result) {
+  std::printf("%s, %d SMs, cuBLASLt %d; %s\n", result["gpu"].get<std::string>().c_str(),
+              result["sm_count"].get<int>(), result["cublaslt_version"].get<int>(),
+              result["method"].get<std::string>().c_str());
+  std::printf("%6s %6s %5s  %-32s %-8s %9s %8s %8s %10s\n", "N", "K", "M", "kernel (* = auto)",
+              "blocks", "us", "TFLOPS", "GB/s", "vs cuBLAS");
+  for (const auto& p : result["points"]) {
+    for (const auto& t : p["timings"]) {
+      std::printf("%6d %6d %5d  %-32s %-8s %9.1f %8.1f %8.0f", p["n"].get<int>(), p["k"].get<int>(),
+                  p["m"].get<int>(), t["name"].get<std::string>().c_str(),
+                  t["blocks"].get<std::string>().c_str(), t["us"].get<double>(),
+                  t["tflops"].get<double>(), t["gbps"].get<double>());
+      if (t.contains("speedup_vs_cublaslt")) {
+        std::printf(" %9.2fx", t["speedup_vs_cublaslt"].get<double>());
+      }
+      std::printf("\n");
+    }
+    if (p.contains("cublaslt_vs_mxq_normalized_difference")) {
+      std::printf("%20s cuBLASLt vs mxq output: normalized difference %.2e\n", "",
+                  p["cublaslt_vs_mxq_normalized_difference"].get<double>());
+    }
+    if (p.contains("cublaslt_note")) {
+      std::printf("%20s %s\n", "", p["cublaslt_note"].get<std::string>().c_str());
+    }
   }
 }
 
@@ -68,6 +110,44 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   moe->add_flag("--no-baseline", args->no_baseline, "Skip the bf16 baseline");
   moe->add_flag("--json", args->json, "Print JSON");
+  auto linear_args = std::make_shared<LinearBenchArgs>();
+  auto* linear = bench->add_subcommand(
+      "linear",
+      "Time every supported block-FP8 linear tactic and cuBLASLt's block-scaled FP8 GEMM "
+      "(VEC128 activation x BLK128x128 weight scales) on the same inputs; µs, TFLOPS, GB/s, "
+      "speed-up; plus the fallback on 64x64 blocks");
+  linear->add_option("--preset", linear_args->preset, "(N, K) pairs: deepseek-v3")
+      ->check(CLI::IsMember({"deepseek-v3"}))
+      ->capture_default_str();
+  linear->add_option("--m", linear_args->m, "Token counts M")
+      ->delimiter(',')
+      ->capture_default_str();
+  linear->add_option("--repeats", linear_args->repeats, "Timed runs per point (median), >= 20")
+      ->capture_default_str();
+  linear->add_flag("--no-baseline", linear_args->no_baseline, "Skip cuBLASLt");
+  linear->add_flag("--no-fallback-64", linear_args->no_fallback_64,
+                   "Skip the fallback on 64x64 blocks");
+  linear->add_flag("--json", linear_args->json, "Print JSON");
+  linear->callback([linear_args] {
+#if MXQ_WITH_CUDA
+    bench::LinearBenchOptions options;
+    options.preset = linear_args->preset;
+    options.m = linear_args->m;
+    options.repeats = linear_args->repeats;
+    options.baseline = !linear_args->no_baseline;
+    options.fallback_64 = !linear_args->no_fallback_64;
+    const nlohmann::json result = bench::run_linear_bench(options, !linear_args->json);
+    if (linear_args->json) {
+      print_json(result);
+    } else {
+      print_linear_table(result);
+    }
+#else
+    fail(ErrorCode::kUnsupported,
+         "mxq bench linear needs a CUDA build of mxq (configure with -DMXQ_CUDA=ON) and a GPU");
+#endif
+  });
+
   moe->callback([args] {
 #if MXQ_WITH_CUDA
     bench::MoeBenchOptions options;

@@ -12,6 +12,10 @@ void register_quantize(CLI::App& app);
 void register_dequantize(CLI::App& app);
 void register_tune(CLI::App& app);
 void register_cache(CLI::App& app);
+void register_synth(CLI::App& app);
+void register_moe(CLI::App& app);
+void register_run(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_linear(CLI::App& app);
 
 }  // namespace mxq::cli

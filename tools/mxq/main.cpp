@@ -23,7 +23,11 @@ int main(int argc, char** argv) {
   mxq::cli::register_dequantize(app);
   mxq::cli::register_tune(app);
   mxq::cli::register_cache(app);
+  mxq::cli::register_synth(app);
+  mxq::cli::register_moe(app);
+  mxq::cli::register_run(app);
   mxq::cli::register_bench(app);
+  mxq::cli::register_linear(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

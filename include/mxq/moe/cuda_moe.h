@@ -39,7 +39,17 @@ struct MoeDeviceWeights {
   int inter_padded = 0;                     // P >= I: row offset of the up half, w2 row length
 };
 
+// How the grouped GEMMs stream MXFP4 weights (both measured in docs/PERF.md):
+//   kRegisterStream: each lane loads its 16-byte MX blocks straight into registers, one 128-wide
+//                    K chunk ahead of the tensor-core work (the faster one on an H200 so far);
+//   kSharedTile:     16 weight rows x the whole K are staged in shared memory by bulk async
+//                    copies, then decoded word-parallel (falls back to kRegisterStream for K >
+//                    16384).
+enum class GemmVariant : int { kRegisterStream = 0, kSharedTile = 1 };
+const char* to_string(GemmVariant variant);
+
 struct MoeParams {
+  GemmVariant gemm = GemmVariant::kRegisterStream;
   int top_k = 4;
   GpuActivation activation = GpuActivation::kSwigluOai;
   float swiglu_alpha = 1.702F;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cuda/linear/launch.h"
+#include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
 
 namespace mxq::linear::internal {
@@ -166,6 +167,20 @@ void append_cuda_tactics(std::vector<std::unique_ptr<LinearTactic>>& tactics) {
   for (const cuda::MmaSyncShape& shape : cuda::kMmaSyncShapes) {
     tactics.push_back(std::make_unique<MmaSyncTactic>(shape));
   }
+}
+
+DeviceScope::DeviceScope(Device device) {
+  if (!device.is_cuda()) return;
+  int current = 0;
+  MXQ_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device.index) {
+    MXQ_CUDA_CHECK(cudaSetDevice(device.index));
+    previous_ = current;
+  }
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);  // no throwing from a destructor
 }
 
 void unpack_ue8m0_on_device(const TensorView& packed, std::int64_t mn, std::int64_t groups,

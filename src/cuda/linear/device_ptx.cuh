@@ -86,10 +86,13 @@ __device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 
-// Blocks until the phase with the given parity has completed.
+// Blocks until the phase with the given parity has completed. A wait that never ends (a TMA
+// that faulted, a broken pipeline) traps after ~2^26 polls instead of hanging the GPU: every
+// legitimate wait here is a few microseconds at most.
 __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t parity) {
   const std::uint32_t addr = smem_addr(bar);
   std::uint32_t done = 0;
+  std::uint32_t polls = 0;
   do {
     asm volatile(
         "{\n"
@@ -100,6 +103,7 @@ __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t 
         : "=r"(done)
         : "r"(addr), "r"(parity)
         : "memory");
+    if (++polls == (1U << 26)) __trap();
   } while (done == 0);
 }
 

@@ -32,6 +32,10 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
   const dim3 grid(static_cast<unsigned>((args.n + Tile::kBn - 1) / Tile::kBn),
                   static_cast<unsigned>((args.m + Tile::kBm - 1) / Tile::kBm));
+  if (grid.y > 65535U) {
+    fail(ErrorCode::kUnsupported, "mma.sync block-FP8 GEMM: M = ", args.m, " needs ", grid.y,
+         " row tiles of ", Tile::kBm, "; at most 65535");
+  }
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(args);
   MXQ_CUDA_CHECK_LAUNCH();
 }

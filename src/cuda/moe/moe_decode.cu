@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "bulk_copy.cuh"
 #include "mxfp4_mma.cuh"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
@@ -100,7 +101,12 @@ __device__ __forceinline__ float bf16_bits_to_float(std::uint16_t bits) {
 }
 
 // ---- 1. routing: logits = x . Wr^T + br (fp32), one warp per (token, expert) --------------
-constexpr int kRouterWarps = 8;
+// Each lane issues kRouterUnroll pairs of 16-byte loads before its first FMA (a 2880-wide row is
+// 3 rounds instead of 12 dependent ones); lane l still visits v = l, l+32, ... in increasing
+// order, so the sum (and the routing decisions) are bitwise those of one load per round.
+// 4 warps per block spread the router weights over twice as many SMs as 8 did.
+constexpr int kRouterWarps = 4;
+constexpr int kRouterUnroll = 4;
 
 __global__ void __launch_bounds__(kRouterWarps * 32)
     router_logits_kernel(const std::uint16_t* __restrict__ x,
@@ -114,16 +120,27 @@ __global__ void __launch_bounds__(kRouterWarps * 32)
   const uint4* xrow = reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(t) * hidden);
   const uint4* wrow =
       reinterpret_cast<const uint4*>(router_w + static_cast<std::size_t>(e) * hidden);
+  const int vectors = hidden / 8;
   float acc = 0.0F;
-  for (int v = lane; v < hidden / 8; v += 32) {
-    const uint4 xa = __ldg(xrow + v);
-    const uint4 wa = __ldg(wrow + v);
-    const std::uint32_t xs[4] = {xa.x, xa.y, xa.z, xa.w};
-    const std::uint32_t ws[4] = {wa.x, wa.y, wa.z, wa.w};
+  for (int v0 = lane; v0 < vectors; v0 += 32 * kRouterUnroll) {
+    uint4 xa[kRouterUnroll];
+    uint4 wa[kRouterUnroll];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      acc = fmaf(__uint_as_float(xs[i] << 16), __uint_as_float(ws[i] << 16), acc);
-      acc = fmaf(__uint_as_float(xs[i] & 0xFFFF0000U), __uint_as_float(ws[i] & 0xFFFF0000U), acc);
+    for (int u = 0; u < kRouterUnroll; ++u) {
+      const int v = v0 + 32 * u;
+      xa[u] = v < vectors ? __ldg(xrow + v) : make_uint4(0, 0, 0, 0);
+      wa[u] = v < vectors ? __ldg(wrow + v) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kRouterUnroll; ++u) {
+      if (v0 + 32 * u >= vectors) break;
+      const std::uint32_t xs[4] = {xa[u].x, xa[u].y, xa[u].z, xa[u].w};
+      const std::uint32_t ws[4] = {wa[u].x, wa[u].y, wa[u].z, wa[u].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        acc = fmaf(__uint_as_float(xs[i] << 16), __uint_as_float(ws[i] << 16), acc);
+        acc = fmaf(__uint_as_float(xs[i] & 0xFFFF0000U), __uint_as_float(ws[i] & 0xFFFF0000U), acc);
+      }
     }
   }
   for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xFFFFFFFFU, acc, offset);
@@ -516,6 +533,218 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm2_kernel(GemmArgs args) {
   }
 }
 
+// ---- 3/4 (v3). grouped GEMMs on weight tiles staged in shared memory ----------------------
+// One block = 16 weight rows x the whole K x one tile of <= 8 tokens. The 16 rows are fetched
+// with bulk asynchronous copies (one per row and K stage, each stage completing on its own
+// mbarrier), so a block has its whole tile (23 KB at K = 2880) in flight without registers and
+// starts computing as soon as the first stage lands; 8 blocks per SM keep ~180 KB in flight.
+// GEMM1 takes 8 channels per block: mma rows 0..7 are their gate rows, 8..15 their up rows, so
+// each lane holds gate and up of the same (channel, token) and SwiGLU needs no exchange.
+// Lane (r, c) reads the 16-byte MX block c of each 128-wide chunk of rows r and r+8; the smem row
+// stride is padded to 64 mod 128 bytes so the 8 lanes of a quarter-warp (rows 2q, 2q+1, blocks
+// 0..3) hit 8 distinct 16-byte bank groups. Words are decoded with decode_e2m1x8 (pairs
+// (n_i, n_{i+4})); the activations are paired the same way with pair_activations.
+constexpr int kStageK = 1024;  // K values per bulk-copy stage (a multiple of kChunk)
+constexpr int kMaxStages = 16;
+constexpr int kTileMaxK = kStageK * kMaxStages;
+constexpr int kTileBlocksPerSm = 8;
+
+__host__ __device__ constexpr int padded_row_stride(int row_bytes) {
+  return row_bytes + ((64 - row_bytes % 128) + 128) % 128;
+}
+
+// GEMM1 (w13, K = H) or GEMM2 (w2, K = I) geometry, the same on host and device.
+struct TileShape {
+  int k;           // K values
+  int stride;      // smem bytes per weight row
+  int scale_row;   // global (and smem) bytes per scale row
+  int row_pitch;   // global bytes per weight row
+  int smem_bytes;  // dynamic shared memory
+};
+
+__host__ __device__ inline TileShape tile_shape(const MoeDeviceWeights& w, bool gemm1) {
+  TileShape t{};
+  t.k = gemm1 ? w.hidden : w.inter;
+  t.stride = padded_row_stride(t.k / 2);
+  t.scale_row = (gemm1 ? w.hidden : w.inter_padded) / 32;
+  t.row_pitch = (gemm1 ? w.hidden : w.inter_padded) / 2;
+  t.smem_bytes = kTileRows * t.stride + (kTileRows * t.scale_row + 15) / 16 * 16;
+  return t;
+}
+
+template <bool kGemm1>
+__global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
+    gemm_tile_kernel(GemmArgs args) {
+  const int tile = blockIdx.y;
+  if (tile >= *args.ws.num_tiles) return;
+  extern __shared__ __align__(128) std::uint8_t tile_smem[];
+  __shared__ __align__(8) std::uint64_t stage_bar[kMaxStages];
+  __shared__ float red[(kGemmWarps - 1) * 4 * 32];
+  const TileShape shape = tile_shape(args.w, kGemm1);
+  std::uint8_t* sw = tile_smem;
+  std::uint8_t* ss = tile_smem + kTileRows * shape.stride;
+  const int expert = args.ws.tile_expert[tile];
+  const int slot0 = args.ws.tile_slot0[tile];
+  const int rows = args.ws.tile_rows[tile];
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+
+  // Global row of smem row i: GEMM1 gate rows ch0..ch0+7 then their up rows; GEMM2 h0..h0+15.
+  const int P = args.w.inter_padded;
+  const std::size_t first_row =
+      kGemm1 ? static_cast<std::size_t>(expert) * 2 * P + blockIdx.x * (kTileRows / 2)
+             : static_cast<std::size_t>(expert) * args.w.hidden + blockIdx.x * kTileRows;
+  const auto global_row = [&](int i) -> std::size_t {
+    if (kGemm1) return first_row + (i < 8 ? i : P + i - 8);
+    return first_row + i;
+  };
+  const std::uint8_t* weights = kGemm1 ? args.w.w13 : args.w.w2;
+  const std::uint8_t* scales = kGemm1 ? args.w.w13_scale : args.w.w2_scale;
+  const int stages = (shape.k + kStageK - 1) / kStageK;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s)
+      detail::mbarrier_init(detail::shared_address(&stage_bar[s]), 1);
+    detail::fence_mbarrier_init();
+    for (int s = 0; s < stages; ++s) {
+      const int kn = min(kStageK, shape.k - s * kStageK);
+      detail::mbarrier_arrive_expect_tx(detail::shared_address(&stage_bar[s]),
+                                        static_cast<std::uint32_t>(kTileRows * (kn / 2)));
+    }
+  }
+  __syncthreads();
+  for (int q = threadIdx.x; q < kTileRows * stages; q += blockDim.x) {
+    const int i = q % kTileRows;
+    const int s = q / kTileRows;
+    const int k0 = s * kStageK;
+    const int kn = min(kStageK, shape.k - k0);
+    detail::bulk_copy_g2s(detail::shared_address(sw + i * shape.stride + k0 / 2),
+                          weights + global_row(i) * shape.row_pitch + k0 / 2,
+                          static_cast<std::uint32_t>(kn / 2),
+                          detail::shared_address(&stage_bar[s]));
+  }
+  // Scales (1/16 of the bytes) by ordinary 8-byte loads: rows of 8 consecutive channels are
+  // contiguous and 8-byte aligned (GEMM1: two such regions; GEMM2: one of 16 rows).
+  {
+    constexpr int kRegions = kGemm1 ? 2 : 1;
+    const int region_words = (kTileRows / kRegions) * shape.scale_row / 8;
+    for (int q = threadIdx.x; q < kRegions * region_words; q += blockDim.x) {
+      const int g = q / region_words;
+      const int j = q % region_words;
+      const std::uint8_t* src = scales + global_row(g * 8) * shape.scale_row;
+      reinterpret_cast<uint2*>(ss + g * (kTileRows / kRegions) * shape.scale_row)[j] =
+          __ldg(reinterpret_cast<const uint2*>(src) + j);
+    }
+  }
+  __syncthreads();
+
+  const int r = lane / 4;
+  const int c = lane % 4;
+  const int n = lane / 4;  // this lane's token column of the B operand
+  const std::uint16_t* brow = nullptr;
+  if (n < rows) {
+    brow = kGemm1 ? args.x + static_cast<std::size_t>(args.ws.slot_pair[slot0 + n] / args.top_k) *
+                                 args.w.hidden
+                  : reinterpret_cast<const std::uint16_t*>(args.ws.act) +
+                        static_cast<std::size_t>(slot0 + n) * args.w.inter;
+  }
+  float acc[4] = {};
+  const int chunks = (shape.k + kChunk - 1) / kChunk;
+  for (int ch = warp; ch < chunks; ch += kGemmWarps) {
+    const int k0 = ch * kChunk + 32 * c;
+    const bool has_block = k0 < shape.k;
+    uint4 xv[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      xv[i] = has_block && brow != nullptr ? __ldg(reinterpret_cast<const uint4*>(brow + k0) + i)
+                                           : make_uint4(0, 0, 0, 0);
+    }
+    detail::mbarrier_wait_parity(detail::shared_address(&stage_bar[ch * kChunk / kStageK]), 0);
+    uint4 wv[2];
+    std::uint32_t sc[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      wv[h] = has_block ? *reinterpret_cast<const uint4*>(sw + (r + 8 * h) * shape.stride + k0 / 2)
+                        : make_uint4(0, 0, 0, 0);
+      sc[h] = has_block ? ss[(r + 8 * h) * shape.scale_row + k0 / 32] : 127U;
+    }
+    const bool wide = (sc[0] > 128U && sc[0] != 255U) || (sc[1] > 128U && sc[1] != 255U);
+    if (__any_sync(0xFFFFFFFFU, wide)) {
+      detail::mma_mx_chunk<true>(wv, sc, xv, acc);
+    } else {
+      detail::mma_mx_chunk<false>(wv, sc, xv, acc);
+    }
+  }
+  // Split-K sum in warp order (deterministic).
+  if (warp != 0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) red[((warp - 1) * 4 + i) * 32 + lane] = acc[i];
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  for (int w = 1; w < kGemmWarps; ++w)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[i] += red[((w - 1) * 4 + i) * 32 + lane];
+
+  if constexpr (kGemm1) {
+    const int channel = blockIdx.x * (kTileRows / 2) + r;
+    const std::size_t bias_row = static_cast<std::size_t>(expert) * 2 * P + channel;
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int col = 2 * c + q;
+      if (col >= rows) continue;
+      float g = acc[q];
+      float u = acc[2 + q];
+      if (args.w.b13 != nullptr) {
+        g += bf16_bits_to_float(args.w.b13[bias_row]);
+        u += bf16_bits_to_float(args.w.b13[bias_row + P]);
+      }
+      const float out =
+          apply_activation(args.p.activation, g, u, args.p.swiglu_alpha, args.p.swiglu_limit);
+      args.ws.act[static_cast<std::size_t>(slot0 + col) * args.w.inter + channel] =
+          __float2bfloat16_rn(out);
+    }
+  } else {
+    const std::size_t base_row = static_cast<std::size_t>(expert) * args.w.hidden;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int h = blockIdx.x * kTileRows + r + (i >= 2 ? 8 : 0);
+      const int col = 2 * c + (i & 1);
+      if (col >= rows) continue;
+      float v = acc[i];
+      if (args.w.b2 != nullptr && args.p.add_down_bias)
+        v += bf16_bits_to_float(args.w.b2[base_row + h]);
+      args.ws.y[static_cast<std::size_t>(slot0 + col) * args.w.hidden + h] = v;
+    }
+  }
+}
+
+// Launches the staged-tile GEMM when asked for and K fits a tile, else the register-streaming one.
+template <bool kGemm1>
+void launch_gemm(const GemmArgs& args, int max_tiles, cudaStream_t stream) {
+  const int row_blocks = kGemm1 ? args.w.inter / (kTileRows / 2) : args.w.hidden / kTileRows;
+  const TileShape shape = tile_shape(args.w, kGemm1);
+  if (args.p.gemm == GemmVariant::kSharedTile && shape.k <= kTileMaxK) {
+    // All of the unified L1/shared memory as shared, so 8 tiles fit per SM (the default carveout
+    // may leave room for fewer); more than 48 KB of dynamic smem needs the explicit limit.
+    MXQ_CUDA_CHECK(cudaFuncSetAttribute(gemm_tile_kernel<kGemm1>,
+                                        cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
+    if (shape.smem_bytes > 48 * 1024) {
+      MXQ_CUDA_CHECK(cudaFuncSetAttribute(
+          gemm_tile_kernel<kGemm1>, cudaFuncAttributeMaxDynamicSharedMemorySize, shape.smem_bytes));
+    }
+    gemm_tile_kernel<kGemm1><<<dim3(row_blocks, max_tiles), kGemmWarps * 32,
+                               static_cast<std::size_t>(shape.smem_bytes), stream>>>(args);
+  } else if (kGemm1) {
+    gemm1_swiglu_kernel<<<dim3(args.w.inter / kTileRows, max_tiles), kGemmWarps * 32, 0, stream>>>(
+        args);
+  } else {
+    gemm2_kernel<<<dim3(args.w.hidden / kTileRows, max_tiles), kGemmWarps * 32, 0, stream>>>(args);
+  }
+  MXQ_CUDA_CHECK_LAUNCH();
+}
+
 // ---- 5. combine -----------------------------------------------------------------------------
 __global__ void combine_kernel(const float* __restrict__ y, const int* __restrict__ pair_slot,
                                const float* __restrict__ topk_w, int top_k, int hidden,
@@ -598,16 +827,18 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   mark(1);
   const int max_tiles = max_tiles_for(pairs, w.num_local_experts);
   const GemmArgs args{w, p, run.x, p.top_k, ws};
-  gemm1_swiglu_kernel<<<dim3(w.inter / kTileRows, max_tiles), kGemmWarps * 32, 0, stream>>>(args);
-  MXQ_CUDA_CHECK_LAUNCH();
+  launch_gemm<true>(args, max_tiles, stream);
   mark(2);
-  gemm2_kernel<<<dim3(w.hidden / kTileRows, max_tiles), kGemmWarps * 32, 0, stream>>>(args);
-  MXQ_CUDA_CHECK_LAUNCH();
+  launch_gemm<false>(args, max_tiles, stream);
   mark(3);
   combine_kernel<<<dim3((w.hidden + 255) / 256, run.tokens), 256, 0, stream>>>(
       ws.y, ws.pair_slot, weights, p.top_k, w.hidden, run.out_f32, run.out_bf16);
   MXQ_CUDA_CHECK_LAUNCH();
   mark(4);
+}
+
+const char* to_string(GemmVariant variant) {
+  return variant == GemmVariant::kSharedTile ? "shared_tile" : "register_stream";
 }
 
 MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens,

@@ -52,6 +52,54 @@ __device__ __forceinline__ std::uint32_t decode_e2m1x2(std::uint32_t byte, Scale
   return v;
 }
 
+// Word decode: one 32-bit word = 8 E2M1 codes n0..n7 (low nibble first) -> 4 bf16x2 values,
+// register i holding the pair (n_i low, n_{i+4} high), each value e2m1 * 2^-126 as above. Both
+// codes of a pair sit 16 bits apart in the word, so one shift places both magnitudes (bits 6..8
+// and 22..24) and one more shift both signs (bits 15 and 31): 2 shifts + 2 LOP3 per register
+// (one shift less for i = 3) instead of an extract + multiply + 2 shifts + 2 LOP3 per byte.
+// The mma k order this implies is matched on the activations by pair_activations below.
+template <int kPair>
+__device__ __forceinline__ std::uint32_t e2m1x8_pair_unscaled(std::uint32_t word) {
+  static_assert(kPair >= 0 && kPair < 4, "pair index 0..3");
+  constexpr int kMagShift = 6 - 4 * kPair;    // bits 4i..4i+2 -> 6..8
+  constexpr int kSignShift = 12 - 4 * kPair;  // bit 4i+3 -> 15
+  const std::uint32_t mag = kMagShift >= 0 ? (word << kMagShift) : (word >> -kMagShift);
+  const std::uint32_t sign = word << kSignShift;
+  return (mag & 0x01C001C0U) | (sign & 0x80008000U);
+}
+
+// The 4 registers of a word, scaled: out[i] = (n_i, n_{i+4}) * 2^(scale - 127).
+template <bool kWideScales>
+__device__ __forceinline__ void decode_e2m1x8(std::uint32_t word, ScaleFactors f,
+                                              std::uint32_t (&out)[4]) {
+  out[0] = bf16x2_mul(e2m1x8_pair_unscaled<0>(word), f.first);
+  out[1] = bf16x2_mul(e2m1x8_pair_unscaled<1>(word), f.first);
+  out[2] = bf16x2_mul(e2m1x8_pair_unscaled<2>(word), f.first);
+  out[3] = bf16x2_mul(e2m1x8_pair_unscaled<3>(word), f.first);
+  if constexpr (kWideScales) {
+    if (f.second != 0) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) out[i] = bf16x2_mul(out[i], f.second);
+    }
+  }
+}
+
+// The activations matching one decoded word: x0..x3 are 4 consecutive bf16x2 words (elements
+// e0..e7); lo = (e_{2h}, e_{2h+4}) pairs with weight register 2h, hi = (e_{2h+1}, e_{2h+5}) with
+// register 2h+1, for h = 0, 1.
+struct PairedActivations {
+  std::uint32_t b[2][2];  // [h][0]: B register b0 of k-step h, [h][1]: b1
+};
+__device__ __forceinline__ PairedActivations pair_activations(std::uint32_t x0, std::uint32_t x1,
+                                                              std::uint32_t x2, std::uint32_t x3) {
+  PairedActivations p;
+  p.b[0][0] = __byte_perm(x0, x2, 0x5410);  // (e0, e4)
+  p.b[0][1] = __byte_perm(x0, x2, 0x7632);  // (e1, e5)
+  p.b[1][0] = __byte_perm(x1, x3, 0x5410);  // (e2, e6)
+  p.b[1][1] = __byte_perm(x1, x3, 0x7632);  // (e3, e7)
+  return p;
+}
+
 // D = A(16x16 bf16, row) * B(16x8 bf16, col) + D, fp32 accumulators.
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const std::uint32_t (&a)[4],
                                                std::uint32_t b0, std::uint32_t b1) {
@@ -60,6 +108,36 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const std::uint32_
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// One 128-wide K chunk of a 16x8 tile: lane (r = lane/4, c = lane%4) holds the 16-byte MX block
+// c of rows r (wv[0]) and r+8 (wv[1]) with their E8M0 scales, and elements 32c..32c+31 of token
+// r's activations (xv, B column n = lane/4). acc: D[r][2c], D[r][2c+1], D[r+8][2c], D[r+8][2c+1].
+// Word j of a block gives k-steps 2j, 2j+1 (pairs (n_i, n_{i+4}), activations paired alike).
+template <bool kWideScales>
+__device__ __forceinline__ void mma_mx_chunk(const uint4 (&wv)[2], const std::uint32_t (&sc)[2],
+                                             const uint4 (&xv)[4], float (&acc)[4]) {
+  const ScaleFactors f0 = e8m0_scale_factors(sc[0]);
+  const ScaleFactors f1 = e8m0_scale_factors(sc[1]);
+  const std::uint32_t w0[4] = {wv[0].x, wv[0].y, wv[0].z, wv[0].w};
+  const std::uint32_t w1[4] = {wv[1].x, wv[1].y, wv[1].z, wv[1].w};
+  const std::uint32_t xw[16] = {xv[0].x, xv[0].y, xv[0].z, xv[0].w, xv[1].x, xv[1].y,
+                                xv[1].z, xv[1].w, xv[2].x, xv[2].y, xv[2].z, xv[2].w,
+                                xv[3].x, xv[3].y, xv[3].z, xv[3].w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    std::uint32_t lo[4];  // row r
+    std::uint32_t hi[4];  // row r + 8
+    decode_e2m1x8<kWideScales>(w0[j], f0, lo);
+    decode_e2m1x8<kWideScales>(w1[j], f1, hi);
+    const PairedActivations b =
+        pair_activations(xw[4 * j], xw[4 * j + 1], xw[4 * j + 2], xw[4 * j + 3]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const std::uint32_t frag[4] = {lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1]};
+      mma_bf16_16816(acc, frag, b.b[h][0], b.b[h][1]);
+    }
+  }
 }
 
 // 16-byte load that bypasses L1 (weights are streamed once).

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mxq/core/tensor.h"
+#include "mxq/moe/cuda_moe.h"
 #include "mxq/moe/layer.h"
 
 namespace mxq::moe {
@@ -19,8 +20,8 @@ namespace mxq::moe {
 class MoeGpuLayer {
  public:
   // Copies every rank's current weights (prepared or not) and the router to `device`.
-  static MoeGpuLayer upload(const MoeLayer& layer, int max_tokens,
-                            Device device = Device::cuda(0));
+  static MoeGpuLayer upload(const MoeLayer& layer, int max_tokens, Device device = Device::cuda(0),
+                            cuda::GemmVariant gemm = cuda::GemmVariant::kRegisterStream);
 
   [[nodiscard]] int max_tokens() const;
   [[nodiscard]] const MoeConfig& config() const;

@@ -10,8 +10,8 @@ namespace mxq::moe {
 
 namespace cuda {
 // Sums `ranks` fp32 partials [T*H] in rank order and rounds to bf16 (rank_sum.cu).
-void sum_ranks_to_bf16(const float* partials, int ranks, std::size_t elements,
-                       std::uint16_t* out, cudaStream_t stream);
+void sum_ranks_to_bf16(const float* partials, int ranks, std::size_t elements, std::uint16_t* out,
+                       cudaStream_t stream);
 }  // namespace cuda
 
 struct MoeGpuLayer::State {
@@ -27,17 +27,20 @@ struct MoeGpuLayer::State {
   };
   std::vector<Rank> ranks;
   cuda::MoeParams params;
-  Tensor workspace;   // u8, shared by the ranks (they run one after another on the stream)
-  Tensor partials;    // f32 [ranks, max_tokens, H] when there is more than one rank
+  Tensor workspace;  // u8, shared by the ranks (they run one after another on the stream)
+  Tensor partials;   // f32 [ranks, max_tokens, H] when there is more than one rank
 };
 
 namespace {
 
 cuda::GpuActivation to_gpu(Activation a) {
   switch (a) {
-    case Activation::kSwigluOai: return cuda::GpuActivation::kSwigluOai;
-    case Activation::kSwigluClamp: return cuda::GpuActivation::kSwigluClamp;
-    case Activation::kSwiglu: return cuda::GpuActivation::kSwiglu;
+    case Activation::kSwigluOai:
+      return cuda::GpuActivation::kSwigluOai;
+    case Activation::kSwigluClamp:
+      return cuda::GpuActivation::kSwigluClamp;
+    case Activation::kSwiglu:
+      return cuda::GpuActivation::kSwiglu;
   }
   return cuda::GpuActivation::kSwiglu;
 }
@@ -50,7 +53,8 @@ Tensor upload_view(const TensorView& view, Device device) {
 
 }  // namespace
 
-MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device device) {
+MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device device,
+                                cuda::GemmVariant gemm) {
   MXQ_CHECK(device.is_cuda(), ErrorCode::kDeviceMismatch,
             "MoeGpuLayer::upload: device: expected a CUDA device, found ", device);
   MXQ_CHECK(max_tokens >= 1, ErrorCode::kInvalidArgument,
@@ -61,6 +65,7 @@ MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device de
   state->config = config;
   state->device = device;
   state->max_tokens = max_tokens;
+  state->params.gemm = gemm;
   state->params.top_k = static_cast<int>(config.top_k);
   state->params.activation = to_gpu(config.activation);
   state->params.swiglu_alpha = static_cast<float>(config.swiglu_alpha);
@@ -82,12 +87,24 @@ MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device de
       out.params.push_back(upload_view(rank.view(param), device));
       const void* p = out.params.back().data();
       switch (param) {
-        case MoeParam::kW13: w.w13 = static_cast<const std::uint8_t*>(p); break;
-        case MoeParam::kW13Scale: w.w13_scale = static_cast<const std::uint8_t*>(p); break;
-        case MoeParam::kW2: w.w2 = static_cast<const std::uint8_t*>(p); break;
-        case MoeParam::kW2Scale: w.w2_scale = static_cast<const std::uint8_t*>(p); break;
-        case MoeParam::kW13Bias: w.b13 = static_cast<const std::uint16_t*>(p); break;
-        case MoeParam::kW2Bias: w.b2 = static_cast<const std::uint16_t*>(p); break;
+        case MoeParam::kW13:
+          w.w13 = static_cast<const std::uint8_t*>(p);
+          break;
+        case MoeParam::kW13Scale:
+          w.w13_scale = static_cast<const std::uint8_t*>(p);
+          break;
+        case MoeParam::kW2:
+          w.w2 = static_cast<const std::uint8_t*>(p);
+          break;
+        case MoeParam::kW2Scale:
+          w.w2_scale = static_cast<const std::uint8_t*>(p);
+          break;
+        case MoeParam::kW13Bias:
+          w.b13 = static_cast<const std::uint16_t*>(p);
+          break;
+        case MoeParam::kW2Bias:
+          w.b2 = static_cast<const std::uint16_t*>(p);
+          break;
       }
     }
     if (state->router_w.defined()) {
@@ -108,12 +125,13 @@ MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device de
       if (const char* reason = cuda::moe_decode_unsupported_reason(w, state->params)) {
         fail(ErrorCode::kUnsupported, "CUDA MoE: rank ", r, ": ", reason);
       }
-      workspace_bytes = std::max(workspace_bytes,
-                                 cuda::moe_workspace_bytes(w, state->params, max_tokens));
+      workspace_bytes =
+          std::max(workspace_bytes, cuda::moe_workspace_bytes(w, state->params, max_tokens));
     }
     state->ranks.push_back(std::move(out));
   }
-  state->workspace = Tensor::empty(DType::kU8, {static_cast<std::int64_t>(workspace_bytes)}, device);
+  state->workspace =
+      Tensor::empty(DType::kU8, {static_cast<std::int64_t>(workspace_bytes)}, device);
   if (state->ranks.size() > 1) {
     state->partials = Tensor::empty(
         DType::kF32,
@@ -126,7 +144,9 @@ MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device de
 
 int MoeGpuLayer::max_tokens() const { return state_->max_tokens; }
 const MoeConfig& MoeGpuLayer::config() const { return state_->config; }
-std::string MoeGpuLayer::tactic_name() const { return "cuda.moe.decode_w4a16_mma"; }
+std::string MoeGpuLayer::tactic_name() const {
+  return std::string("cuda.moe.decode_w4a16_mma.") + cuda::to_string(state_->params.gemm);
+}
 
 void MoeGpuLayer::forward(const TensorView& x, const TensorView& out, cudaStream_t stream,
                           const TensorView& topk_ids, const TensorView& topk_weights) const {
@@ -137,8 +157,8 @@ void MoeGpuLayer::forward(const TensorView& x, const TensorView& out, cudaStream
   require_device(x, "x", s.device);
   require_contiguous(x, "x");
   const std::int64_t tokens = x.size(0);
-  MXQ_CHECK(x.size(1) == hidden, ErrorCode::kShapeMismatch, "x: expected [T, ", hidden,
-            "], found ", x.shape());
+  MXQ_CHECK(x.size(1) == hidden, ErrorCode::kShapeMismatch, "x: expected [T, ", hidden, "], found ",
+            x.shape());
   MXQ_CHECK(tokens <= s.max_tokens, ErrorCode::kOutOfRange, "x: at most ", s.max_tokens,
             " tokens (the layer's max_tokens), found ", tokens);
   require_shape(out, "out", {tokens, hidden});
@@ -179,8 +199,8 @@ void MoeGpuLayer::forward(const TensorView& x, const TensorView& out, cudaStream
   }
   if (!single) {
     // The partials of all ranks are laid out [rank][T*H] with stride `elements`.
-    cuda::sum_ranks_to_bf16(s.partials.data_as<float>(), static_cast<int>(s.ranks.size()),
-                            elements, static_cast<std::uint16_t*>(out.data()), stream);
+    cuda::sum_ranks_to_bf16(s.partials.data_as<float>(), static_cast<int>(s.ranks.size()), elements,
+                            static_cast<std::uint16_t*>(out.data()), stream);
   }
 }
 

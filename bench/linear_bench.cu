@@ -1,0 +1,477 @@
+// `mxq bench linear`: mxq's block-FP8 tactics against cuBLASLt's block-scaled FP8 GEMM
+// (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F activations x
+// CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F weights, bf16 out) on identical device inputs, same
+// run. Method: random E4M3 codes and scales generated on the GPU; several input sets rotated so the
+// working set exceeds the 50 MB L2; each timed launch replayed from a CUDA graph (no host overhead
+// between kernels), CUDA events around each, warm-up first, the median of `repeats` runs. The GEMM
+// is timed on pre-quantized activations, which is what cuBLASLt gets.
+#include "linear_bench.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "mxq/core/cuda_check.h"
+#include "mxq/core/error.h"
+#include "mxq/formats/bf16.h"
+#include "mxq/linear/dispatch.h"
+#include "mxq/linear/linear.h"
+
+namespace mxq::bench {
+namespace {
+
+using linear::BlockFp8Weight;
+using linear::LinearTactic;
+
+#define MXQ_CUBLASLT_CHECK(call)                                                                \
+  do {                                                                                          \
+    const cublasStatus_t status_ = (call);                                                      \
+    if (status_ != CUBLAS_STATUS_SUCCESS)                                                       \
+      ::mxq::fail(::mxq::ErrorCode::kCuda, #call, " failed: ", cublasGetStatusString(status_)); \
+  } while (0)
+
+constexpr std::int64_t kWorkingSetBytes = 120LL << 20;  // > 2x the H200's 50 MB L2
+constexpr int kMaxSets = 16;
+constexpr std::size_t kCublasWorkspace = 32U << 20;
+
+__device__ __forceinline__ std::uint64_t mix(std::uint64_t z) {
+  z += 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// Random E4M3 codes, never NaN (0x7F / 0xFF).
+__global__ void fill_e4m3(std::uint8_t* q, std::size_t n, std::uint64_t seed) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    std::uint8_t code = static_cast<std::uint8_t>(mix(seed + i));
+    if ((code & 0x7F) == 0x7F) code ^= 1;
+    q[i] = code;
+  }
+}
+
+// Random positive scales in [2^-14, 2^-8) (zero past `valid` in each row of `ld`).
+__global__ void fill_scales(float* s, std::size_t rows, std::size_t ld, std::size_t valid,
+                            std::uint64_t seed) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < rows * ld;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float u = static_cast<float>(mix(seed ^ (i * 0x2545F4914F6CDD1DULL)) >> 40) / 16777216.0F;
+    s[i] = (i % ld) < valid ? exp2f(-14.0F + 6.0F * u) : 0.0F;
+  }
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
+
+unsigned fill_blocks(std::size_t n) {
+  return static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 4096));
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// One set of operands: shared codes, scales for 128x128 weight blocks / 1x128 groups, and for
+// 64x64 / 1x64. Activation scales are K-group major [G, M_pad] (what mxq's CUDA tactics and
+// cuBLASLt's VEC128 mode read).
+struct OperandSet {
+  Tensor w;          // e4m3 [N, K]
+  Tensor w_scale;    // f32 [ceil(N/128), ceil(K/128)]
+  Tensor w_scale64;  // f32 [ceil(N/64), ceil(K/64)]
+  Tensor a;          // e4m3 [M, K]
+  Tensor a_scale;    // f32 [ceil(K/128), M_pad]
+  Tensor a_scale64;  // f32 [ceil(K/64), M_pad]
+  Tensor out;        // bf16 [M, N]
+};
+
+OperandSet make_set(int m, int n, int k, std::uint64_t seed, bool with64) {
+  const Device gpu = Device::cuda(0);
+  const std::int64_t m_pad = round_up(m, 4);
+  OperandSet s;
+  s.w = Tensor::empty(DType::kE4M3, {n, k}, gpu);
+  s.a = Tensor::empty(DType::kE4M3, {m, k}, gpu);
+  s.w_scale = Tensor::empty(DType::kF32, {ceil_div(n, 128), ceil_div(k, 128)}, gpu);
+  s.a_scale = Tensor::empty(DType::kF32, {ceil_div(k, 128), m_pad}, gpu);
+  s.out = Tensor::empty(DType::kBF16, {m, n}, gpu);
+  fill_e4m3<<<fill_blocks(s.w.numel()), 256>>>(static_cast<std::uint8_t*>(s.w.data()), s.w.numel(),
+                                               seed);
+  fill_e4m3<<<fill_blocks(s.a.numel()), 256>>>(static_cast<std::uint8_t*>(s.a.data()), s.a.numel(),
+                                               seed + 1);
+  fill_scales<<<fill_blocks(s.w_scale.numel()), 256>>>(s.w_scale.data_as<float>(),
+                                                       s.w_scale.shape()[0], s.w_scale.shape()[1],
+                                                       s.w_scale.shape()[1], seed + 2);
+  fill_scales<<<fill_blocks(s.a_scale.numel()), 256>>>(s.a_scale.data_as<float>(),
+                                                       s.a_scale.shape()[0], m_pad, m, seed + 3);
+  if (with64) {
+    s.w_scale64 = Tensor::empty(DType::kF32, {ceil_div(n, 64), ceil_div(k, 64)}, gpu);
+    s.a_scale64 = Tensor::empty(DType::kF32, {ceil_div(k, 64), m_pad}, gpu);
+    fill_scales<<<fill_blocks(s.w_scale64.numel()), 256>>>(
+        s.w_scale64.data_as<float>(), s.w_scale64.shape()[0], s.w_scale64.shape()[1],
+        s.w_scale64.shape()[1], seed + 4);
+    fill_scales<<<fill_blocks(s.a_scale64.numel()), 256>>>(
+        s.a_scale64.data_as<float>(), s.a_scale64.shape()[0], m_pad, m, seed + 5);
+  }
+  MXQ_CUDA_CHECK_LAUNCH();
+  return s;
+}
+
+linear::LinearOperands operands_of(const OperandSet& s, bool blocks64, cudaStream_t stream) {
+  linear::LinearOperands ops;
+  ops.a = static_cast<const std::uint8_t*>(s.a.data());
+  ops.lda = s.a.shape()[1];
+  const Tensor& a_scale = blocks64 ? s.a_scale64 : s.a_scale;
+  ops.a_scale = a_scale.data_as<float>();
+  ops.a_scale_row_stride = 1;
+  ops.a_scale_group_stride = a_scale.shape()[1];
+  ops.w = static_cast<const std::uint8_t*>(s.w.data());
+  ops.ldw = s.w.shape()[1];
+  const Tensor& w_scale = blocks64 ? s.w_scale64 : s.w_scale;
+  ops.w_scale = w_scale.data_as<float>();
+  ops.w_scale_ld = w_scale.shape()[1];
+  ops.out = s.out.data();
+  ops.ldo = s.out.shape()[1];
+  ops.stream = stream;
+  return ops;
+}
+
+// Times launch(set) for `repeats` runs rotating over `sets`: a CUDA graph per set replayed
+// back to back with events around each replay (falls back to direct launches when capture
+// fails). Returns the median in microseconds.
+double time_us(const std::function<void(int, cudaStream_t)>& launch, int sets, int repeats,
+               cudaStream_t stream) {
+  std::vector<cudaGraphExec_t> graphs(static_cast<std::size_t>(sets), nullptr);
+  bool use_graphs = true;
+  for (int s = 0; s < sets && use_graphs; ++s) {
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      use_graphs = false;
+      break;
+    }
+    bool launched = true;
+    try {
+      launch(s, stream);
+    } catch (const Error&) {
+      launched = false;
+    }
+    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+    if (!launched || end != cudaSuccess ||
+        cudaGraphInstantiate(&graphs[static_cast<std::size_t>(s)], graph, 0) != cudaSuccess) {
+      use_graphs = false;
+    }
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+  (void)cudaGetLastError();  // a failed capture leaves an error behind; direct launches follow
+  const auto run = [&](int s) {
+    if (use_graphs) {
+      MXQ_CUDA_CHECK(cudaGraphLaunch(graphs[static_cast<std::size_t>(s)], stream));
+    } else {
+      launch(s, stream);
+    }
+  };
+  for (int i = 0; i < std::max(3, sets); ++i) run(i % sets);  // warm-up
+  MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<cudaEvent_t> events(static_cast<std::size_t>(2 * repeats));
+  for (auto& e : events) MXQ_CUDA_CHECK(cudaEventCreate(&e));
+  for (int r = 0; r < repeats; ++r) {
+    MXQ_CUDA_CHECK(cudaEventRecord(events[static_cast<std::size_t>(2 * r)], stream));
+    run(r % sets);
+    MXQ_CUDA_CHECK(cudaEventRecord(events[static_cast<std::size_t>(2 * r + 1)], stream));
+  }
+  MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> times;
+  for (int r = 0; r < repeats; ++r) {
+    float ms = 0.0F;
+    MXQ_CUDA_CHECK(cudaEventElapsedTime(&ms, events[static_cast<std::size_t>(2 * r)],
+                                        events[static_cast<std::size_t>(2 * r + 1)]));
+    times.push_back(static_cast<double>(ms) * 1e3);
+  }
+  for (auto& e : events) MXQ_CUDA_CHECK(cudaEventDestroy(e));
+  for (auto& g : graphs) {
+    if (g != nullptr) MXQ_CUDA_CHECK(cudaGraphExecDestroy(g));
+  }
+  return median(times);
+}
+
+// cuBLASLt's block-scaled FP8 GEMM on the same operands. Preferred orientation: A = W with
+// 128x128 block scales, B = activations with 1x128 scales, D col-major N x M = y row-major.
+// If cuBLASLt has no algorithm for that, the transposed orientation (A = activations VEC128,
+// B = W BLK128x128, D = y^T) is timed instead and reported as such.
+class CublasLtBlockFp8 {
+ public:
+  CublasLtBlockFp8(cublasLtHandle_t handle, int m, int n, int k, void* workspace)
+      : handle_(handle), m_(m), n_(n), k_(k), workspace_(workspace) {
+    for (const bool transposed : {false, true}) {
+      if (try_orientation(transposed)) {
+        transposed_ = transposed;
+        ok_ = true;
+        return;
+      }
+    }
+  }
+  ~CublasLtBlockFp8() { release(); }
+  CublasLtBlockFp8(const CublasLtBlockFp8&) = delete;
+  CublasLtBlockFp8& operator=(const CublasLtBlockFp8&) = delete;
+
+  [[nodiscard]] bool ok() const { return ok_; }
+  [[nodiscard]] bool transposed() const { return transposed_; }
+
+  void run(const OperandSet& s, cudaStream_t stream) {
+    const void* w_scale = s.w_scale.data();
+    const void* a_scale = s.a_scale.data();
+    const void* a_ptr = transposed_ ? s.a.data() : s.w.data();
+    const void* b_ptr = transposed_ ? s.w.data() : s.a.data();
+    const void* a_scale_ptr = transposed_ ? a_scale : w_scale;
+    const void* b_scale_ptr = transposed_ ? w_scale : a_scale;
+    MXQ_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                      &a_scale_ptr, sizeof(a_scale_ptr)));
+    MXQ_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                      &b_scale_ptr, sizeof(b_scale_ptr)));
+    const float alpha = 1.0F;
+    const float beta = 0.0F;
+    MXQ_CUBLASLT_CHECK(cublasLtMatmul(handle_, desc_, &alpha, a_ptr, a_desc_, b_ptr, b_desc_, &beta,
+                                      s.out.data(), d_desc_, s.out.data(), d_desc_, &algo_,
+                                      workspace_, kCublasWorkspace, stream));
+  }
+
+ private:
+  bool try_orientation(bool transposed) {
+    release();
+    // cuBLAS sizes: D (rows x cols) = op(A) (rows x K) * op(B) (K x cols), col-major.
+    const int rows = transposed ? m_ : n_;
+    const int cols = transposed ? n_ : m_;
+    if (cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
+      return false;
+    const cublasOperation_t op_t = CUBLAS_OP_T;
+    const cublasOperation_t op_n = CUBLAS_OP_N;
+    const std::int32_t vec128 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    const std::int32_t blk128 = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const std::int32_t a_mode = transposed ? vec128 : blk128;
+    const std::int32_t b_mode = transposed ? blk128 : vec128;
+    bool ok = cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_t,
+                                             sizeof(op_t)) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_n,
+                                             sizeof(op_n)) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
+                                             sizeof(a_mode)) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
+                                             sizeof(b_mode)) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&a_desc_, CUDA_R_8F_E4M3, k_, rows, k_) ==
+                   CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&b_desc_, CUDA_R_8F_E4M3, k_, cols, k_) ==
+                   CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&d_desc_, CUDA_R_16BF, rows, cols, rows) ==
+                   CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatmulPreferenceCreate(&preference_) == CUBLAS_STATUS_SUCCESS;
+    const std::size_t workspace = kCublasWorkspace;
+    ok = ok && cublasLtMatmulPreferenceSetAttribute(
+                   preference_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                   sizeof(workspace)) == CUBLAS_STATUS_SUCCESS;
+    int found = 0;
+    cublasLtMatmulHeuristicResult_t result{};
+    ok = ok &&
+         cublasLtMatmulAlgoGetHeuristic(handle_, desc_, a_desc_, b_desc_, d_desc_, d_desc_,
+                                        preference_, 1, &result, &found) == CUBLAS_STATUS_SUCCESS &&
+         found > 0;
+    if (ok) algo_ = result.algo;
+    return ok;
+  }
+
+  void release() {
+    if (preference_ != nullptr) cublasLtMatmulPreferenceDestroy(preference_);
+    if (d_desc_ != nullptr) cublasLtMatrixLayoutDestroy(d_desc_);
+    if (b_desc_ != nullptr) cublasLtMatrixLayoutDestroy(b_desc_);
+    if (a_desc_ != nullptr) cublasLtMatrixLayoutDestroy(a_desc_);
+    if (desc_ != nullptr) cublasLtMatmulDescDestroy(desc_);
+    preference_ = nullptr;
+    d_desc_ = b_desc_ = a_desc_ = nullptr;
+    desc_ = nullptr;
+  }
+
+  cublasLtHandle_t handle_;
+  int m_, n_, k_;
+  void* workspace_;
+  bool ok_ = false;
+  bool transposed_ = false;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_desc_ = nullptr;
+  cublasLtMatrixLayout_t b_desc_ = nullptr;
+  cublasLtMatrixLayout_t d_desc_ = nullptr;
+  cublasLtMatmulPreference_t preference_ = nullptr;
+  cublasLtMatmulAlgo_t algo_{};
+};
+
+// ||a - b|| / ||b|| of two bf16 device matrices, `a` [rows, cols], `b` the same or transposed.
+double normalized_difference(const Tensor& a, const Tensor& b, bool b_transposed) {
+  const Tensor ha = a.to(Device::cpu());
+  const Tensor hb = b.to(Device::cpu());
+  const auto* pa = reinterpret_cast<const std::uint16_t*>(ha.data());
+  const auto* pb = reinterpret_cast<const std::uint16_t*>(hb.data());
+  const std::int64_t rows = a.shape()[0];
+  const std::int64_t cols = a.shape()[1];
+  double diff = 0.0;
+  double norm = 0.0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const double x = bf16_to_float(pa[r * cols + c]);
+      const double y = bf16_to_float(pb[b_transposed ? c * rows + r : r * cols + c]);
+      diff += (x - y) * (x - y);
+      norm += y * y;
+    }
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+}  // namespace
+
+std::vector<std::pair<int, int>> linear_preset_shapes(const std::string& preset) {
+  if (preset == "deepseek-v3") {
+    return {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
+  }
+  fail_argument(ErrorCode::kInvalidArgument, "--preset", "deepseek-v3", "'" + preset + "'");
+}
+
+nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress) {
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    (void)cudaGetLastError();
+    fail(ErrorCode::kUnsupported, "mxq bench linear needs a CUDA GPU; none is visible");
+  }
+  if (options.repeats < 20) {
+    fail_argument(ErrorCode::kInvalidArgument, "--repeats", "at least 20", options.repeats);
+  }
+  const auto shapes = linear_preset_shapes(options.preset);
+  cudaDeviceProp props{};
+  MXQ_CUDA_CHECK(cudaGetDeviceProperties(&props, 0));
+  cudaStream_t stream = nullptr;
+  MXQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasLtHandle_t handle = nullptr;
+  MXQ_CUBLASLT_CHECK(cublasLtCreate(&handle));
+  Tensor workspace =
+      Tensor::empty(DType::kU8, {static_cast<std::int64_t>(kCublasWorkspace)}, Device::cuda(0));
+
+  nlohmann::json result;
+  result["gpu"] = props.name;
+  result["sm_count"] = props.multiProcessorCount;
+  result["cublaslt_version"] = cublasLtGetVersion();
+  result["preset"] = options.preset;
+  result["repeats"] = options.repeats;
+  result["method"] =
+      "random E4M3 codes and scales on the GPU; input sets rotated past the L2; CUDA graph per "
+      "launch; CUDA events; median; GEMM on pre-quantized activations";
+  nlohmann::json points = nlohmann::json::array();
+
+  for (const auto& [n, k] : shapes) {
+    for (const int m : options.m) {
+      if (m < 1) fail_argument(ErrorCode::kInvalidArgument, "--m", "positive token counts", m);
+      const std::int64_t set_bytes =
+          static_cast<std::int64_t>(n) * k + static_cast<std::int64_t>(m) * k + 2LL * m * n;
+      const int sets = static_cast<int>(
+          std::clamp<std::int64_t>(ceil_div(kWorkingSetBytes, set_bytes), 1, kMaxSets));
+      std::vector<OperandSet> operand_sets;
+      for (int s = 0; s < sets; ++s) {
+        operand_sets.push_back(
+            make_set(m, n, k, 1000003ULL * static_cast<std::uint64_t>(s + 1), options.fallback_64));
+      }
+      MXQ_CUDA_CHECK(cudaDeviceSynchronize());
+      const double flops = 2.0 * m * static_cast<double>(n) * k;
+      const double bytes = static_cast<double>(set_bytes) +
+                           4.0 * (ceil_div(n, 128) * ceil_div(k, 128) + ceil_div(k, 128) * m);
+      nlohmann::json point;
+      point["n"] = n;
+      point["k"] = k;
+      point["m"] = m;
+      point["input_sets"] = sets;
+      nlohmann::json timings = nlohmann::json::array();
+      const auto record = [&](const std::string& name, const std::string& blocks, double us) {
+        nlohmann::json t;
+        t["name"] = name;
+        t["blocks"] = blocks;
+        t["us"] = us;
+        t["tflops"] = flops / (us * 1e-6) / 1e12;
+        t["gbps"] = bytes / (us * 1e-6) / 1e9;
+        timings.push_back(t);
+        if (progress) {
+          std::fprintf(stderr, "  N=%d K=%d M=%d %-30s %-8s %9.1f us\n", n, k, m, name.c_str(),
+                       blocks.c_str(), us);
+        }
+      };
+
+      // cuBLASLt baseline.
+      double cublas_us = 0.0;
+      if (options.baseline) {
+        CublasLtBlockFp8 cublas(handle, m, n, k, workspace.data());
+        if (cublas.ok()) {
+          cublas_us = time_us(
+              [&](int s, cudaStream_t st) {
+                cublas.run(operand_sets[static_cast<std::size_t>(s)], st);
+              },
+              sets, options.repeats, stream);
+          record(cublas.transposed() ? "cublaslt (y^T)" : "cublaslt", "128x128", cublas_us);
+          point["cublaslt_orientation"] = cublas.transposed() ? "A=x VEC128, B=W BLK128x128, D=y^T"
+                                                              : "A=W BLK128x128, B=x VEC128, D=y";
+          // Agreement with mxq's choice on set 0 (same inputs).
+          const OperandSet& s0 = operand_sets[0];
+          Tensor mxq_out = Tensor::empty(DType::kBF16, {m, n}, Device::cuda(0));
+          linear::LinearProblem p;
+          p.m = m;
+          p.n = n;
+          p.k = k;
+          linear::describe_device(p, Device::cuda(0));
+          linear::LinearOperands ops = operands_of(s0, false, stream);
+          ops.out = mxq_out.data();
+          linear::select_tactic(p).run(ops, p);
+          cublas.run(s0, stream);
+          MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+          point["cublaslt_vs_mxq_normalized_difference"] =
+              cublas.transposed() ? normalized_difference(mxq_out, s0.out, /*b_transposed=*/true)
+                                  : normalized_difference(mxq_out, s0.out, false);
+        } else {
+          point["cublaslt_note"] = "cuBLASLt returned no algorithm for block-scaled FP8";
+        }
+      }
+
+      // Every supported mxq tactic on 128x128 blocks, then the fallback on 64x64 blocks.
+      for (const bool blocks64 : {false, true}) {
+        if (blocks64 && !options.fallback_64) continue;
+        linear::LinearProblem p;
+        p.m = m;
+        p.n = n;
+        p.k = k;
+        p.block = blocks64 ? BlockShape{64, 64} : BlockShape{128, 128};
+        linear::describe_device(p, Device::cuda(0));
+        const linear::Explanation explanation = linear::explain(p);
+        const std::string chosen =
+            explanation.chosen != nullptr ? explanation.chosen->name() : std::string();
+        for (const auto& tactic : linear::linear_tactics()) {
+          if (!tactic->supports(p)) continue;
+          const double us = time_us(
+              [&](int s, cudaStream_t st) {
+                tactic->run(operands_of(operand_sets[static_cast<std::size_t>(s)], blocks64, st),
+                            p);
+              },
+              sets, options.repeats, stream);
+          record(tactic->name() + (tactic->name() == chosen ? " *" : ""),
+                 blocks64 ? "64x64" : "128x128", us);
+          if (cublas_us > 0.0 && !blocks64) timings.back()["speedup_vs_cublaslt"] = cublas_us / us;
+        }
+      }
+
+      point["timings"] = timings;
+      points.push_back(point);
+    }
+  }
+  result["points"] = points;
+  MXQ_CUBLASLT_CHECK(cublasLtDestroy(handle));
+  MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
+  return result;
+}
+
+}  // namespace mxq::bench

@@ -1,0 +1,28 @@
+// `mxq bench linear`: times every supported mxq block-FP8 tactic and cuBLASLt's block-scaled
+// FP8 GEMM (1x128 activation scales x 128x128 weight scales, bf16 out) on the same inputs, on one
+// GPU, and the fallback on 64x64 blocks.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace mxq::bench {
+
+struct LinearBenchOptions {
+  std::string preset = "deepseek-v3";    // the (N, K) pairs
+  std::vector<int> m = {64, 128, 4096};  // token counts
+  int repeats = 30;                      // timed runs per point (median reported), >= 20
+  bool baseline = true;                  // time cuBLASLt
+  bool fallback_64 = true;               // time the fallback on 64x64 blocks too
+};
+
+// The (N, K) pairs of a preset; throws mxq::Error(kInvalidArgument) for an unknown name.
+std::vector<std::pair<int, int>> linear_preset_shapes(const std::string& preset);
+
+// Runs the benchmark and returns its results as JSON. Throws mxq::Error(kUnsupported) when no
+// GPU is visible.
+nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress);
+
+}  // namespace mxq::bench

@@ -1,0 +1,31 @@
+// The CPU reference of one rank's expert computation (grouped GEMM1 + bias, gated activation,
+// GEMM2 + bias, weighted sum over the top-k slots). Rounding points, in order (docs/moe.md):
+//   1. gate/up: h = fp32(dot_fp64(x, w13 row) + bias)                (x holds bf16 values)
+//   2. a = bf16(fp32(activation(g, u) evaluated in fp64))           (the bf16 intermediate)
+//   3. y = fp32(dot_fp64(a, w2 row) + bias)                          (bias on TP rank 0 only)
+//   4. partial[t] = sum over the token's slots k (in slot order, fp32 adds from +0) of
+//      fp32(weight_k * y_k) for the slots whose expert lives on this rank.
+// The layer then sums the ranks' partials in rank order in fp32 and rounds to bf16 once.
+#pragma once
+
+#include <cstdint>
+
+#include "mxq/moe/config.h"
+#include "mxq/moe/rank_weights.h"
+
+namespace mxq::moe::cpu {
+
+struct RankForwardInput {
+  const double* x = nullptr;  // [tokens, H], bf16 values
+  std::int64_t tokens = 0;
+  const std::int32_t* ids = nullptr;  // [tokens, top_k]; -1 = not routed
+  const float* weights = nullptr;     // [tokens, top_k]
+  std::int64_t top_k = 0;
+};
+
+// Overwrites partial [tokens, H] with this rank's fp32 partial output and adds the magnitude of
+// every contribution, |fp32(weight_k * y_k)|, to magnitude [tokens, H].
+void rank_expert_forward(const MoeRankWeights& weights, const MoeConfig& config,
+                         const RankForwardInput& input, float* partial, float* magnitude);
+
+}  // namespace mxq::moe::cpu

@@ -1,0 +1,233 @@
+// The CUDA MoE forward against the CPU reference (MoeLayer::forward) on identical quantized
+// weights and inputs: shapes, top-k, activations, biases, padding, TP/EP splits, experts with
+// no tokens, NaN rows, router vs precomputed routing, CUDA graph capture + replay.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "mxq/core/cuda_check.h"
+#include "mxq/formats/bf16.h"
+#include "mxq/moe/checkpoint.h"
+#include "mxq/moe/gpu_layer.h"
+#include "mxq/moe/layer.h"
+#include "mxq/moe/prng.h"
+#include "mxq/moe/synthetic.h"
+
+namespace mxq::moe {
+namespace {
+
+struct Case {
+  const char* name;
+  std::int64_t experts, hidden, inter, top_k, tokens;
+  Activation activation;
+  bool bias;
+  int tp, ep;
+  std::int64_t align;  // 0: not prepared (checkpoint layout)
+  bool precomputed;    // routing given (the CPU router's decisions) instead of the GPU router
+  bool nan_row;        // token 1 gets a NaN input
+};
+
+// Small deterministic generator (splitmix64) for weights and scales.
+struct Rng {
+  std::uint64_t state;
+  std::uint64_t next() {
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  float uniform() { return static_cast<float>(next() >> 40) * (2.0F / 16777216.0F) - 1.0F; }
+};
+
+MoeConfig config_of(const Case& c) {
+  MoeConfig config;
+  config.hidden_size = c.hidden;
+  config.intermediate_size = c.inter;
+  config.num_experts = c.experts;
+  config.top_k = c.top_k;
+  config.activation = c.activation;
+  config.has_bias = c.bias;
+  config.router = RouterKind::kTopkSoftmax;
+  return config;
+}
+
+// Random checkpoint tensors loaded through the weight-update session (random FP4 codes, scales
+// mostly 2^-9..2^-6 with a few above 2 so the wide-scale decode runs too; bf16 router, biases).
+MoeLayer make_layer(const Case& c, std::uint64_t seed) {
+  const MoeConfig config = config_of(c);
+  ShardOptions shards;
+  shards.tp_size = c.tp;
+  shards.ep_size = c.ep;
+  MoeLayer layer = MoeLayer::create(config, 0, shards);
+  layer.begin_update();
+  Rng rng{seed};
+  const float row_gain = 1.0F / std::sqrt(static_cast<float>(c.hidden));
+  for (const MoeTensorName& name : required_tensor_names(config, 0, CheckpointLayout::kGptOss)) {
+    const TensorSpec spec = expected_tensor_spec(config, name.kind);
+    Tensor t = Tensor::empty(spec.dtype, spec.shape);
+    auto* bytes = static_cast<std::uint8_t*>(t.data());
+    const std::size_t n = t.nbytes();
+    if (is_scale(name.kind)) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint64_t r = rng.next();
+        bytes[i] = (r % 1000 == 0) ? static_cast<std::uint8_t>(129 + r % 2)
+                                   : static_cast<std::uint8_t>(118 + r % 4);
+      }
+    } else if (spec.dtype == DType::kBF16) {
+      auto* h = static_cast<std::uint16_t*>(t.data());
+      const float amplitude = is_router(name.kind) ? 3.0F * row_gain : 0.1F;
+      for (std::int64_t i = 0; i < t.numel(); ++i) h[i] = float_to_bf16(amplitude * rng.uniform());
+    } else {
+      for (std::size_t i = 0; i < n; i += 8) {
+        const std::uint64_t r = rng.next();
+        std::memcpy(bytes + i, &r, std::min<std::size_t>(8, n - i));
+      }
+    }
+    layer.load(format_tensor_name(name), t);
+  }
+  layer.end_update();
+  if (c.align == 0) {
+    layer.restore_checkpoint_layout();
+  } else {
+    layer.prepare(c.align);
+  }
+  return layer;
+}
+
+Tensor make_input(const Case& c, std::uint64_t seed) {
+  Tensor x = synthetic_tokens(c.tokens, c.hidden, seed);
+  if (c.nan_row && c.tokens > 1) x.data_as<float>()[c.hidden + 5] = std::nanf("");
+  return x;
+}
+
+struct DeviceBuffers {
+  Tensor x, out, ids, weights;
+};
+
+// Runs the GPU layer into a poisoned output; returns f32 [T, H].
+Tensor run_gpu(const MoeGpuLayer& gpu, const Case& c, const Tensor& x_f32, const Routing* routing,
+               cudaStream_t stream, bool capture_graph) {
+  Tensor xb = Tensor::empty(DType::kBF16, x_f32.shape());
+  auto* xh = static_cast<std::uint16_t*>(xb.data());
+  for (std::int64_t i = 0; i < x_f32.numel(); ++i) xh[i] = float_to_bf16(x_f32.data_as<float>()[i]);
+  DeviceBuffers d;
+  d.x = xb.to(Device::cuda());
+  d.out = Tensor::empty(DType::kBF16, {c.tokens, c.hidden}, Device::cuda());
+  MXQ_CUDA_CHECK(cudaMemset(d.out.data(), 0xFF, d.out.nbytes()));  // NaN poison
+  if (routing != nullptr) {
+    d.ids = routing->ids.to(Device::cuda());
+    d.weights = routing->weights.to(Device::cuda());
+  }
+  const TensorView ids = routing ? d.ids.view() : TensorView{};
+  const TensorView weights = routing ? d.weights.view() : TensorView{};
+  if (capture_graph) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    MXQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    gpu.forward(d.x, d.out, stream, ids, weights);
+    MXQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    MXQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 2; ++replay) MXQ_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    MXQ_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    MXQ_CUDA_CHECK(cudaGraphDestroy(graph));
+  } else {
+    gpu.forward(d.x, d.out, stream, ids, weights);
+  }
+  MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const Tensor host = d.out.to(Device::cpu());
+  Tensor out = Tensor::empty(DType::kF32, host.shape());
+  const auto* h = static_cast<const std::uint16_t*>(host.data());
+  for (std::int64_t i = 0; i < out.numel(); ++i) out.data_as<float>()[i] = bf16_to_float(h[i]);
+  return out;
+}
+
+double normalized_error(const Tensor& out, const Tensor& ref, std::int64_t* nan_mismatches) {
+  double num = 0.0;
+  double den = 0.0;
+  *nan_mismatches = 0;
+  for (std::int64_t i = 0; i < ref.numel(); ++i) {
+    const double a = out.data_as<float>()[i];
+    const double b = ref.data_as<float>()[i];
+    if (std::isnan(a) || std::isnan(b)) {
+      *nan_mismatches += std::isnan(a) != std::isnan(b);
+      continue;
+    }
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+class MoeGpuVsCpu : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MoeGpuVsCpu, MatchesTheReference) {
+  const Case& c = GetParam();
+  const MoeLayer layer = make_layer(c, 1000 + static_cast<std::uint64_t>(c.experts * c.hidden));
+  const Tensor x = make_input(c, 77);
+  const MoeForwardResult ref = layer.forward(x);
+  cudaStream_t stream;
+  MXQ_CUDA_CHECK(cudaStreamCreate(&stream));
+  const Routing* routing = c.precomputed ? &ref.routing : nullptr;
+  for (const cuda::GemmVariant variant :
+       {cuda::GemmVariant::kRegisterStream, cuda::GemmVariant::kSharedTile}) {
+    SCOPED_TRACE(cuda::to_string(variant));
+    const MoeGpuLayer gpu =
+        MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0), variant);
+    const Tensor out = run_gpu(gpu, c, x, routing, stream, /*capture_graph=*/false);
+    std::int64_t nan_mismatches = 0;
+    const double error = normalized_error(out, ref.output, &nan_mismatches);
+    EXPECT_EQ(nan_mismatches, 0) << c.name;
+    EXPECT_LE(error, 4e-3) << c.name;
+    // A NaN row gives NaN in every element of that token, and only there.
+    if (c.nan_row) {
+      for (std::int64_t h = 0; h < c.hidden; ++h)
+        EXPECT_TRUE(std::isnan(out.data_as<float>()[c.hidden + h]));
+      EXPECT_FALSE(std::isnan(out.data_as<float>()[0]));
+    }
+    // Graph capture + replay reproduces the eager output bit for bit.
+    const Tensor replayed = run_gpu(gpu, c, x, routing, stream, /*capture_graph=*/true);
+    EXPECT_EQ(std::memcmp(replayed.data(), out.data(), out.nbytes()), 0) << c.name;
+  }
+  MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+const Case kCases[] = {
+    {"one_expert_k1", 1, 256, 256, 1, 1000, Activation::kSwigluOai, true, 1, 1, 128, false, false},
+    {"e8_k2_clamp_nobias_t4096", 8, 256, 544, 2, 4096, Activation::kSwigluClamp, false, 1, 1, 128,
+     true, false},
+    {"e32_k4_plain_tp2", 32, 544, 256, 4, 64, Activation::kSwiglu, true, 2, 1, 128, false, true},
+    {"e128_gptoss120b_t3", 128, 2880, 2880, 4, 3, Activation::kSwigluOai, true, 1, 1, 128, false,
+     false},
+    {"e32_k8_tp3_unpadded", 32, 2880, 2880, 8, 16, Activation::kSwigluOai, true, 3, 1, 0, true,
+     false},
+    {"e8_k8_all_experts", 8, 544, 544, 8, 200, Activation::kSwigluOai, true, 1, 1, 128, false,
+     false},
+    {"e32_ep2_t1", 32, 256, 544, 4, 1, Activation::kSwigluOai, true, 1, 2, 128, false, false},
+    {"e32_tp2_ep2_t64", 32, 256, 544, 4, 64, Activation::kSwigluClamp, true, 2, 2, 128, true,
+     false},
+};
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MoeGpuVsCpu, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return std::string(info.param.name);
+                         });
+
+TEST(MoeGpuLayer, RejectsBadArguments) {
+  const Case c{"small", 4, 64, 64, 2, 4, Activation::kSwigluOai, true, 1, 1, 128, false, false};
+  const MoeLayer layer = make_layer(c, 3);
+  const MoeGpuLayer gpu = MoeGpuLayer::upload(layer, 4);
+  Tensor x = Tensor::empty(DType::kBF16, {5, 64}, Device::cuda());
+  Tensor out = Tensor::empty(DType::kBF16, {5, 64}, Device::cuda());
+  EXPECT_THROW(gpu.forward(x, out, nullptr), Error);  // more tokens than max_tokens
+  Tensor x_host = Tensor::empty(DType::kBF16, {4, 64});
+  Tensor out4 = Tensor::empty(DType::kBF16, {4, 64}, Device::cuda());
+  EXPECT_THROW(gpu.forward(x_host, out4, nullptr), Error);  // host memory
+  Tensor x_f32 = Tensor::empty(DType::kF32, {4, 64}, Device::cuda());
+  EXPECT_THROW(gpu.forward(x_f32, out4, nullptr), Error);  // wrong dtype
+}
+
+}  // namespace
+}  // namespace mxq::moe

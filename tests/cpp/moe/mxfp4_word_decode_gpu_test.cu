@@ -1,0 +1,208 @@
+// The MoE kernels' device MXFP4 helpers against the host codec (mxq/formats/mxfp4_block.h):
+// the word decode (8 E2M1 codes -> 4 bf16x2 pairs (n_i, n_{i+4}) with the E8M0 scale folded in)
+// on every pair of codes at every position under every scale, both decode paths; and one
+// 128-wide K chunk of the m16n8k16 tile product (decode + activation pairing + mma) against a
+// float64 dot product, which fails if weights and activations disagree on the k order.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "../../../src/cuda/moe/mxfp4_mma.cuh"
+#include "mxq/core/cuda_check.h"
+#include "mxq/formats/bf16.h"
+#include "mxq/formats/mxfp4_block.h"
+
+namespace mxq {
+namespace {
+
+using moe::cuda::detail::decode_e2m1x8;
+using moe::cuda::detail::e8m0_scale_factors;
+using moe::cuda::detail::mma_mx_chunk;
+
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(std::size_t n) : n_(n) { MXQ_CUDA_CHECK(cudaMalloc(&data_, n * sizeof(T))); }
+  ~DeviceArray() {
+    const cudaError_t status = cudaFree(data_);
+    if (status != cudaSuccess) ADD_FAILURE() << "cudaFree failed: " << cudaGetErrorString(status);
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  T* get() const { return data_; }
+  void upload(const std::vector<T>& host) {
+    MXQ_CUDA_CHECK(cudaMemcpy(data_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    MXQ_CUDA_CHECK(cudaMemcpy(host.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t n_;
+};
+
+// out[4 * (scale * words + i) + p] = register p of word i decoded under `scale`; the wide path
+// (two multiplies) when `wide`, else the one-multiply path the kernels take when no scale of the
+// warp exceeds 128 (the test only asks it for those scales).
+__global__ void decode_words_kernel(const std::uint32_t* words, int count, bool wide,
+                                    std::uint32_t* out) {
+  const int scale = blockIdx.y;
+  const auto f = e8m0_scale_factors(static_cast<std::uint32_t>(scale));
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
+    std::uint32_t regs[4];
+    if (wide) {
+      decode_e2m1x8<true>(words[i], f, regs);
+    } else {
+      decode_e2m1x8<false>(words[i], f, regs);
+    }
+    for (int p = 0; p < 4; ++p)
+      out[4 * (static_cast<std::size_t>(scale) * count + i) + p] = regs[p];
+  }
+}
+
+// Words covering every (n_i, n_{i+4}) code pair at every position i, the other nibbles random;
+// plus random words.
+std::vector<std::uint32_t> test_words() {
+  std::mt19937 rng(12345);
+  std::vector<std::uint32_t> words;
+  for (int i = 0; i < 4; ++i) {
+    for (std::uint32_t a = 0; a < 16; ++a) {
+      for (std::uint32_t b = 0; b < 16; ++b) {
+        std::uint32_t w = rng();
+        w &= ~((0xFU << (4 * i)) | (0xFU << (4 * i + 16)));
+        w |= (a << (4 * i)) | (b << (4 * i + 16));
+        words.push_back(w);
+      }
+    }
+  }
+  for (int k = 0; k < 1024; ++k) words.push_back(rng());
+  return words;
+}
+
+// Bit-exact against the host codec (NaN: both NaN).
+void check_decode(bool wide) {
+  const std::vector<std::uint32_t> words = test_words();
+  const int count = static_cast<int>(words.size());
+  DeviceArray<std::uint32_t> d_words(words.size());
+  d_words.upload(words);
+  DeviceArray<std::uint32_t> d_out(words.size() * 256 * 4);
+  decode_words_kernel<<<dim3(8, 256), 256>>>(d_words.get(), count, wide, d_out.get());
+  MXQ_CUDA_CHECK(cudaGetLastError());
+  MXQ_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<std::uint32_t> out = d_out.download();
+  std::int64_t mismatches = 0;
+  for (int scale = 0; scale < 256; ++scale) {
+    if (!wide && scale > 128 && scale != 255) continue;  // the kernels take the wide path there
+    for (int i = 0; i < count; ++i) {
+      std::uint8_t packed[16] = {};
+      std::memcpy(packed, &words[i], 4);
+      float ref[32];
+      dequantize_mxfp4_block(packed, static_cast<std::uint8_t>(scale), ref);
+      for (int p = 0; p < 4; ++p) {
+        const std::uint32_t reg = out[4 * (static_cast<std::size_t>(scale) * count + i) + p];
+        const float got[2] = {bf16_to_float(static_cast<std::uint16_t>(reg & 0xFFFFU)),
+                              bf16_to_float(static_cast<std::uint16_t>(reg >> 16))};
+        const float want[2] = {ref[p], ref[p + 4]};
+        for (int half = 0; half < 2; ++half) {
+          const bool same = std::isnan(want[half])
+                                ? std::isnan(got[half])
+                                : std::memcmp(&got[half], &want[half], sizeof(float)) == 0;
+          if (!same && ++mismatches <= 5) {
+            ADD_FAILURE() << "word 0x" << std::hex << words[i] << std::dec << " scale " << scale
+                          << " pair " << p << " half " << half << ": got " << got[half] << ", want "
+                          << want[half];
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST(Mxfp4WordDecode, OneMultiplyPathMatchesHostCodec) { check_decode(false); }
+TEST(Mxfp4WordDecode, TwoMultiplyPathMatchesHostCodecOnEveryScale) { check_decode(true); }
+
+// One warp: D[16][8] = W[16][128] (MXFP4, row-major packed, 4 scales per row) x X[8][128]^T.
+__global__ void chunk_mma_kernel(const std::uint8_t* w, const std::uint8_t* scales,
+                                 const std::uint16_t* x, bool wide, float* d) {
+  const int lane = threadIdx.x;
+  const int r = lane / 4;
+  const int c = lane % 4;
+  uint4 wv[2];
+  std::uint32_t sc[2];
+  for (int h = 0; h < 2; ++h) {
+    wv[h] = reinterpret_cast<const uint4*>(w + (r + 8 * h) * 64)[c];
+    sc[h] = scales[(r + 8 * h) * 4 + c];
+  }
+  uint4 xv[4];
+  for (int i = 0; i < 4; ++i) xv[i] = reinterpret_cast<const uint4*>(x + r * 128 + 32 * c)[i];
+  float acc[4] = {};
+  if (wide) {
+    mma_mx_chunk<true>(wv, sc, xv, acc);
+  } else {
+    mma_mx_chunk<false>(wv, sc, xv, acc);
+  }
+  d[r * 8 + 2 * c] = acc[0];
+  d[r * 8 + 2 * c + 1] = acc[1];
+  d[(r + 8) * 8 + 2 * c] = acc[2];
+  d[(r + 8) * 8 + 2 * c + 1] = acc[3];
+}
+
+void check_chunk(bool wide, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::uint8_t> w(16 * 64);
+  std::vector<std::uint8_t> scales(16 * 4);
+  std::vector<std::uint16_t> x(8 * 128);
+  for (auto& b : w) b = static_cast<std::uint8_t>(rng());
+  // Distinct scales per block so a block read with another lane's scale shows; the wide run
+  // includes scales above 128.
+  for (auto& s : scales) s = static_cast<std::uint8_t>((wide ? 125 : 118) + rng() % 8);
+  std::uniform_real_distribution<float> uniform(-1.0F, 1.0F);
+  for (auto& v : x) v = float_to_bf16(uniform(rng));
+  DeviceArray<std::uint8_t> d_w(w.size());
+  DeviceArray<std::uint8_t> d_s(scales.size());
+  DeviceArray<std::uint16_t> d_x(x.size());
+  DeviceArray<float> d_d(16 * 8);
+  d_w.upload(w);
+  d_s.upload(scales);
+  d_x.upload(x);
+  MXQ_CUDA_CHECK(cudaMemset(d_d.get(), 0xFF, 16 * 8 * sizeof(float)));  // NaN poison
+  chunk_mma_kernel<<<1, 32>>>(d_w.get(), d_s.get(), d_x.get(), wide, d_d.get());
+  MXQ_CUDA_CHECK(cudaGetLastError());
+  MXQ_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> d = d_d.download();
+  for (int m = 0; m < 16; ++m) {
+    float row[128];
+    for (int b = 0; b < 4; ++b)
+      dequantize_mxfp4_block(&w[m * 64 + 16 * b], scales[m * 4 + b], &row[32 * b]);
+    for (int n = 0; n < 8; ++n) {
+      double dot = 0.0;
+      double magnitude = 0.0;
+      for (int k = 0; k < 128; ++k) {
+        const double term = static_cast<double>(row[k]) * bf16_to_float(x[n * 128 + k]);
+        dot += term;
+        magnitude += std::fabs(term);
+      }
+      EXPECT_NEAR(d[m * 8 + n], dot, 1e-5 * magnitude + 1e-30)
+          << "row " << m << " token " << n << (wide ? " (wide)" : "");
+    }
+  }
+}
+
+TEST(Mxfp4ChunkMma, MatchesFloat64DotProduct) {
+  for (std::uint32_t seed = 1; seed <= 4; ++seed) {
+    check_chunk(false, seed);
+    check_chunk(true, seed);
+  }
+}
+
+}  // namespace
+}  // namespace mxq

@@ -1,0 +1,170 @@
+// `mxq moe`: runs one MoE layer of a checkpoint on an .npy input, simulating every TP x EP rank.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "moe_gpu.h"
+#include "moe_report.h"
+#include "mxq/core/error.h"
+#include "mxq/io/npy.h"
+#include "mxq/moe/layer.h"
+
+namespace mxq::cli {
+namespace {
+
+struct MoeOptions {
+  std::string checkpoint;
+  std::int64_t layer = 0;
+  std::string input;
+  std::string output;
+  int tp = 1;
+  int ep = 1;
+  std::int64_t align = moe::kDefaultAlignment;
+  std::int64_t intermediate_per_rank = 0;
+  std::string device = "cpu";
+  std::string activation;
+  moe::MoeConfigOverrides overrides;
+  bool json = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void run_moe(const MoeOptions& options) {
+  if (options.device == "cuda") require_gpu_for_device_cuda();
+  const auto start = std::chrono::steady_clock::now();
+  const moe::MoeCheckpoint checkpoint = moe::MoeCheckpoint::open(options.checkpoint);
+  moe::MoeConfigOverrides overrides = options.overrides;
+  if (!options.activation.empty())
+    overrides.activation = moe::activation_from_name(options.activation);
+  const moe::MoeConfig config = checkpoint.resolve_config(options.layer, overrides);
+  const Tensor x = io::read_npy(options.input);
+  require_dtype(x, "--input", DType::kF32);
+
+  moe::ShardOptions shards;
+  shards.tp_size = options.tp;
+  shards.ep_size = options.ep;
+  shards.intermediate_per_rank = options.intermediate_per_rank;
+  moe::MoeLayer layer = moe::MoeLayer::load(checkpoint, options.layer, config, shards);
+  const double load_seconds = seconds_since(start);
+  const nlohmann::json before = rank_shapes_json(layer);
+  const auto prepare_start = std::chrono::steady_clock::now();
+  if (options.align != 0) (void)layer.prepare(options.align);
+  const double prepare_seconds = seconds_since(prepare_start);
+  const moe::PaddingSummary padding = layer.padding_summary();
+
+  const bool on_gpu = options.device == "cuda";
+  GpuMoeRun gpu_run;
+  moe::MoeForwardResult result;
+  if (on_gpu) {
+    gpu_run = run_moe_on_gpu(layer, x);
+    result.output = gpu_run.output;
+    result.total_seconds = gpu_run.forward_ms * 1e-3;
+    result.rank_seconds.assign(static_cast<std::size_t>(layer.num_ranks()), 0.0);
+  } else {
+    result = layer.forward(x);
+  }
+  io::write_npy(options.output, result.output);
+  const std::int64_t tokens = x.shape()[0];
+
+  if (options.json) {
+    nlohmann::json ranks = rank_shapes_json(layer);
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      ranks[r]["before"] = before[r]["shapes"];
+      ranks[r]["after"] = ranks[r]["shapes"];
+      ranks[r]["intermediate_before"] = before[r]["intermediate_per_partition"];
+      ranks[r].erase("shapes");
+      ranks[r]["expert_seconds"] = result.rank_seconds[r];
+    }
+    nlohmann::json out = {
+        {"checkpoint", options.checkpoint},
+        {"layer", options.layer},
+        {"layout", moe::to_string(checkpoint.layout(options.layer))},
+        {"config",
+         {{"hidden_size", config.hidden_size},
+          {"intermediate_size", config.intermediate_size},
+          {"num_experts", config.num_experts},
+          {"top_k", config.top_k},
+          {"swiglu_limit", config.swiglu_limit},
+          {"activation", moe::to_string(config.activation)},
+          {"has_bias", config.has_bias}}},
+        {"tp", options.tp},
+        {"ep", options.ep},
+        {"alignment", options.align},
+        {"intermediate_per_partition", {{"before", padding.before}, {"after", padding.after}}},
+        {"wasted_fraction", padding.wasted_fraction()},
+        {"ranks", ranks},
+        {"tactic", on_gpu ? gpu_run.tactic
+                          : "cpu-reference (MXFP4 decoded to fp64, fp64 dot products, bf16 "
+                            "intermediate)"},
+        {"device", on_gpu ? "cuda (" + gpu_run.gpu + ")" : "cpu"},
+        {"tokens", tokens},
+        {"timings",
+         {{"load_seconds", load_seconds},
+          {"prepare_seconds", prepare_seconds},
+          {"routing_seconds", result.routing_seconds},
+          {"forward_seconds", result.total_seconds},
+          {"forward_ms_per_token",
+           tokens > 0 ? 1e3 * result.total_seconds / static_cast<double>(tokens) : 0.0}}},
+        {"output", options.output},
+    };
+    print_json(out);
+  } else {
+    std::printf("layer %lld (%s layout): E=%lld H=%lld I=%lld top-%lld, TP=%d EP=%d\n",
+                static_cast<long long>(options.layer),
+                std::string(moe::to_string(checkpoint.layout(options.layer))).c_str(),
+                static_cast<long long>(config.num_experts),
+                static_cast<long long>(config.hidden_size),
+                static_cast<long long>(config.intermediate_size),
+                static_cast<long long>(config.top_k), options.tp, options.ep);
+    std::printf("I_rank %lld -> %lld (alignment %lld), wasted %.2f%%\n",
+                static_cast<long long>(padding.before), static_cast<long long>(padding.after),
+                static_cast<long long>(options.align), 100.0 * padding.wasted_fraction());
+    std::printf("%lld tokens: forward %.3f s (%.2f ms/token), load %.3f s; wrote %s\n",
+                static_cast<long long>(tokens), result.total_seconds,
+                tokens > 0 ? 1e3 * result.total_seconds / static_cast<double>(tokens) : 0.0,
+                load_seconds, options.output.c_str());
+  }
+}
+
+}  // namespace
+
+void register_moe(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "moe",
+      "Run one MXFP4 MoE layer of a checkpoint on an f32 .npy input [T, H] (rounded to "
+      "bf16 on entry), simulating every TP x EP rank; writes the f32 output [T, H]");
+  auto options = std::make_shared<MoeOptions>();
+  cmd->add_option("--checkpoint", options->checkpoint,
+                  "Directory of .safetensors files (+ config.json), or one .safetensors file")
+      ->required();
+  cmd->add_option("--layer", options->layer, "Layer index")->capture_default_str();
+  cmd->add_option("--input", options->input, "Input .npy, f32 [T, H]")->required();
+  cmd->add_option("--output", options->output, "Output .npy, f32 [T, H]")->required();
+  cmd->add_option("--tp", options->tp, "Tensor-parallel ranks")->capture_default_str();
+  cmd->add_option("--ep", options->ep, "Expert-parallel ranks")->capture_default_str();
+  cmd->add_option("--align", options->align,
+                  "Pad I_rank to a multiple of this (a multiple of 32; 0 = no padding)")
+      ->capture_default_str();
+  cmd->add_option("--intermediate-per-rank", options->intermediate_per_rank,
+                  "Force the per-rank intermediate width (a multiple of 32; 0 = automatic)")
+      ->capture_default_str();
+  cmd->add_option("--device", options->device, "Where to run")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--activation", options->activation, "Override the activation")
+      ->check(CLI::IsMember({"swiglu_oai", "swiglu_clamp", "swiglu"}));
+  cmd->add_option("--experts", options->overrides.num_experts,
+                  "Number of experts (without config.json: taken from the tensors)");
+  cmd->add_option("--hidden", options->overrides.hidden_size, "Hidden size");
+  cmd->add_option("--intermediate", options->overrides.intermediate_size, "Intermediate size");
+  cmd->add_option("--top-k", options->overrides.top_k,
+                  "Experts per token (required without config.json)");
+  cmd->add_flag("--json", options->json, "Print machine-readable JSON");
+  cmd->callback([options] { run_moe(*options); });
+}
+
+}  // namespace mxq::cli

@@ -1,0 +1,90 @@
+#include "moe_gpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "mxq/core/build_info.h"
+#include "mxq/core/error.h"
+#include "mxq/formats/bf16.h"
+
+#if MXQ_WITH_CUDA
+#include "mxq/core/cuda_check.h"
+#include "mxq/moe/gpu_layer.h"
+#endif
+
+namespace mxq::cli {
+
+double normalized_error(const Tensor& out, const Tensor& ref, std::int64_t* nan_mismatches) {
+  double num = 0.0;
+  double den = 0.0;
+  *nan_mismatches = 0;
+  const float* a = out.data_as<float>();
+  const float* b = ref.data_as<float>();
+  for (std::int64_t i = 0; i < ref.numel(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) {
+      *nan_mismatches += std::isnan(a[i]) != std::isnan(b[i]);
+      continue;
+    }
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+void require_gpu_for_device_cuda() {
+#if MXQ_WITH_CUDA
+  const GpuQuery query = query_gpus();
+  if (query.gpus.empty()) {
+    fail(ErrorCode::kUnsupported, "--device cuda: ", query.note, "; use --device cpu");
+  }
+#else
+  fail(ErrorCode::kUnsupported,
+       "--device cuda: this build of mxq has no CUDA support (configure with -DMXQ_CUDA=ON)");
+#endif
+}
+
+GpuMoeRun run_moe_on_gpu(const moe::MoeLayer& layer, const Tensor& x) {
+  require_gpu_for_device_cuda();
+#if MXQ_WITH_CUDA
+  const GpuQuery query = query_gpus();
+  require_rank(x, "--input", 2);
+  const int tokens = static_cast<int>(x.shape()[0]);
+  const moe::MoeGpuLayer gpu = moe::MoeGpuLayer::upload(layer, std::max(tokens, 1));
+  GpuMoeRun run;
+  run.tactic = gpu.tactic_name();
+  run.gpu = query.gpus.front().name;
+  run.output = gpu.forward_host(x);
+  // Device time of the forward alone: the input already on the device, events around it.
+  Tensor xb = Tensor::empty(DType::kBF16, x.shape());
+  auto* xh = static_cast<std::uint16_t*>(xb.data());
+  for (std::int64_t i = 0; i < x.numel(); ++i) xh[i] = float_to_bf16(x.data_as<float>()[i]);
+  const Tensor x_dev = xb.to(Device::cuda());
+  const Tensor out_dev = Tensor::empty(DType::kBF16, x.shape(), Device::cuda());
+  cudaEvent_t start;
+  cudaEvent_t stop;
+  MXQ_CUDA_CHECK(cudaEventCreate(&start));
+  MXQ_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> times;
+  for (int i = 0; i < 13; ++i) {
+    MXQ_CUDA_CHECK(cudaEventRecord(start, nullptr));
+    gpu.forward(x_dev, out_dev, nullptr);
+    MXQ_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+    MXQ_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0F;
+    MXQ_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (i >= 3) times.push_back(ms);
+  }
+  MXQ_CUDA_CHECK(cudaEventDestroy(start));
+  MXQ_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  run.forward_ms = times[times.size() / 2];
+  return run;
+#else
+  (void)layer;
+  (void)x;
+  return {};
+#endif
+}
+
+}  // namespace mxq::cli

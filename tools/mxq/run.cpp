@@ -1,0 +1,205 @@
+// `mxq run`: the main job. A synthetic gpt-oss-20b-shaped MoE layer (E=32, H=I=2880, top-4),
+// generated once into the cache directory, runs a batch of tokens split over TP ranks with the
+// per-rank intermediate size padded to 128 (TP=2: 1440 -> 1536); the result is checked against
+// an independent unpadded TP=1 run of the same layer.
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "moe_gpu.h"
+#include "moe_report.h"
+#include "mxq/core/env.h"
+#include "mxq/core/error.h"
+#include "mxq/moe/compare.h"
+#include "mxq/moe/layer.h"
+#include "mxq/moe/synthetic.h"
+
+namespace mxq::cli {
+namespace {
+
+struct RunOptions {
+  std::string device = "cpu";
+  int tp = 2;
+  std::int64_t tokens = 16;
+  bool json = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void progress(std::string_view line) { std::cerr << "mxq run: " << line << std::endl; }
+
+void run_main(const RunOptions& options) {
+  if (options.device == "cuda") require_gpu_for_device_cuda();
+  if (options.tp < 1) fail_argument(ErrorCode::kInvalidArgument, "--tp", ">= 1", options.tp);
+  if (options.tokens < 1) {
+    fail_argument(ErrorCode::kInvalidArgument, "--tokens", ">= 1", options.tokens);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const moe::SyntheticSpec spec;  // E=32, H=I=2880, top-4, one layer, seed 0
+  progress("checkpoint: " + cache_dir() + "/synth/" + moe::synthetic_checkpoint_name(spec));
+  const std::string path = moe::ensure_synthetic_checkpoint(spec, cache_dir(), progress);
+  const double synth_seconds = seconds_since(start);
+  const moe::MoeCheckpoint checkpoint = moe::MoeCheckpoint::open(path);
+  const moe::MoeConfig config = checkpoint.resolve_config(0);
+  const Tensor x = moe::synthetic_tokens(options.tokens, config.hidden_size, 1);
+
+  // The run under test: TP ranks, padded to the kernel alignment.
+  progress("loading TP=" + std::to_string(options.tp) + " and padding to 128");
+  auto phase = std::chrono::steady_clock::now();
+  moe::ShardOptions shards;
+  shards.tp_size = options.tp;
+  moe::MoeLayer layer = moe::MoeLayer::load(checkpoint, 0, config, shards);
+  const nlohmann::json before = rank_shapes_json(layer);
+  const moe::PaddingSummary padding = layer.prepare(moe::kDefaultAlignment);
+  const double load_seconds = seconds_since(phase);
+  const bool on_gpu = options.device == "cuda";
+  progress("forward: " + std::to_string(options.tokens) + " tokens on " + options.device);
+  const std::clock_t cpu_start = std::clock();  // process CPU time: all threads together
+  GpuMoeRun gpu_run;
+  moe::MoeForwardResult result;
+  if (on_gpu) {
+    gpu_run = run_moe_on_gpu(layer, x);
+    result.output = gpu_run.output;
+    result.total_seconds = gpu_run.forward_ms * 1e-3;
+  } else {
+    result = layer.forward(x);
+  }
+  const double cpu_seconds = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+
+  // The independent reference: one rank, no padding.
+  progress("reference: TP=1, unpadded");
+  phase = std::chrono::steady_clock::now();
+  const moe::MoeLayer reference_layer = moe::MoeLayer::load(checkpoint, 0, config, {});
+  const moe::MoeForwardResult reference = reference_layer.forward(x);
+  const double reference_seconds = seconds_since(phase);
+
+  // CPU: the TP split must agree within fp32 summation error. CUDA: the kernels accumulate in
+  // another order, so the bound is the GPU-vs-reference tolerance (normalized error <= 4e-3).
+  moe::ForwardComparison comparison;
+  std::int64_t nan_mismatches = 0;
+  double gpu_error = 0.0;
+  bool pass = false;
+  if (on_gpu) {
+    gpu_error = normalized_error(result.output, reference.output, &nan_mismatches);
+    pass = gpu_error <= 4e-3 && nan_mismatches == 0;
+  } else {
+    comparison = moe::compare_forward(result, layer.num_ranks(), reference, 1, config.top_k);
+    pass = comparison.within_fp32_summation_error();
+  }
+  const double per_token_ms = 1e3 * result.total_seconds / static_cast<double>(options.tokens);
+  const double total_seconds = seconds_since(start);
+
+  if (options.json) {
+    nlohmann::json ranks = rank_shapes_json(layer);
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      ranks[r]["before"] = before[r]["shapes"];
+      ranks[r]["after"] = ranks[r]["shapes"];
+      ranks[r].erase("shapes");
+    }
+    print_json({
+        {"pass", pass},
+        {"device", on_gpu ? "cuda (" + gpu_run.gpu + ")" : "cpu"},
+        {"tactic", on_gpu ? gpu_run.tactic : "cpu-reference"},
+        {"checkpoint", path},
+        {"config",
+         {{"num_experts", config.num_experts},
+          {"hidden_size", config.hidden_size},
+          {"intermediate_size", config.intermediate_size},
+          {"top_k", config.top_k}}},
+        {"tp", options.tp},
+        {"tokens", options.tokens},
+        {"intermediate_per_partition", {{"before", padding.before}, {"after", padding.after}}},
+        {"wasted_fraction", padding.wasted_fraction()},
+        {"ranks", ranks},
+        {"comparison", on_gpu
+                           ? nlohmann::json{{"reference", "TP=1 unpadded, CPU reference"},
+                                            {"normalized_error", gpu_error},
+                                            {"tolerance", 4e-3},
+                                            {"nan_mismatches", nan_mismatches}}
+                           : nlohmann::json{{"reference", "TP=1 unpadded"},
+                                            {"elements", comparison.elements},
+                                            {"bitwise_different", comparison.bitwise_different},
+                                            {"beyond_one_bf16_ulp", comparison.beyond_one_ulp},
+                                            {"beyond_fp32_bound", comparison.beyond_bound},
+                                            {"nan_mismatches", comparison.nan_mismatches},
+                                            {"max_abs_difference", comparison.max_abs_difference},
+                                            {"max_bound_ratio", comparison.max_bound_ratio}}},
+        {"timings",
+         {{"synthesis_or_cache_seconds", synth_seconds},
+          {"load_and_prepare_seconds", load_seconds},
+          {"forward_seconds", result.total_seconds},
+          {"forward_ms_per_token", per_token_ms},
+          {"forward_cpu_ms_per_token", 1e3 * cpu_seconds / static_cast<double>(options.tokens)},
+          {"reference_seconds", reference_seconds},
+          {"total_seconds", total_seconds},
+          {"threads", num_threads()}}},
+    });
+  } else {
+    std::printf(
+        "MoE layer E=%lld H=%lld I=%lld top-%lld, TP=%d: I_rank %lld -> %lld "
+        "(%.2f%% wasted)\n",
+        static_cast<long long>(config.num_experts), static_cast<long long>(config.hidden_size),
+        static_cast<long long>(config.intermediate_size), static_cast<long long>(config.top_k),
+        options.tp, static_cast<long long>(padding.before), static_cast<long long>(padding.after),
+        100.0 * padding.wasted_fraction());
+    if (on_gpu) {
+      std::printf("forward: %lld tokens in %.1f us on %s (%s)\n",
+                  static_cast<long long>(options.tokens), gpu_run.forward_ms * 1e3,
+                  gpu_run.gpu.c_str(), gpu_run.tactic.c_str());
+      std::printf(
+          "vs TP=1 unpadded CPU reference: normalized error %.2e (tolerance 4e-3), "
+          "%lld NaN mismatches\n",
+          gpu_error, static_cast<long long>(nan_mismatches));
+    } else {
+      std::printf(
+          "forward: %lld tokens in %.3f s (%.1f ms/token, %d threads; CPU time %.1f "
+          "ms/token; CPU reference)\n",
+          static_cast<long long>(options.tokens), result.total_seconds, per_token_ms, num_threads(),
+          1e3 * cpu_seconds / static_cast<double>(options.tokens));
+      std::printf(
+          "vs TP=1 unpadded: %lld of %lld outputs differ in bits (max |diff| %.3g, "
+          "%.2f of the fp32 summation bound)\n",
+          static_cast<long long>(comparison.bitwise_different),
+          static_cast<long long>(comparison.elements), comparison.max_abs_difference,
+          comparison.max_bound_ratio);
+    }
+    std::printf("%s (total %.1f s)\n", pass ? "PASS" : "FAIL", total_seconds);
+  }
+  if (!pass && on_gpu) {
+    fail(ErrorCode::kInternal,
+         "mxq run: the CUDA output disagrees with the CPU reference: "
+         "normalized error ",
+         gpu_error, " (tolerance 4e-3), ", nan_mismatches, " NaN mismatches");
+  }
+  if (!pass) {
+    fail(ErrorCode::kInternal, "mxq run: the TP=", options.tp,
+         " padded output disagrees with the TP=1 unpadded reference beyond fp32 summation "
+         "error (",
+         comparison.beyond_bound, " accumulator elements, ", comparison.beyond_one_ulp,
+         " outputs beyond one bf16 ulp, ", comparison.nan_mismatches, " NaN mismatches)");
+  }
+}
+
+}  // namespace
+
+void register_run(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "run",
+      "The main job: a synthetic gpt-oss-20b-shaped MoE layer (generated once into the "
+      "cache directory), TP-split and padded, checked against an unpadded TP=1 run");
+  auto options = std::make_shared<RunOptions>();
+  cmd->add_option("--device", options->device, "Where to run")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--tp", options->tp, "Tensor-parallel ranks (simulated)")->capture_default_str();
+  cmd->add_option("--tokens", options->tokens, "Tokens in the batch")->capture_default_str();
+  cmd->add_flag("--json", options->json, "Print machine-readable JSON");
+  cmd->callback([options] { run_main(*options); });
+}
+
+}  // namespace mxq::cli
