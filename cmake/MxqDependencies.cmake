@@ -28,3 +28,8 @@ if(MXQ_BUILD_TESTS AND NOT TARGET GTest::gtest)
   set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
   add_subdirectory("${MXQ_GTEST_SOURCE}" "${CMAKE_BINARY_DIR}/_deps/googletest" EXCLUDE_FROM_ALL)
 endif()
+
+# Google Benchmark (optional): the bench/ drivers are built only when it is found.
+if(MXQ_BUILD_BENCH)
+  find_package(benchmark QUIET)
+endif()

@@ -13,13 +13,27 @@ extern char** environ;  // NOLINT(readability-redundant-declaration)
 namespace mxq {
 namespace {
 
-constexpr std::array<EnvVarSpec, 3> kRegistry = {{
+constexpr std::array<EnvVarSpec, 7> kRegistry = {{
     {"MXQ_LOG_LEVEL", EnvType::kChoice, "warn", "messages at this level and above go to stderr",
      "trace,debug,info,warn,error,off"},
     {"MXQ_CACHE_DIR", EnvType::kPath, "",
      "cache directory (default: $XDG_CACHE_HOME/mxq, else ~/.cache/mxq)", ""},
     {"MXQ_NUM_THREADS", EnvType::kInt, "0",
      "worker threads for CPU loops; 0 means one per hardware thread", ""},
+    {"MXQ_AUTOTUNE", EnvType::kChoice, "load",
+     "autotuner mode: off (default tactics), load (serve the cache), tune (tune what the cache "
+     "lacks, save into it), fresh (read nothing, tune everything into a new runs/ file)",
+     "off,load,tune,fresh"},
+    {"MXQ_AUTOTUNE_CACHE", EnvType::kPath, "",
+     "autotune cache file (default: <cache dir>/autotune/<version>/<device>/<deployment>.json)",
+     ""},
+    {"MXQ_AUTOTUNE_SKIP_OPS", EnvType::kList, "",
+     "comma-separated ops that always run their default tactic (never tuned or served from cache)",
+     ""},
+    {"MXQ_AUTOTUNE_BUDGET", EnvType::kInt, "0",
+     "seconds one tuning pass may spend; what is left untuned runs the default tactic; 0 = no "
+     "limit",
+     ""},
 }};
 
 std::vector<std::string> split_commas(std::string_view text) {

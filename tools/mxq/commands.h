@@ -10,6 +10,8 @@ namespace mxq::cli {
 void register_info(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_dequantize(CLI::App& app);
+void register_tune(CLI::App& app);
+void register_cache(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_moe(CLI::App& app);
 void register_run(CLI::App& app);

@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   mxq::cli::register_info(app);
   mxq::cli::register_quantize(app);
   mxq::cli::register_dequantize(app);
+  mxq::cli::register_tune(app);
+  mxq::cli::register_cache(app);
   mxq::cli::register_synth(app);
   mxq::cli::register_moe(app);
   mxq::cli::register_run(app);
@@ -30,6 +32,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     return app.exit(error);
+  } catch (const mxq::cli::ExitStatus& status) {
+    return status.code;
   } catch (const mxq::Error& error) {
     std::fprintf(stderr, "mxq: error: %s\n", error.what());
     return 1;

@@ -1,0 +1,42 @@
+// The collectives mxq needs from a process group: rank, size, all-reduce of doubles, broadcast
+// and all-gather of bytes. Every rank calls the same collectives in the same order (the
+// autotuner's calls depend only on the tuning plan, never on what a rank has cached).
+// Implementations: SoloCommunicator (one rank), InProcessGroup (ranks as threads of one
+// process, for tests; in_process.h). An NCCL one comes with the distributed module.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace mxq::dist {
+
+enum class ReduceOp { kSum, kMin, kMax };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  [[nodiscard]] virtual int rank() const = 0;
+  [[nodiscard]] virtual int size() const = 0;
+  // In place: values[i] becomes op over every rank's values[i]. Same length on every rank.
+  virtual void all_reduce(std::span<double> values, ReduceOp op) = 0;
+  // `bytes` of rank `root` replace `bytes` on every other rank (any length).
+  virtual void broadcast(std::vector<std::uint8_t>& bytes, int root) = 0;
+  // Every rank's bytes (any length per rank), indexed by rank.
+  virtual std::vector<std::vector<std::uint8_t>> all_gather(
+      std::span<const std::uint8_t> bytes) = 0;
+};
+
+// A group of one: every collective is the identity.
+class SoloCommunicator final : public Communicator {
+ public:
+  [[nodiscard]] int rank() const override { return 0; }
+  [[nodiscard]] int size() const override { return 1; }
+  void all_reduce(std::span<double> /*values*/, ReduceOp /*op*/) override {}
+  void broadcast(std::vector<std::uint8_t>& /*bytes*/, int /*root*/) override {}
+  std::vector<std::vector<std::uint8_t>> all_gather(std::span<const std::uint8_t> bytes) override {
+    return {std::vector<std::uint8_t>(bytes.begin(), bytes.end())};
+  }
+};
+
+}  // namespace mxq::dist

@@ -1,0 +1,722 @@
+#include "mxq/tune/cache_file.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <optional>
+
+#include "mxq/core/error.h"
+#include "mxq/core/log.h"
+#include "tune/json_reader.h"
+
+namespace mxq::tune {
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+// ---- serialization -----------------------------------------------------------------------
+
+void append_string(std::string& out, std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (u < 0x20) {
+      out += "\\u00";
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 0xF]);
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+}
+
+void append_int(std::string& out, std::int64_t value) {
+  char buffer[24];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  out.append(buffer, result.ptr);
+}
+
+void append_number(std::string& out, double value) {
+  char buffer[64];
+  if (!std::isfinite(value)) value = 0;
+  const auto result =
+      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed, 4);
+  out.append(buffer, result.ptr);
+}
+
+void append_entry(std::string& out, const CacheEntry& e) {
+  out += "{\"op\":";
+  append_string(out, e.problem.op());
+  out += ",\"shape\":{";
+  bool first = true;
+  for (const ShapeDim& d : e.problem.dims()) {
+    if (!first) out += ",";
+    first = false;
+    append_string(out, d.name);
+    out += ':';
+    append_int(out, d.value);
+  }
+  out += "},\"dtypes\":{";
+  first = true;
+  for (const DtypeField& d : e.problem.dtypes()) {
+    if (!first) out += ",";
+    first = false;
+    append_string(out, d.name);
+    out += ":";
+    append_string(out, d.dtype);
+  }
+  out += "},\"bucket\":";
+  append_int(out, e.bucket);
+  out += ",\"tactic\":";
+  append_string(out, e.tactic);
+  out += ",\"median_us\":";
+  append_number(out, e.median_us);
+  out += ",\"default_us\":";
+  append_number(out, e.default_us);
+  out += ",\"pass\":";
+  append_string(out, e.pass);
+  out += ",\"tuned_at\":";
+  append_string(out, e.tuned_at);
+  out += ",\"ranks\":";
+  append_int(out, e.ranks);
+  out += ",\"candidates\":{";
+  first = true;
+  for (const CandidateTiming& c : e.candidates) {
+    if (!first) out += ",";
+    first = false;
+    append_string(out, c.tactic);
+    out += ":";
+    append_number(out, c.median_us);
+  }
+  out += "}}";
+}
+
+void append_fingerprint(std::string& out, const Fingerprint& fp) {
+  out += "{";
+  bool first = true;
+  for (const auto& [name, value] : fp.fields()) {
+    if (!first) out += ", ";
+    first = false;
+    append_string(out, name);
+    out += ": ";
+    const bool numeric = name == "cpu_threads" || name == "sm_count" || name == "driver_version" ||
+                         name == "runtime_version";
+    if (numeric) {
+      out += value;
+    } else {
+      append_string(out, value);
+    }
+  }
+  out += "}";
+}
+
+// ---- parsing -----------------------------------------------------------------------------
+
+using detail::JsonReader;
+using Kind = JsonReader::Kind;
+
+[[noreturn]] void bad_format(const std::string& what) { fail(ErrorCode::kFormat, what); }
+
+std::string read_string_field(JsonReader& r, const std::string& where) {
+  if (r.peek() != Kind::kString) bad_format(where + " is not a string");
+  return r.read_string();
+}
+
+std::int64_t read_int_field(JsonReader& r, const std::string& where) {
+  std::int64_t value = 0;
+  if (r.peek() != Kind::kNumber || !r.try_read_int(value)) bad_format(where + " is not an integer");
+  return value;
+}
+
+Fingerprint read_fingerprint(JsonReader& r) {
+  if (r.peek() != Kind::kObject) bad_format("\"fingerprint\" is not an object");
+  Fingerprint fp;
+  std::string key;
+  int seen = 0;
+  r.begin_object();
+  while (r.next_member(key)) {
+    const std::string where = "fingerprint \"" + key + "\"";
+    ++seen;
+    if (key == "backend") {
+      fp.backend = read_string_field(r, where);
+    } else if (key == "device") {
+      fp.device = read_string_field(r, where);
+    } else if (key == "cpu_threads") {
+      fp.cpu_threads = static_cast<int>(read_int_field(r, where));
+    } else if (key == "sm_count") {
+      fp.sm_count = static_cast<int>(read_int_field(r, where));
+    } else if (key == "compute_capability") {
+      fp.compute_capability = read_string_field(r, where);
+    } else if (key == "driver_version") {
+      fp.driver_version = static_cast<int>(read_int_field(r, where));
+    } else if (key == "runtime_version") {
+      fp.runtime_version = static_cast<int>(read_int_field(r, where));
+    } else if (key == "mxq_version") {
+      fp.mxq_version = read_string_field(r, where);
+    } else if (key == "registry_hash") {
+      fp.registry_hash = read_string_field(r, where);
+    } else {
+      --seen;
+      r.skip_value();
+    }
+  }
+  if (seen != static_cast<int>(fp.fields().size())) {
+    bad_format("fingerprint: missing fields (need " + std::to_string(fp.fields().size()) + ")");
+  }
+  return fp;
+}
+
+// One entry. A well-formed JSON value that is not a valid entry gives `problem` (the reader is
+// left after the value, so the file's other entries still load); bad JSON throws.
+std::optional<CacheEntry> read_entry(JsonReader& r, std::string& problem) {
+  if (r.peek() != Kind::kObject) {
+    problem = "entry is not an object";
+    r.skip_value();
+    return std::nullopt;
+  }
+  auto bad = [&](const std::string& what) {
+    if (problem.empty()) problem = what;
+    r.skip_value();
+  };
+  auto string_field = [&](const std::string& key, std::string& out) {
+    if (r.peek() == Kind::kString) {
+      out = r.read_string();
+    } else {
+      bad("\"" + key + "\" is not a string");
+    }
+  };
+  auto number_field = [&](const std::string& key, double& out) {
+    if (r.peek() == Kind::kNumber) {
+      out = r.read_number();
+    } else {
+      bad("\"" + key + "\" is not a number");
+    }
+  };
+  CacheEntry e;
+  std::string op;
+  std::vector<ShapeDim> dims;
+  std::vector<DtypeField> dtypes;
+  bool have_op = false, have_shape = false, have_dtypes = false, have_bucket = false,
+       have_tactic = false;
+  std::string key;
+  std::string name;
+  r.begin_object();
+  while (r.next_member(key)) {
+    if (key == "op") {
+      have_op = true;
+      string_field(key, op);
+    } else if (key == "shape" || key == "dtypes" || key == "candidates") {
+      if (r.peek() != Kind::kObject) {
+        bad("\"" + key + "\" is not an object");
+        continue;
+      }
+      if (key == "shape") have_shape = true;
+      if (key == "dtypes") have_dtypes = true;
+      r.begin_object();
+      while (r.next_member(name)) {
+        if (key == "shape") {
+          std::int64_t v = 0;
+          if (r.peek() != Kind::kNumber) {
+            bad("shape field " + name + " is not an integer");
+          } else if (r.try_read_int(v)) {
+            dims.push_back({name, v});
+          } else if (problem.empty()) {
+            problem = "shape field " + name + " is not an integer";
+          }
+        } else if (key == "dtypes") {
+          std::string dtype;
+          string_field("dtype " + name, dtype);
+          dtypes.push_back({name, dtype});
+        } else {
+          double us = 0;
+          number_field("candidate " + name, us);
+          e.candidates.push_back({name, us});
+        }
+      }
+    } else if (key == "bucket") {
+      have_bucket = true;
+      if (r.peek() != Kind::kNumber) {
+        bad("\"bucket\" is not an integer");
+      } else if (!r.try_read_int(e.bucket) && problem.empty()) {
+        problem = "\"bucket\" is not an integer";
+      }
+    } else if (key == "tactic") {
+      have_tactic = true;
+      string_field(key, e.tactic);
+    } else if (key == "median_us") {
+      number_field(key, e.median_us);
+    } else if (key == "default_us") {
+      number_field(key, e.default_us);
+    } else if (key == "pass") {
+      string_field(key, e.pass);
+    } else if (key == "tuned_at") {
+      string_field(key, e.tuned_at);
+    } else if (key == "ranks") {
+      std::int64_t ranks = 1;
+      if (r.peek() != Kind::kNumber) {
+        bad("\"ranks\" is not an integer");
+      } else if (r.try_read_int(ranks)) {
+        e.ranks = static_cast<int>(ranks);
+      } else if (problem.empty()) {
+        problem = "\"ranks\" is not an integer";
+      }
+    } else {
+      r.skip_value();  // fields of a later schema minor version
+    }
+  }
+  if (!problem.empty()) return std::nullopt;
+  for (const auto& [present, field] : {std::pair{have_op, "op"},
+                                       {have_shape, "shape"},
+                                       {have_dtypes, "dtypes"},
+                                       {have_bucket, "bucket"},
+                                       {have_tactic, "tactic"}}) {
+    if (!present) {
+      problem = std::string("missing \"") + field + "\"";
+      return std::nullopt;
+    }
+  }
+  if (e.bucket < 1) {
+    problem = "bucket " + std::to_string(e.bucket) + " < 1";
+    return std::nullopt;
+  }
+  try {
+    e.problem = Problem(op, std::move(dims), std::move(dtypes));
+  } catch (const Error& error) {
+    problem = std::string("problem: ") + error.what();
+    return std::nullopt;
+  }
+  return e;
+}
+
+// ---- files -------------------------------------------------------------------------------
+
+FileIdentity identity_of(const struct stat& st) {
+  FileIdentity id;
+  id.device = st.st_dev;
+  id.inode = st.st_ino;
+  id.size = st.st_size;
+  id.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  id.ctime_ns = static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  return id;
+}
+
+bool stat_identity(const std::string& path, FileIdentity& id) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  id = identity_of(st);
+  return true;
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  [[nodiscard]] int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+std::string parent_dir(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+void fsync_dir(const std::string& dir) {
+  const Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() >= 0) ::fsync(fd.get());
+}
+
+std::atomic<unsigned> temp_counter{0};
+
+}  // namespace
+
+std::string CacheEntry::key() const { return problem.canonical() + "@" + std::to_string(bucket); }
+
+std::string utc_timestamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
+}
+
+namespace {
+
+template <typename Entries, typename Get>
+std::string serialize_entries(const Fingerprint& fingerprint, const Entries& entries, Get get) {
+  std::string out;
+  out.reserve(256 + entries.size() * 300);
+  out += "{\n  \"format\": ";
+  append_string(out, kCacheFormat);
+  out += ",\n  \"schema_version\": ";
+  append_int(out, kCacheSchemaVersion);
+  out += ",\n  \"fingerprint\": ";
+  append_fingerprint(out, fingerprint);
+  out += ",\n";
+  out += "  \"entries\": [";
+  bool first = true;
+  for (const auto& item : entries) {
+    out += first ? "\n    " : ",\n    ";
+    first = false;
+    append_entry(out, get(item));
+  }
+  out += entries.empty() ? "]\n}\n" : "\n  ]\n}\n";
+  return out;
+}
+
+}  // namespace
+
+std::string serialize_cache(const CacheFile& file) {
+  return serialize_entries(file.fingerprint, file.entries,
+                           [](const CacheEntry& e) -> const CacheEntry& { return e; });
+}
+
+CacheFile parse_cache(std::string_view text) {
+  JsonReader r(text);
+  if (r.peek() != Kind::kObject) bad_format("top level is not an object");
+  CacheFile file;
+  std::string format;
+  std::optional<std::int64_t> version;
+  bool have_fingerprint = false;
+  bool have_entries = false;
+  std::vector<std::pair<std::string, CacheEntry>> keyed;  // written files are sorted already
+  std::string key;
+  r.begin_object();
+  while (r.next_member(key)) {
+    if (key == "format") {
+      if (r.peek() == Kind::kString) {
+        format = r.read_string();
+      } else {
+        r.skip_value();
+      }
+    } else if (key == "schema_version") {
+      std::int64_t v = -1;
+      if (r.peek() != Kind::kNumber) {
+        r.skip_value();
+      } else if (!r.try_read_int(v)) {
+        v = -1;
+      }
+      version = v;
+    } else if (key == "fingerprint") {
+      file.fingerprint = read_fingerprint(r);
+      have_fingerprint = true;
+    } else if (key == "entries") {
+      if (r.peek() != Kind::kArray) bad_format("\"entries\" is not an array");
+      have_entries = true;
+      r.begin_array();
+      for (std::size_t index = 0; r.next_element(); ++index) {
+        std::string problem;
+        std::optional<CacheEntry> e = read_entry(r, problem);
+        if (!e) {
+          file.skipped.push_back("entry " + std::to_string(index) + ": " + problem);
+          continue;
+        }
+        keyed.emplace_back(e->key(), std::move(*e));
+      }
+    } else {
+      r.skip_value();
+    }
+  }
+  r.expect_end();
+  if (format != kCacheFormat) {
+    bad_format("not an mxq autotune cache (\"format\" is not \"" + std::string(kCacheFormat) +
+               "\")");
+  }
+  if (!version || *version != kCacheSchemaVersion) {
+    bad_format("schema_version is " +
+               (version ? std::to_string(*version) : std::string("missing")) + ", this mxq reads " +
+               std::to_string(kCacheSchemaVersion));
+  }
+  if (!have_fingerprint) bad_format("missing \"fingerprint\"");
+  if (!have_entries) bad_format("missing \"entries\"");
+  const auto by_key = [](const auto& a, const auto& b) { return a.first < b.first; };
+  if (!std::is_sorted(keyed.begin(), keyed.end(), by_key)) {
+    std::stable_sort(keyed.begin(), keyed.end(), by_key);
+  }
+  file.entries.reserve(keyed.size());
+  for (std::size_t i = 0; i < keyed.size(); ++i) {
+    if (i + 1 < keyed.size() && keyed[i].first == keyed[i + 1].first) {
+      file.skipped.push_back("entry " + keyed[i].first + ": duplicate key, the later one is kept");
+      continue;
+    }
+    file.entries.push_back(std::move(keyed[i].second));
+  }
+  return file;
+}
+
+ReadResult read_cache_file(const std::string& path) {
+  ReadResult result;
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) return result;  // kMissing
+    result.status = ReadStatus::kCorrupt;
+    result.problem = "cannot open: " + errno_text();
+    return result;
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    result.status = ReadStatus::kCorrupt;
+    result.problem = "not a regular file";
+    return result;
+  }
+  result.identity = identity_of(st);
+  if (static_cast<std::uintmax_t>(st.st_size) > kMaxCacheFileBytes) {
+    result.status = ReadStatus::kCorrupt;
+    result.problem = "file is " + std::to_string(st.st_size) + " bytes, more than the limit of " +
+                     std::to_string(kMaxCacheFileBytes);
+    return result;
+  }
+  std::string text(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::read(fd.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  text.resize(done);
+  if (text.empty()) {
+    result.status = ReadStatus::kCorrupt;
+    result.problem = "file is empty";
+    return result;
+  }
+  try {
+    result.file = parse_cache(text);
+    result.status = ReadStatus::kOk;
+  } catch (const Error& error) {
+    result.status = ReadStatus::kCorrupt;
+    result.problem = error.what();
+  }
+  return result;
+}
+
+std::string move_aside(const std::string& path) {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  const std::string target = path + ".corrupt-" + stamp + "-" + std::to_string(::getpid()) + "-" +
+                             std::to_string(temp_counter.fetch_add(1));
+  if (::rename(path.c_str(), target.c_str()) != 0) {
+    fail(ErrorCode::kIo, "cannot move the unreadable cache ", path, " aside to ", target, ": ",
+         errno_text());
+  }
+  return target;
+}
+
+CacheLock::CacheLock(const std::string& path) {
+  const std::string lock_path = path + ".lock";
+  fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail(ErrorCode::kIo, "cannot open the cache lock ", lock_path, ": ", errno_text());
+  while (::flock(fd_, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    const std::string why = errno_text();
+    ::close(fd_);
+    fd_ = -1;
+    fail(ErrorCode::kIo, "cannot lock ", lock_path, ": ", why);
+  }
+}
+
+CacheLock::~CacheLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the flock
+}
+
+void write_file_atomically(const std::string& path, std::string_view text) {
+  const std::string dir = parent_dir(path);
+  const std::string base = std::filesystem::path(path).filename().string();
+  // Temp files of writers that died mid-save: nobody else writes while we hold the lock.
+  if (DIR* d = ::opendir(dir.c_str())) {
+    const std::string prefix = base + ".tmp.";
+    std::vector<std::string> stale;
+    while (const dirent* entry = ::readdir(d)) {
+      if (std::string_view(entry->d_name).starts_with(prefix)) stale.emplace_back(entry->d_name);
+    }
+    ::closedir(d);
+    for (const std::string& name : stale) ::unlink((dir + "/" + name).c_str());
+  }
+  const std::string temp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(temp_counter.fetch_add(1));
+  Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (fd.get() < 0) fail(ErrorCode::kIo, "cannot create ", temp, ": ", errno_text());
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = errno_text();
+      ::unlink(temp.c_str());
+      fail(ErrorCode::kIo, "cannot write ", temp, ": ", why);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0 || ::close(fd.release()) != 0) {
+    const std::string why = errno_text();
+    ::unlink(temp.c_str());
+    fail(ErrorCode::kIo, "cannot flush ", temp, ": ", why);
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string why = errno_text();
+    ::unlink(temp.c_str());
+    fail(ErrorCode::kIo, "cannot rename ", temp, " to ", path, ": ", why);
+  }
+  fsync_dir(dir);
+}
+
+// ---- CacheStore --------------------------------------------------------------------------
+
+CacheStore::CacheStore(std::string path, Fingerprint fingerprint)
+    : path_(std::move(path)), fingerprint_(std::move(fingerprint)) {}
+
+namespace {
+
+std::string foreign_warning(const std::string& path, const Fingerprint& mine,
+                            const Fingerprint& theirs, const char* consequence) {
+  std::string text = "autotune cache " + path + " was tuned with another fingerprint (";
+  const auto diffs = mine.differences(theirs);
+  for (std::size_t i = 0; i < diffs.size(); ++i) text += (i ? "; " : "") + diffs[i];
+  return text + "): " + consequence;
+}
+
+void warn(CacheStore::Outcome& outcome, std::string text) {
+  log_warn(text);
+  outcome.warnings.push_back(std::move(text));
+}
+
+}  // namespace
+
+CacheStore::Outcome CacheStore::load(std::vector<CacheEntry>& entries) {
+  Outcome outcome;
+  entries.clear();
+  ReadResult read = read_cache_file(path_);
+  if (read.status == ReadStatus::kCorrupt) {
+    // Move aside under the lock, after checking that no writer replaced it meanwhile.
+    try {
+      std::filesystem::create_directories(parent_dir(path_));
+      const CacheLock lock(path_);
+      read = read_cache_file(path_);
+      if (read.status == ReadStatus::kCorrupt) {
+        const std::string moved = move_aside(path_);
+        warn(outcome, "autotune cache " + path_ + " is unreadable (" + read.problem +
+                          "); moved aside to " + moved + ", starting with an empty cache");
+        outcome.moved_aside = true;
+        read = ReadResult{};
+      }
+    } catch (const std::exception& error) {
+      warn(outcome, "autotune cache " + path_ + " is unreadable (" + read.problem +
+                        ") and could not be moved aside (" + error.what() + "); not used");
+      outcome.ok = false;
+      return outcome;
+    }
+  }
+  if (read.status == ReadStatus::kMissing) {
+    have_snapshot_ = false;
+    snapshot_.clear();
+    return outcome;
+  }
+  if (!(read.file.fingerprint == fingerprint_)) {
+    foreign_ = true;
+    warn(outcome, foreign_warning(path_, fingerprint_, read.file.fingerprint,
+                                  "its entries are not served and the file is left untouched"));
+    outcome.ok = false;
+    return outcome;
+  }
+  for (const std::string& line : read.file.skipped) {
+    warn(outcome, "autotune cache " + path_ + ": skipped " + line);
+  }
+  snapshot_.clear();
+  for (const CacheEntry& e : read.file.entries) snapshot_.emplace(e.key(), e);
+  snapshot_identity_ = read.identity;
+  have_snapshot_ = true;
+  foreign_ = false;
+  entries = std::move(read.file.entries);
+  return outcome;
+}
+
+bool CacheStore::reload_if_changed(std::vector<CacheEntry>& entries) {
+  FileIdentity current;
+  if (!stat_identity(path_, current)) return false;
+  if (have_snapshot_ && current == snapshot_identity_) return false;
+  ReadResult read = read_cache_file(path_);
+  if (read.status != ReadStatus::kOk || !(read.file.fingerprint == fingerprint_)) return false;
+  snapshot_.clear();
+  for (const CacheEntry& e : read.file.entries) snapshot_.emplace(e.key(), e);
+  snapshot_identity_ = read.identity;
+  have_snapshot_ = true;
+  entries = std::move(read.file.entries);
+  return true;
+}
+
+CacheStore::Outcome CacheStore::save(std::span<const CacheEntry> updates) {
+  return rewrite(updates, nullptr);
+}
+
+CacheStore::Outcome CacheStore::rewrite(std::span<const CacheEntry> updates,
+                                        const std::function<bool(const CacheEntry&)>& drop) {
+  Outcome outcome;
+  std::filesystem::create_directories(parent_dir(path_));
+  const CacheLock lock(path_);
+  FileIdentity current;
+  const bool exists = stat_identity(path_, current);
+  if (!exists) {
+    snapshot_.clear();
+  } else if (!have_snapshot_ || !(current == snapshot_identity_)) {
+    ReadResult read = read_cache_file(path_);
+    if (read.status == ReadStatus::kCorrupt) {
+      const std::string moved = move_aside(path_);
+      warn(outcome, "autotune cache " + path_ + " is unreadable (" + read.problem +
+                        "); moved aside to " + moved + " before saving");
+      outcome.moved_aside = true;
+      snapshot_.clear();
+    } else if (read.status == ReadStatus::kMissing) {
+      snapshot_.clear();
+    } else if (!(read.file.fingerprint == fingerprint_)) {
+      foreign_ = true;
+      warn(outcome, foreign_warning(path_, fingerprint_, read.file.fingerprint,
+                                    "not saving into it; tuned entries stay in memory only"));
+      outcome.ok = false;
+      return outcome;
+    } else {
+      snapshot_.clear();
+      for (CacheEntry& e : read.file.entries) {
+        std::string key = e.key();
+        snapshot_.emplace(std::move(key), std::move(e));
+      }
+    }
+  }
+  foreign_ = false;
+  if (drop) std::erase_if(snapshot_, [&](const auto& item) { return drop(item.second); });
+  for (const CacheEntry& e : updates) snapshot_.insert_or_assign(e.key(), e);
+  write_file_atomically(
+      path_, serialize_entries(fingerprint_, snapshot_,
+                               [](const auto& item) -> const CacheEntry& { return item.second; }));
+  have_snapshot_ = stat_identity(path_, snapshot_identity_);
+  return outcome;
+}
+
+}  // namespace mxq::tune

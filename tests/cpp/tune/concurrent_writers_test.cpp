@@ -1,0 +1,101 @@
+// Test 2: eight processes tuning different ops into one cache file at the same time lose
+// nothing: every entry of every process is in the file at the end.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <set>
+
+#include "mxq/tune/autotuner.h"
+#include "tune/tune_test_util.h"
+
+namespace mxq::tune {
+namespace {
+
+using testing::TempDir;
+
+constexpr int kProcesses = 8;
+const std::vector<std::int64_t> kBuckets = {1, 2, 4, 8, 16, 32, 64, 128};
+
+// Op i: the default costs 10 us per token, "fast" 5 us, "slow" 20 us.
+const TacticRegistry& eight_op_registry() {
+  static const TacticRegistry* registry = [] {
+    auto* r = new TacticRegistry();
+    for (int i = 0; i < kProcesses; ++i) {
+      testing::add_synthetic_op(*r, "op" + std::to_string(i),
+                                {{"plain", 10.0}, {"fast", 5.0}, {"slow", 20.0}}, kBuckets);
+    }
+    r->freeze();
+    return r;
+  }();
+  return *registry;
+}
+
+// Child process: tune op `index` for every bucket (a save after each winner) and exit.
+[[noreturn]] void tune_in_child(int index, const std::string& path, int start_fd) {
+  char byte = 0;
+  (void)!::read(start_fd, &byte, 1);  // returns at EOF: the parent released every child at once
+  int code = 0;
+  try {
+    AutotunerConfig config;
+    config.registry = &eight_op_registry();
+    config.options.mode = AutotuneMode::kTune;
+    config.options.cache_path = path;
+    config.timer = std::make_shared<testing::VirtualTimer>();
+    Autotuner tuner(config);
+    TuningSession session(tuner, "process" + std::to_string(index));
+    for (std::int64_t bucket : kBuckets) {
+      const TuneRecord r =
+          session.tune(testing::synthetic_problem("op" + std::to_string(index), 100), bucket);
+      if (r.status != TuneStatus::kTuned) code = 2;
+    }
+    session.close();
+  } catch (...) {
+    code = 3;
+  }
+  std::_Exit(code);
+}
+
+TEST(ConcurrentWriters, EightProcessesTuningDifferentOpsIntoOneFileLoseNothing) {
+  for (int round = 0; round < 3; ++round) {
+    TempDir dir;
+    const std::string path = dir.file("shared.json");
+    int start[2];
+    ASSERT_EQ(::pipe(start), 0);
+    std::vector<pid_t> children;
+    for (int i = 0; i < kProcesses; ++i) {
+      const pid_t pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        ::close(start[1]);
+        tune_in_child(i, path, start[0]);
+      }
+      children.push_back(pid);
+    }
+    ::close(start[0]);
+    ::close(start[1]);  // every child's read() returns now
+    for (pid_t pid : children) {
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      ASSERT_TRUE(WIFEXITED(status)) << "child killed by signal " << WTERMSIG(status);
+      EXPECT_EQ(WEXITSTATUS(status), 0) << "child failed to tune (2) or threw (3)";
+    }
+
+    const ReadResult read = read_cache_file(path);
+    ASSERT_EQ(read.status, ReadStatus::kOk) << read.problem;
+    EXPECT_TRUE(read.file.skipped.empty());
+    std::set<std::string> keys;
+    for (const CacheEntry& e : read.file.entries) {
+      keys.insert(e.key());
+      EXPECT_EQ(e.tactic, "fast") << e.key();
+      EXPECT_EQ(e.pass, "process" + e.problem.op().substr(2)) << e.key();
+    }
+    EXPECT_EQ(keys.size(), static_cast<std::size_t>(kProcesses) * kBuckets.size())
+        << "round " << round << ": entries were lost";
+    EXPECT_TRUE(testing::files_starting_with(dir.path(), "shared.json.tmp.").empty());
+    EXPECT_TRUE(testing::files_starting_with(dir.path(), "shared.json.corrupt").empty());
+  }
+}
+
+}  // namespace
+}  // namespace mxq::tune

@@ -1,0 +1,150 @@
+// Test 6: hand-edited entries naming an unknown tactic, a tactic that does not support the
+// shape, a tactic outside its token range, an unknown op or a bucket the op does not have are
+// never served (the default runs, and runs correctly); `mxq cache verify` names each of them and
+// `mxq cache prune --stale` removes exactly them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "mxq/tune/autotuner.h"
+#include "mxq/tune/toy_gemm.h"
+#include "tune/tune_test_util.h"
+
+namespace mxq::tune {
+namespace {
+
+using testing::TempDir;
+
+struct Edited {
+  Problem problem;
+  std::int64_t bucket;
+  std::string tactic;
+  std::string why;  // part of verify's message
+};
+
+nlohmann::json entry_json(const Problem& p, std::int64_t bucket, const std::string& tactic) {
+  nlohmann::json shape = nlohmann::json::object();
+  for (const ShapeDim& d : p.dims()) shape[d.name] = d.value;
+  nlohmann::json dtypes = nlohmann::json::object();
+  for (const DtypeField& d : p.dtypes()) dtypes[d.name] = d.dtype;
+  return {{"op", p.op()},
+          {"shape", shape},
+          {"dtypes", dtypes},
+          {"bucket", bucket},
+          {"tactic", tactic},
+          {"median_us", 1.0},
+          {"default_us", 2.0},
+          {"pass", "hand-edited"},
+          {"tuned_at", "2026-01-01T00:00:00Z"},
+          {"ranks", 1},
+          {"candidates", nlohmann::json::object()}};
+}
+
+// Runs `tactic` on a real toy_gemm of `tokens` rows and returns the relative error.
+double run_error(const Tactic& tactic, const Problem& p, std::int64_t tokens) {
+  const std::int64_t n = p.dim("N");
+  const std::int64_t k = p.dim("K");
+  std::vector<float> a(static_cast<std::size_t>(tokens * k));
+  std::vector<float> w(static_cast<std::size_t>(n * k));
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>((i * 7 % 13) - 6) / 8;
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 5 % 11) - 5) / 8;
+  std::vector<float> out(static_cast<std::size_t>(tokens * n), NAN);
+  std::vector<double> ref(out.size());
+  const ToyGemmArgs args{a.data(), w.data(), out.data(), tokens, n, k};
+  toy_gemm_reference(args, ref.data());
+  tactic.run(args);
+  double diff = 0;
+  double norm = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    diff += (out[i] - ref[i]) * (out[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+TEST(InvalidEntries, AreNeverServedAndVerifyAndPruneFindThem) {
+  TempDir dir;
+  const std::string path = dir.file("cache.json");
+  const Problem good = toy_gemm_problem(64, 64);
+  const Problem odd_k = toy_gemm_problem(64, 24);  // 24 % 16 != 0
+  const Problem odd_n = toy_gemm_problem(30, 64);  // 30 % 4 != 0
+  const std::vector<Edited> edited = {
+      {toy_gemm_problem(96, 64), 8, "warp_specialized[stages=4]", "is not registered"},
+      {odd_k, 8, "unrolled[lanes=16]", "does not support the problem: K=24"},
+      {odd_n, 8, "column_tiled[bn=4,threads=1]", "does not support the problem: N=30"},
+      {toy_gemm_problem(48, 64), 64, "small_batch[threads=1]", "valid for tokens [1, 16]"},
+      {toy_gemm_problem(48, 64), 1, "row_parallel[threads=2]", "valid for tokens [2, inf]"},
+      {toy_gemm_problem(80, 64), 48, "unrolled[lanes=8]", "bucket 48 is not a bucket"},
+      {Problem("no_such_op", {{"N", 8}}), 8, "anything", "not registered for cpu"},
+  };
+  // Start from a real, verified file with one good entry, then edit it by hand.
+  {
+    AutotunerConfig config;
+    config.options.mode = AutotuneMode::kTune;
+    config.options.cache_path = path;
+    config.options.measure = testing::quick_measure();
+    Autotuner tuner(config);
+    TuningSession session(tuner, "target");
+    ASSERT_EQ(session.tune(good, 8).status, TuneStatus::kTuned);
+  }
+  nlohmann::json file = nlohmann::json::parse(testing::read_file(path));
+  const std::string good_tactic = file["entries"][0]["tactic"];
+  for (const Edited& e : edited)
+    file["entries"].push_back(entry_json(e.problem, e.bucket, e.tactic));
+  testing::write_file(path, file.dump(2));
+
+  AutotunerConfig config;
+  config.options.mode = AutotuneMode::kLoad;
+  config.options.cache_path = path;
+  const Autotuner tuner(config);
+  EXPECT_TRUE(tuner.warnings().empty()) << "well-formed entries load quietly; they are not served";
+  ASSERT_EQ(tuner.decisions().size(), 1U);
+  EXPECT_EQ(tuner.decisions()[0].tactic, good_tactic);
+  EXPECT_EQ(tuner.lookup(good, 8).source, SelectionSource::kTuned);
+  for (const Edited& e : edited) {
+    SCOPED_TRACE(e.tactic + " @" + std::to_string(e.bucket));
+    for (std::int64_t tokens : {e.bucket, e.bucket - 1, e.bucket + 1}) {
+      if (tokens < 1) continue;
+      const Selection s = tuner.lookup(e.problem, tokens);
+      if (e.problem.op() == "no_such_op") {
+        EXPECT_EQ(s.source, SelectionSource::kUnknownOp);
+        EXPECT_EQ(s.tactic, nullptr);
+        continue;
+      }
+      ASSERT_NE(s.tactic, nullptr);
+      EXPECT_NE(s.tactic->id(), e.tactic);
+      EXPECT_EQ(s.source, SelectionSource::kDefault);
+      EXPECT_LT(run_error(*s.tactic, e.problem, tokens), 1e-5);
+    }
+  }
+
+  const testing::ProcessResult verify = testing::run_cli({"cache", "verify", path});
+  EXPECT_NE(verify.exit_code, 0);
+  for (const Edited& e : edited) {
+    EXPECT_NE(verify.out.find(e.problem.canonical() + "@" + std::to_string(e.bucket)),
+              std::string::npos)
+        << verify.out;
+    EXPECT_NE(verify.out.find(e.why), std::string::npos) << e.why << "\n" << verify.out;
+  }
+  EXPECT_NE(verify.out.find("1 of " + std::to_string(edited.size() + 1) + " servable"),
+            std::string::npos)
+      << verify.out;
+
+  const testing::ProcessResult prune = testing::run_cli({"cache", "prune", path, "--stale"});
+  ASSERT_EQ(prune.exit_code, 0) << prune.err;
+  const testing::ProcessResult verify_again = testing::run_cli({"cache", "verify", path});
+  EXPECT_EQ(verify_again.exit_code, 0) << verify_again.out;
+  const ReadResult pruned = read_cache_file(path);
+  ASSERT_EQ(pruned.status, ReadStatus::kOk);
+  ASSERT_EQ(pruned.file.entries.size(), 1U);
+  EXPECT_EQ(pruned.file.entries[0].problem, good);
+
+  const testing::ProcessResult prune_op =
+      testing::run_cli({"cache", "prune", path, "--op", "toy_gemm"});
+  ASSERT_EQ(prune_op.exit_code, 0) << prune_op.err;
+  EXPECT_TRUE(read_cache_file(path).file.entries.empty());
+}
+
+}  // namespace
+}  // namespace mxq::tune

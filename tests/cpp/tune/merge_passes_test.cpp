@@ -1,0 +1,192 @@
+// Test 1: a target pass then a draft pass into one file give the union of their entries, and a
+// new process serves both with zero tuning.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "mxq/tune/autotuner.h"
+#include "mxq/tune/presets.h"
+#include "mxq/tune/toy_gemm.h"
+#include "tune/tune_test_util.h"
+
+namespace mxq::tune {
+namespace {
+
+using testing::TempDir;
+
+AutotunerConfig tune_config(const std::string& path) {
+  AutotunerConfig config;
+  config.options.mode = AutotuneMode::kTune;
+  config.options.cache_path = path;
+  config.options.measure = testing::quick_measure();
+  return config;
+}
+
+// Every (problem, bucket) key a preset's pass visits.
+std::set<std::string> keys_of(const std::string& preset) {
+  std::set<std::string> keys;
+  const OpSpec* op = builtin_tactics().find_op(kToyGemmOp, Backend::kCpu);
+  for (const PresetProblem& p : find_preset(preset).problems({})) {
+    for (std::int64_t t : p.tokens) {
+      CacheEntry e;
+      e.problem = p.problem;
+      e.bucket = op->buckets[bucket_index(op->buckets, t)];
+      keys.insert(e.key());
+    }
+  }
+  return keys;
+}
+
+void run_pass(Autotuner& tuner, const std::string& pass, const std::string& preset) {
+  TuningSession session(tuner, pass);
+  for (const PresetProblem& p : find_preset(preset).problems({})) {
+    session.tune_tokens(p.problem, p.tokens);
+  }
+}
+
+TEST(MergePasses, TargetThenDraftGiveTheUnionAndANewProcessServesBothWithoutTuning) {
+  TempDir dir;
+  const std::string path = dir.file("deployment.json");
+  const std::set<std::string> target_keys = keys_of("toy");
+  const std::set<std::string> draft_keys = keys_of("toy-draft");
+  std::set<std::string> all_keys = target_keys;
+  all_keys.insert(draft_keys.begin(), draft_keys.end());
+  ASSERT_LT(all_keys.size(), target_keys.size() + draft_keys.size()) << "presets share a key";
+  ASSERT_GT(all_keys.size(), target_keys.size()) << "the draft has keys of its own";
+
+  // The draft's tuner exists (and has read the still-empty file) before the target pass runs,
+  // as with one tuner per model: its save must merge, not replace.
+  Autotuner target_tuner(tune_config(path));
+  Autotuner draft_tuner(tune_config(path));
+  run_pass(target_tuner, "target", "toy");
+  {
+    const ReadResult after_target = read_cache_file(path);
+    ASSERT_EQ(after_target.status, ReadStatus::kOk);
+    EXPECT_EQ(after_target.file.entries.size(), target_keys.size());
+  }
+  run_pass(draft_tuner, "draft", "toy-draft");
+  // A third pass in the first tuner (any order, any number): nothing it already has is lost.
+  run_pass(target_tuner, "target-again", "toy");
+
+  const ReadResult merged = read_cache_file(path);
+  ASSERT_EQ(merged.status, ReadStatus::kOk);
+  std::set<std::string> file_keys;
+  for (const CacheEntry& e : merged.file.entries) {
+    file_keys.insert(e.key());
+    // A key both passes need is measured once: by the pass that came first.
+    EXPECT_EQ(e.pass, target_keys.count(e.key()) != 0 ? "target" : "draft") << e.key();
+    EXPECT_TRUE(entry_problem(e, builtin_tactics(), Backend::kCpu).empty()) << e.key();
+  }
+  EXPECT_EQ(file_keys, all_keys);
+
+  // The same process's tuners now serve every key (the draft tuner the target's entries too,
+  // once it reloads; the target tuner everything it saw).
+  AutotunerConfig load = tune_config(path);
+  load.options.mode = AutotuneMode::kLoad;
+  const Autotuner server(load);
+  for (const CacheEntry& e : merged.file.entries) {
+    const Selection s = server.lookup(e.problem, e.bucket);
+    ASSERT_NE(s.tactic, nullptr);
+    EXPECT_EQ(s.source, SelectionSource::kTuned) << e.key();
+    EXPECT_EQ(s.tactic->id(), e.tactic) << e.key();
+  }
+
+  // A new process: the CLI tunes the same deployment from this file and measures nothing.
+  const std::string before = testing::read_file(path);
+  const testing::ProcessResult cli = testing::run_cli(
+      {"tune", "--preset", "toy", "--draft-preset", "toy-draft", "--cache", path, "--json"});
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  const nlohmann::json report = nlohmann::json::parse(cli.out);
+  EXPECT_EQ(report["summary"]["tuned"], 0);
+  EXPECT_EQ(report["summary"]["hit"], target_keys.size() + draft_keys.size());
+  std::map<std::string, std::string> served;
+  for (const auto& r : report["records"]) {
+    EXPECT_EQ(r["status"], "hit") << r.dump();
+    served[r["problem"].get<std::string>() + "@" + std::to_string(r["bucket"].get<int>())] =
+        r["tactic"];
+  }
+  for (const CacheEntry& e : merged.file.entries) EXPECT_EQ(served[e.key()], e.tactic) << e.key();
+  EXPECT_EQ(testing::read_file(path), before) << "a run without tuning must not rewrite the file";
+
+  // The merge CLI gives the same union from two single-pass files.
+  const std::string target_only = dir.file("target.json");
+  const std::string draft_only = dir.file("draft.json");
+  {
+    Autotuner t(tune_config(target_only));
+    run_pass(t, "target", "toy");
+    Autotuner d(tune_config(draft_only));
+    run_pass(d, "draft", "toy-draft");
+  }
+  const std::string union_path = dir.file("union.json");
+  const testing::ProcessResult merge =
+      testing::run_cli({"cache", "merge", target_only, draft_only, "-o", union_path});
+  ASSERT_EQ(merge.exit_code, 0) << merge.err;
+  const ReadResult merged_by_cli = read_cache_file(union_path);
+  ASSERT_EQ(merged_by_cli.status, ReadStatus::kOk);
+  std::set<std::string> cli_keys;
+  for (const CacheEntry& e : merged_by_cli.file.entries) cli_keys.insert(e.key());
+  EXPECT_EQ(cli_keys, all_keys);
+
+  // The inspection commands see the same: diff names the draft-only keys, show and ls count.
+  const testing::ProcessResult diff = testing::run_cli({"cache", "diff", target_only, union_path});
+  EXPECT_EQ(diff.exit_code, 1) << diff.err;
+  for (const std::string& key : all_keys) {
+    const bool only_in_draft = target_keys.count(key) == 0;
+    EXPECT_EQ(diff.out.find("+ " + key + ":") != std::string::npos, only_in_draft) << key;
+  }
+  EXPECT_EQ(testing::run_cli({"cache", "diff", union_path, union_path}).exit_code, 0);
+  const testing::ProcessResult show = testing::run_cli({"cache", "show", union_path, "--json"});
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  EXPECT_EQ(nlohmann::json::parse(show.out)["entries"].size(), all_keys.size());
+  const testing::ProcessResult ls =
+      testing::run_cli({"cache", "ls", dir.path().string(), "--json"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  const nlohmann::json listing = nlohmann::json::parse(ls.out);
+  std::map<std::string, std::size_t> counts;
+  for (const auto& f : listing["files"]) {
+    counts[std::filesystem::path(f["path"].get<std::string>()).filename().string()] =
+        f.value("entries", std::size_t{0});
+    EXPECT_EQ(f["status"], "this machine") << f.dump();
+  }
+  EXPECT_EQ(counts["deployment.json"], all_keys.size());
+  EXPECT_EQ(counts["target.json"], target_keys.size());
+  EXPECT_EQ(counts["draft.json"], draft_keys.size());
+  EXPECT_EQ(counts.size(), 4U);  // .lock files are not listed
+}
+
+TEST(MergePasses, EachWinnerIsSavedAtOnceAndLeavingByAnExceptionSavesTheRest) {
+  TempDir dir;
+  const std::string path = dir.file("cache.json");
+  const Problem problem = toy_gemm_problem(64, 64);
+  Autotuner tuner(tune_config(path));
+  {
+    TuningSession session(tuner, "target");
+    ASSERT_EQ(session.tune(problem, 1).status, TuneStatus::kTuned);
+    // Saved before the session ends: a process killed now keeps it.
+    ASSERT_EQ(read_cache_file(path).file.entries.size(), 1U);
+  }
+  // Saving fails for a while (the lock file cannot be opened: a directory stands in its way);
+  // the winners stay in memory, and the scope's exit, by an exception, saves them.
+  std::filesystem::remove(path + ".lock");
+  std::filesystem::create_directory(path + ".lock");
+  try {
+    TuningSession session(tuner, "draft");
+    ASSERT_EQ(session.tune(problem, 2).status, TuneStatus::kTuned);
+    ASSERT_EQ(session.tune(problem, 4).status, TuneStatus::kTuned);
+    EXPECT_EQ(read_cache_file(path).file.entries.size(), 1U) << "saving was supposed to fail";
+    std::filesystem::remove(path + ".lock");
+    throw std::runtime_error("the serving engine failed to start");
+  } catch (const std::runtime_error&) {
+  }
+  const ReadResult after = read_cache_file(path);
+  ASSERT_EQ(after.status, ReadStatus::kOk);
+  EXPECT_EQ(after.file.entries.size(), 3U);
+  bool warned = false;
+  for (const std::string& w : tuner.warnings())
+    warned |= w.find("could not be saved") != std::string::npos;
+  EXPECT_TRUE(warned);
+}
+
+}  // namespace
+}  // namespace mxq::tune

@@ -1,0 +1,271 @@
+// `mxq tune`: tunes every problem of a deployment (a preset, optionally with a draft preset)
+// into its cache file: the target pass, then the draft pass. Misses are measured and saved one
+// by one; hits cost nothing. Progress on stderr (a bar on a terminal, plain lines otherwise);
+// --json prints what was tuned, hit, skipped and why on stdout.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "mxq/core/env.h"
+#include "mxq/core/error.h"
+#include "mxq/tune/autotuner.h"
+#include "mxq/tune/presets.h"
+
+namespace mxq::cli {
+namespace {
+
+using tune::TuneRecord;
+using tune::TuneStatus;
+
+struct TuneArgs {
+  std::string preset;
+  std::string draft_preset;
+  int tp = 1;
+  int ep = 1;
+  std::vector<std::int64_t> tokens;
+  std::vector<std::string> ops;
+  std::string device = "cpu";
+  std::string cache;
+  double budget = 0;
+  bool fresh = false;
+  bool json = false;
+};
+
+struct PlannedPass {
+  std::string name;    // "target" / "draft"
+  std::string preset;  // preset name
+  std::vector<tune::PresetProblem> problems;
+};
+
+std::vector<tune::PresetProblem> select_problems(const std::string& preset_name,
+                                                 const TuneArgs& args) {
+  const tune::DeploymentPreset& preset = tune::find_preset(preset_name);
+  std::vector<tune::PresetProblem> out;
+  for (tune::PresetProblem& p : preset.problems({args.tp, args.ep})) {
+    if (!args.ops.empty() &&
+        std::find(args.ops.begin(), args.ops.end(), p.problem.op()) == args.ops.end()) {
+      continue;
+    }
+    if (!args.tokens.empty()) p.tokens = args.tokens;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// Number of (problem, bucket) keys a pass will visit.
+std::size_t count_keys(const PlannedPass& pass, const tune::Autotuner& tuner) {
+  std::size_t total = 0;
+  for (const tune::PresetProblem& p : pass.problems) {
+    const tune::OpSpec* op = tuner.registry().find_op(p.problem.op(), tuner.backend());
+    if (op == nullptr) {
+      ++total;
+      continue;
+    }
+    std::vector<std::int64_t> buckets;
+    for (std::int64_t t : p.tokens)
+      buckets.push_back(op->buckets[tune::bucket_index(op->buckets, t)]);
+    std::sort(buckets.begin(), buckets.end());
+    total +=
+        static_cast<std::size_t>(std::unique(buckets.begin(), buckets.end()) - buckets.begin());
+  }
+  return total;
+}
+
+std::string describe(const TuneRecord& r) {
+  char line[512];
+  std::string what = std::string(tune::to_string(r.status)) + " " + r.tactic;
+  if (r.status == TuneStatus::kTuned && r.default_us > 0 && r.median_us > 0) {
+    std::snprintf(line, sizeof line, " (%.1f us, default %.1f us, %.2fx)", r.median_us,
+                  r.default_us, r.default_us / r.median_us);
+    what += line;
+  }
+  if (!r.reason.empty()) what += " — " + r.reason;
+  return r.pass + " " + r.problem + " bucket " + std::to_string(r.bucket) + ": " + what;
+}
+
+class Progress {
+ public:
+  Progress(std::size_t total, bool bar) : total_(total), bar_(bar) {}
+  ~Progress() {
+    if (bar_ && done_ > 0) std::fprintf(stderr, "\n");
+  }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  void record(const TuneRecord& r) {
+    ++done_;
+    if (bar_) {
+      constexpr int kWidth = 30;
+      const int filled = total_ == 0 ? kWidth : static_cast<int>(kWidth * done_ / total_);
+      std::string bar(static_cast<std::size_t>(filled), '#');
+      bar.resize(kWidth, '.');
+      std::fprintf(stderr, "\r\033[K[%s] %zu/%zu %s %s@%lld %s", bar.c_str(), done_, total_,
+                   r.pass.c_str(), r.problem.c_str(), static_cast<long long>(r.bucket),
+                   std::string(tune::to_string(r.status)).c_str());
+    } else {
+      std::fprintf(stderr, "tune [%zu/%zu] %s\n", done_, total_, describe(r).c_str());
+    }
+    std::fflush(stderr);
+  }
+
+ private:
+  std::size_t total_;
+  bool bar_;
+  std::size_t done_ = 0;
+};
+
+nlohmann::json record_json(const TuneRecord& r) {
+  nlohmann::json candidates = nlohmann::json::array();
+  for (const tune::CandidateResult& c : r.candidates) {
+    candidates.push_back({{"tactic", c.tactic}, {"status", c.status}, {"median_us", c.median_us}});
+  }
+  return {{"pass", r.pass},
+          {"problem", r.problem},
+          {"op", r.op},
+          {"bucket", r.bucket},
+          {"status", tune::to_string(r.status)},
+          {"tactic", r.tactic},
+          {"reason", r.reason},
+          {"median_us", r.median_us},
+          {"default_us", r.default_us},
+          {"seconds", r.seconds},
+          {"candidates", candidates}};
+}
+
+void run_tune(const TuneArgs& args) {
+  const tune::Backend backend = tune::backend_from_string(args.device);
+  if (args.tp < 1 || args.ep < 1) {
+    fail_argument(ErrorCode::kInvalidArgument, "--tp/--ep", ">= 1",
+                  std::to_string(args.tp) + "/" + std::to_string(args.ep));
+  }
+  if (args.budget < 0) fail_argument(ErrorCode::kInvalidArgument, "--budget", ">= 0", args.budget);
+  for (std::int64_t t : args.tokens) {
+    if (t < 1) fail_argument(ErrorCode::kInvalidArgument, "--tokens", "counts >= 1", t);
+  }
+  std::vector<PlannedPass> passes;
+  passes.push_back({"target", args.preset, select_problems(args.preset, args)});
+  if (!args.draft_preset.empty()) {
+    passes.push_back({"draft", args.draft_preset, select_problems(args.draft_preset, args)});
+  }
+
+  tune::AutotuneOptions options = tune::AutotuneOptions::from_env();
+  const bool fresh = args.fresh || options.mode == tune::AutotuneMode::kFresh;
+  options.mode = fresh ? tune::AutotuneMode::kFresh : tune::AutotuneMode::kTune;
+  if (!args.cache.empty()) options.cache_path = args.cache;
+  options.budget_seconds = args.budget;
+
+  tune::Deployment deployment;
+  deployment.model = args.preset;
+  deployment.draft_model = args.draft_preset;
+  deployment.tp = args.tp;
+  deployment.ep = args.ep;
+  deployment.skip_ops = options.skip_ops;
+  for (const PlannedPass& pass : passes) {
+    for (const tune::PresetProblem& p : pass.problems)
+      deployment.problems.push_back(p.problem.canonical());
+  }
+
+  tune::AutotunerConfig config;
+  config.options = options;
+  config.backend = backend;
+  config.deployment = deployment;
+  tune::Autotuner tuner(config);
+
+  std::size_t total = 0;
+  for (const PlannedPass& pass : passes) total += count_keys(pass, tuner);
+  if (!args.json) {
+    std::printf("tuning %zu key(s) of %s%s on %s %s into %s\n", total, args.preset.c_str(),
+                args.draft_preset.empty() ? "" : (" + draft " + args.draft_preset).c_str(),
+                tuner.fingerprint().backend.c_str(), tuner.fingerprint().device.c_str(),
+                tuner.cache_path().c_str());
+    std::fflush(stdout);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<TuneRecord> records;
+  {
+    Progress progress(total, stderr_is_terminal());
+    for (const PlannedPass& pass : passes) {
+      double budget = 0;
+      if (args.budget > 0) {
+        const double used =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        budget = std::max(args.budget - used, 1e-9);
+      }
+      tune::TuningSession session(tuner, pass.name, budget);
+      session.on_record([&](const TuneRecord& r) { progress.record(r); });
+      for (const tune::PresetProblem& p : pass.problems) session.tune_tokens(p.problem, p.tokens);
+      session.close();
+      records.insert(records.end(), session.records().begin(), session.records().end());
+    }
+  }
+  tuner.seal();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  std::map<std::string, int> counts;
+  for (const char* s : {"tuned", "hit", "skipped", "not_tuned", "budget", "failed"}) counts[s] = 0;
+  for (const TuneRecord& r : records) ++counts[std::string(tune::to_string(r.status))];
+  if (args.json) {
+    nlohmann::json out;
+    out["cache"] = tuner.cache_path();
+    out["mode"] = tune::to_string(tuner.mode());
+    nlohmann::json fp;
+    for (const auto& [name, value] : tuner.fingerprint().fields()) fp[name] = value;
+    out["fingerprint"] = fp;
+    out["preset"] = args.preset;
+    out["draft_preset"] = args.draft_preset;
+    out["seconds"] = seconds;
+    out["summary"] = counts;
+    nlohmann::json list = nlohmann::json::array();
+    for (const TuneRecord& r : records) list.push_back(record_json(r));
+    out["records"] = list;
+    out["warnings"] = tuner.warnings();
+    print_json(out);
+  } else {
+    for (const TuneRecord& r : records) {
+      if (r.status != TuneStatus::kHit && r.status != TuneStatus::kTuned) {
+        std::printf("  %s\n", describe(r).c_str());
+      }
+    }
+    std::printf("%d tuned, %d hit, %d skipped, %d over budget, %d failed in %.1f s; cache %s\n",
+                counts["tuned"], counts["hit"], counts["skipped"], counts["budget"],
+                counts["failed"], seconds, tuner.cache_path().c_str());
+  }
+  if (counts["failed"] > 0) {
+    fail(ErrorCode::kInternal, counts["failed"], " key(s) could not be tuned (see above)");
+  }
+}
+
+}  // namespace
+
+void register_tune(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "tune", "Tune the problems of a deployment preset (target, then draft) into its cache file");
+  auto args = std::make_shared<TuneArgs>();
+  std::string presets;
+  for (const tune::DeploymentPreset& p : tune::deployment_presets()) {
+    presets += (presets.empty() ? "" : ", ") + p.name;
+  }
+  cmd->add_option("--preset", args->preset, "Deployment preset (" + presets + ")")->required();
+  cmd->add_option("--draft-preset", args->draft_preset, "Draft model preset (second pass)");
+  cmd->add_option("--tp", args->tp, "Tensor-parallel size")->capture_default_str();
+  cmd->add_option("--ep", args->ep, "Expert-parallel size")->capture_default_str();
+  cmd->add_option("--tokens", args->tokens, "Token counts to tune (default: the preset's)")
+      ->delimiter(',');
+  cmd->add_option("--ops", args->ops, "Only these ops")->delimiter(',');
+  cmd->add_option("--device", args->device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--cache", args->cache,
+                  "Cache file (default: MXQ_AUTOTUNE_CACHE, else the deployment's default path)");
+  cmd->add_option("--budget", args->budget, "Seconds for all passes; 0 = no limit");
+  cmd->add_flag("--fresh", args->fresh,
+                "Read no cache; write a new timestamped file under runs/ (= MXQ_AUTOTUNE=fresh)");
+  cmd->add_flag("--json", args->json, "Print what was tuned, hit, skipped and why as JSON");
+  cmd->callback([args] { run_tune(*args); });
+}
+
+}  // namespace mxq::cli
