@@ -30,18 +30,6 @@ struct Case {
   bool nan_row;        // token 1 gets a NaN input
 };
 
-// Small deterministic generator (splitmix64) for weights and scales.
-struct Rng {
-  std::uint64_t state;
-  std::uint64_t next() {
-    std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  float uniform() { return static_cast<float>(next() >> 40) * (2.0F / 16777216.0F) - 1.0F; }
-};
-
 MoeConfig config_of(const Case& c) {
   MoeConfig config;
   config.hidden_size = c.hidden;
@@ -63,7 +51,7 @@ MoeLayer make_layer(const Case& c, std::uint64_t seed) {
   shards.ep_size = c.ep;
   MoeLayer layer = MoeLayer::create(config, 0, shards);
   layer.begin_update();
-  Rng rng{seed};
+  Xoshiro256 rng(seed);
   const float row_gain = 1.0F / std::sqrt(static_cast<float>(c.hidden));
   for (const MoeTensorName& name : required_tensor_names(config, 0, CheckpointLayout::kGptOss)) {
     const TensorSpec spec = expected_tensor_spec(config, name.kind);
@@ -79,7 +67,8 @@ MoeLayer make_layer(const Case& c, std::uint64_t seed) {
     } else if (spec.dtype == DType::kBF16) {
       auto* h = static_cast<std::uint16_t*>(t.data());
       const float amplitude = is_router(name.kind) ? 3.0F * row_gain : 0.1F;
-      for (std::int64_t i = 0; i < t.numel(); ++i) h[i] = float_to_bf16(amplitude * rng.uniform());
+      for (std::int64_t i = 0; i < t.numel(); ++i)
+        h[i] = float_to_bf16(amplitude * rng.uniform_symmetric());
     } else {
       for (std::size_t i = 0; i < n; i += 8) {
         const std::uint64_t r = rng.next();
