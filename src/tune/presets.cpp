@@ -3,6 +3,9 @@
 #include <vector>
 
 #include "mxq/core/error.h"
+#include "mxq/moe/sharding.h"
+#include "mxq/tune/block_fp8_linear.h"
+#include "mxq/tune/moe_expert_gemm.h"
 #include "mxq/tune/toy_gemm.h"
 
 namespace mxq::tune {
@@ -34,12 +37,67 @@ std::vector<PresetProblem> toy_draft(const ParallelLayout& layout) {
   };
 }
 
+// One rank's MoE problem: experts split over EP ranks, the intermediate width over TP ranks
+// (the layer's own TP shard width, a multiple of 32: mxq/moe/sharding.h).
+Problem moe_rank_problem(std::int64_t experts, std::int64_t hidden, std::int64_t intermediate,
+                         std::int64_t top_k, const ParallelLayout& layout) {
+  const moe::TpShard tp = moe::tp_shard(intermediate, layout.tp, 0);
+  const moe::EpShard ep = moe::ep_shard(experts, layout.ep, 0);
+  return moe_expert_gemm_problem({experts, ep.count, hidden, tp.width, top_k, true});
+}
+
+std::vector<std::int64_t> powers_of_two(std::int64_t max) {
+  std::vector<std::int64_t> tokens;
+  for (std::int64_t t = 1; t <= max; t *= 2) tokens.push_back(t);
+  return tokens;
+}
+
+std::vector<PresetProblem> tiny_moe(const ParallelLayout& layout) {
+  return {{moe_rank_problem(8, 128, 128, 2, layout), powers_of_two(64)}};
+}
+
+// gpt-oss: H = I = 2880, top-4, biases; 20b has 32 experts, 120b 128.
+std::vector<PresetProblem> gpt_oss_20b(const ParallelLayout& layout) {
+  return {{moe_rank_problem(32, 2880, 2880, 4, layout), powers_of_two(8192)}};
+}
+std::vector<PresetProblem> gpt_oss_120b(const ParallelLayout& layout) {
+  return {{moe_rank_problem(128, 2880, 2880, 4, layout), powers_of_two(8192)}};
+}
+
+// DeepSeek-V3's block-FP8 linears (128x128 blocks) under tensor parallelism: the fused q/kv
+// down-projection (2112, 7168) is replicated; q_b (24576, 1536), kv_b (32768, 512) and the
+// shared expert's gate/up (4096, 7168) are column-parallel (N split); o_proj (7168, 16384) and
+// the shared expert's down (7168, 2048) are row-parallel (K split).
+std::vector<PresetProblem> deepseek_v3_linear(const ParallelLayout& layout) {
+  const auto problem = [](std::int64_t n, std::int64_t k) {
+    return block_fp8_linear_problem(n, k, {128, 128});
+  };
+  const std::vector<std::int64_t> tokens = powers_of_two(4096);
+  const int tp = layout.tp;
+  return {
+      {problem(2112, 7168), tokens},
+      {problem(split(24576, tp, "q_b N=24576"), 1536), tokens},
+      {problem(split(32768, tp, "kv_b N=32768"), 512), tokens},
+      {problem(7168, split(16384, tp, "o_proj K=16384")), tokens},
+      {problem(split(4096, tp, "shared gate/up N=4096"), 7168), tokens},
+      {problem(7168, split(2048, tp, "shared down K=2048")), tokens},
+  };
+}
+
 const std::vector<DeploymentPreset>& table() {
   static const std::vector<DeploymentPreset> presets = {
       {"toy", "demo: two toy_gemm layers (stands in for a model until the real ops land)",
        toy_target},
       {"toy-draft", "demo draft model for \"toy\": one shared and one own toy_gemm layer",
        toy_draft},
+      {"tiny-moe", "small MXFP4 MoE (E=8, H=I=128, top-2) that tunes in seconds on a CPU",
+       tiny_moe},
+      {"gpt-oss-20b", "gpt-oss-20b MoE experts (E=32, H=I=2880, top-4), I split over TP",
+       gpt_oss_20b},
+      {"gpt-oss-120b", "gpt-oss-120b MoE experts (E=128, H=I=2880, top-4), I split over TP",
+       gpt_oss_120b},
+      {"deepseek-v3-linear", "DeepSeek-V3's six block-FP8 linear shapes (128x128 blocks), TP split",
+       deepseek_v3_linear},
   };
   return presets;
 }

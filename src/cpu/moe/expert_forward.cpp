@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cpu/moe/mxfp4_gemv.h"
+#include "mxq/core/error.h"
 #include "mxq/core/parallel.h"
 #include "mxq/formats/bf16.h"
 #include "mxq/moe/activation.h"
@@ -12,10 +13,24 @@
 namespace mxq::moe::cpu {
 namespace {
 
-// Tiles: each weight row is decoded once per tile of routed (token, slot) pairs; a task is one
-// expert and a tile of rows, so threads never write the same output.
-constexpr std::int64_t kPairTile = 16;
-constexpr std::int64_t kRowTile = 32;
+// Tiles (ExpertTiling): each weight row is decoded once per tile of routed (token, slot) pairs; a
+// task is one expert and a tile of rows, so threads never write the same output.
+
+// parallel_for with an explicit thread cap (0 = num_threads()): chunks of [0, n), at least
+// `grain` each, run on at most `threads` threads.
+template <typename Body>
+void run_chunks(std::int64_t n, std::int64_t grain, int threads, Body&& body) {
+  if (n <= 0) return;
+  const std::int64_t cap = threads > 0 ? threads : num_threads();
+  const std::int64_t chunks = std::min<std::int64_t>(cap, std::max<std::int64_t>(1, n / grain));
+  if (chunks <= 1) {
+    body(std::int64_t{0}, n);
+    return;
+  }
+  parallel_for(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t c = c0; c < c1; ++c) body(n * c / chunks, n * (c + 1) / chunks);
+  });
+}
 
 // The routed (token, slot) pairs of one rank, grouped by local expert (token order within).
 struct ExpertGroups {
@@ -59,12 +74,12 @@ struct Task {
 // Row tiles outermost: parallel_for hands each thread a contiguous range of tasks, and this
 // order gives every range a share of every expert, so threads get similar work however
 // unevenly the tokens are spread over the experts. Untouched experts are never decoded.
-std::vector<Task> make_tasks(const ExpertGroups& groups, std::int64_t rows) {
+std::vector<Task> make_tasks(const ExpertGroups& groups, std::int64_t rows, std::int64_t row_tile) {
   std::vector<Task> tasks;
-  for (std::int64_t r = 0; r < rows; r += kRowTile) {
+  for (std::int64_t r = 0; r < rows; r += row_tile) {
     for (std::size_t e = 0; e + 1 < groups.begin.size(); ++e) {
       if (groups.begin[e + 1] == groups.begin[e]) continue;
-      tasks.push_back({static_cast<std::int64_t>(e), r, std::min(rows, r + kRowTile)});
+      tasks.push_back({static_cast<std::int64_t>(e), r, std::min(rows, r + row_tile)});
     }
   }
   return tasks;
@@ -77,7 +92,14 @@ double bf16_bits_to_double(const std::uint16_t* bits, std::int64_t i) {
 }  // namespace
 
 void rank_expert_forward(const MoeRankWeights& weights, const MoeConfig& config,
-                         const RankForwardInput& input, float* partial, float* magnitude) {
+                         const RankForwardInput& input, float* partial, float* magnitude,
+                         const ExpertTiling& tiling) {
+  MXQ_CHECK(tiling.pair_tile >= 1 && tiling.row_tile >= 1 && tiling.threads >= 0,
+            ErrorCode::kInvalidArgument, "expert tiling: pair_tile=", tiling.pair_tile,
+            " row_tile=", tiling.row_tile, " threads=", tiling.threads,
+            " (expected >= 1, >= 1, >= 0)");
+  const std::int64_t pair_tile = tiling.pair_tile;
+  const std::int64_t row_tile = tiling.row_tile;
   const MoeRankShape& shape = weights.shape();
   const std::int64_t hidden = shape.hidden;
   const std::int64_t width = shape.intermediate_per_partition;  // I_rank (padded or not)
@@ -95,77 +117,81 @@ void rank_expert_forward(const MoeRankWeights& weights, const MoeConfig& config,
 
   // GEMM1 + bias + activation -> act [pairs, width] (bf16 values held as doubles).
   std::vector<double> act(static_cast<std::size_t>(pairs * width));
-  const std::vector<Task> gemm1 = make_tasks(groups, width);
-  parallel_for(static_cast<std::int64_t>(gemm1.size()), 1, [&](std::int64_t t0, std::int64_t t1) {
-    std::vector<double> scratch(static_cast<std::size_t>(hidden));
-    std::vector<const double*> vectors(kPairTile);
-    std::vector<double> gate_out(static_cast<std::size_t>(kRowTile * kPairTile));
-    std::vector<double> up_out(static_cast<std::size_t>(kRowTile * kPairTile));
-    for (std::int64_t t = t0; t < t1; ++t) {
-      const Task& task = gemm1[static_cast<std::size_t>(t)];
-      const std::int64_t rows = task.row_end - task.row_begin;
-      const std::int64_t gate0 = task.expert * 2 * width + task.row_begin;  // first gate row
-      const std::int64_t up0 = gate0 + width;                               // first up row
-      const std::int64_t first = groups.begin[static_cast<std::size_t>(task.expert)];
-      const std::int64_t last = groups.begin[static_cast<std::size_t>(task.expert + 1)];
-      for (std::int64_t p0 = first; p0 < last; p0 += kPairTile) {
-        const std::int64_t n = std::min(last - p0, kPairTile);
-        for (std::int64_t v = 0; v < n; ++v) {
-          vectors[static_cast<std::size_t>(v)] =
-              input.x + groups.token[static_cast<std::size_t>(p0 + v)] * hidden;
-        }
-        mxfp4_rows_dot(w13 + gate0 * (hidden / 2), w13_scale + gate0 * (hidden / 32), rows, hidden,
-                       vectors.data(), n, gate_out.data(), scratch.data());
-        mxfp4_rows_dot(w13 + up0 * (hidden / 2), w13_scale + up0 * (hidden / 32), rows, hidden,
-                       vectors.data(), n, up_out.data(), scratch.data());
-        for (std::int64_t r = 0; r < rows; ++r) {
-          const double gate_bias = w13_bias ? bf16_bits_to_double(w13_bias, gate0 + r) : 0.0;
-          const double up_bias = w13_bias ? bf16_bits_to_double(w13_bias, up0 + r) : 0.0;
-          for (std::int64_t v = 0; v < n; ++v) {
-            const auto at = static_cast<std::size_t>(r * n + v);
-            const auto g = static_cast<float>(gate_out[at] + gate_bias);
-            const auto u = static_cast<float>(up_out[at] + up_bias);
-            const auto a = static_cast<float>(apply_activation(config, g, u));
-            act[static_cast<std::size_t>((p0 + v) * width + task.row_begin + r)] = round_to_bf16(a);
+  const std::vector<Task> gemm1 = make_tasks(groups, width, row_tile);
+  run_chunks(
+      static_cast<std::int64_t>(gemm1.size()), 1, tiling.threads,
+      [&](std::int64_t t0, std::int64_t t1) {
+        std::vector<double> scratch(static_cast<std::size_t>(hidden));
+        std::vector<const double*> vectors(pair_tile);
+        std::vector<double> gate_out(static_cast<std::size_t>(row_tile * pair_tile));
+        std::vector<double> up_out(static_cast<std::size_t>(row_tile * pair_tile));
+        for (std::int64_t t = t0; t < t1; ++t) {
+          const Task& task = gemm1[static_cast<std::size_t>(t)];
+          const std::int64_t rows = task.row_end - task.row_begin;
+          const std::int64_t gate0 = task.expert * 2 * width + task.row_begin;  // first gate row
+          const std::int64_t up0 = gate0 + width;                               // first up row
+          const std::int64_t first = groups.begin[static_cast<std::size_t>(task.expert)];
+          const std::int64_t last = groups.begin[static_cast<std::size_t>(task.expert + 1)];
+          for (std::int64_t p0 = first; p0 < last; p0 += pair_tile) {
+            const std::int64_t n = std::min(last - p0, pair_tile);
+            for (std::int64_t v = 0; v < n; ++v) {
+              vectors[static_cast<std::size_t>(v)] =
+                  input.x + groups.token[static_cast<std::size_t>(p0 + v)] * hidden;
+            }
+            mxfp4_rows_dot(w13 + gate0 * (hidden / 2), w13_scale + gate0 * (hidden / 32), rows,
+                           hidden, vectors.data(), n, gate_out.data(), scratch.data());
+            mxfp4_rows_dot(w13 + up0 * (hidden / 2), w13_scale + up0 * (hidden / 32), rows, hidden,
+                           vectors.data(), n, up_out.data(), scratch.data());
+            for (std::int64_t r = 0; r < rows; ++r) {
+              const double gate_bias = w13_bias ? bf16_bits_to_double(w13_bias, gate0 + r) : 0.0;
+              const double up_bias = w13_bias ? bf16_bits_to_double(w13_bias, up0 + r) : 0.0;
+              for (std::int64_t v = 0; v < n; ++v) {
+                const auto at = static_cast<std::size_t>(r * n + v);
+                const auto g = static_cast<float>(gate_out[at] + gate_bias);
+                const auto u = static_cast<float>(up_out[at] + up_bias);
+                const auto a = static_cast<float>(apply_activation(config, g, u));
+                act[static_cast<std::size_t>((p0 + v) * width + task.row_begin + r)] =
+                    round_to_bf16(a);
+              }
+            }
           }
         }
-      }
-    }
-  });
+      });
 
   // GEMM2 + bias -> y [pairs, hidden] (fp32).
   std::vector<float> y(static_cast<std::size_t>(pairs * hidden));
-  const std::vector<Task> gemm2 = make_tasks(groups, hidden);
-  parallel_for(static_cast<std::int64_t>(gemm2.size()), 1, [&](std::int64_t t0, std::int64_t t1) {
-    std::vector<double> scratch(static_cast<std::size_t>(width));
-    std::vector<const double*> vectors(kPairTile);
-    std::vector<double> out(static_cast<std::size_t>(kRowTile * kPairTile));
-    for (std::int64_t t = t0; t < t1; ++t) {
-      const Task& task = gemm2[static_cast<std::size_t>(t)];
-      const std::int64_t rows = task.row_end - task.row_begin;
-      const std::int64_t row0 = task.expert * hidden + task.row_begin;
-      const std::int64_t first = groups.begin[static_cast<std::size_t>(task.expert)];
-      const std::int64_t last = groups.begin[static_cast<std::size_t>(task.expert + 1)];
-      for (std::int64_t p0 = first; p0 < last; p0 += kPairTile) {
-        const std::int64_t n = std::min(last - p0, kPairTile);
-        for (std::int64_t v = 0; v < n; ++v) {
-          vectors[static_cast<std::size_t>(v)] = act.data() + (p0 + v) * width;
-        }
-        mxfp4_rows_dot(w2 + row0 * (width / 2), w2_scale + row0 * (width / 32), rows, width,
-                       vectors.data(), n, out.data(), scratch.data());
-        for (std::int64_t r = 0; r < rows; ++r) {
-          const double bias = w2_bias ? bf16_bits_to_double(w2_bias, row0 + r) : 0.0;
-          for (std::int64_t v = 0; v < n; ++v) {
-            y[static_cast<std::size_t>((p0 + v) * hidden + task.row_begin + r)] =
-                static_cast<float>(out[static_cast<std::size_t>(r * n + v)] + bias);
-          }
-        }
-      }
-    }
-  });
+  const std::vector<Task> gemm2 = make_tasks(groups, hidden, row_tile);
+  run_chunks(static_cast<std::int64_t>(gemm2.size()), 1, tiling.threads,
+             [&](std::int64_t t0, std::int64_t t1) {
+               std::vector<double> scratch(static_cast<std::size_t>(width));
+               std::vector<const double*> vectors(pair_tile);
+               std::vector<double> out(static_cast<std::size_t>(row_tile * pair_tile));
+               for (std::int64_t t = t0; t < t1; ++t) {
+                 const Task& task = gemm2[static_cast<std::size_t>(t)];
+                 const std::int64_t rows = task.row_end - task.row_begin;
+                 const std::int64_t row0 = task.expert * hidden + task.row_begin;
+                 const std::int64_t first = groups.begin[static_cast<std::size_t>(task.expert)];
+                 const std::int64_t last = groups.begin[static_cast<std::size_t>(task.expert + 1)];
+                 for (std::int64_t p0 = first; p0 < last; p0 += pair_tile) {
+                   const std::int64_t n = std::min(last - p0, pair_tile);
+                   for (std::int64_t v = 0; v < n; ++v) {
+                     vectors[static_cast<std::size_t>(v)] = act.data() + (p0 + v) * width;
+                   }
+                   mxfp4_rows_dot(w2 + row0 * (width / 2), w2_scale + row0 * (width / 32), rows,
+                                  width, vectors.data(), n, out.data(), scratch.data());
+                   for (std::int64_t r = 0; r < rows; ++r) {
+                     const double bias = w2_bias ? bf16_bits_to_double(w2_bias, row0 + r) : 0.0;
+                     for (std::int64_t v = 0; v < n; ++v) {
+                       y[static_cast<std::size_t>((p0 + v) * hidden + task.row_begin + r)] =
+                           static_cast<float>(out[static_cast<std::size_t>(r * n + v)] + bias);
+                     }
+                   }
+                 }
+               }
+             });
 
   // Weighted sum over the slots, in slot order.
-  parallel_for(input.tokens, 8, [&](std::int64_t t0, std::int64_t t1) {
+  run_chunks(input.tokens, 8, tiling.threads, [&](std::int64_t t0, std::int64_t t1) {
     for (std::int64_t t = t0; t < t1; ++t) {
       float* out = partial + t * hidden;
       float* mag = magnitude + t * hidden;

@@ -23,9 +23,20 @@ struct RankForwardInput {
   std::int64_t top_k = 0;
 };
 
+// How the expert GEMMs are cut into tasks: tiles of routed (token, slot) pairs and of weight rows,
+// and how many threads run the tasks (0 = mxq::num_threads()). Every output element is one
+// fixed-order fp64 dot product whatever the tiling, so every tiling gives bit-identical results;
+// they differ only in speed (the autotuner's moe_expert_gemm tactics choose one).
+struct ExpertTiling {
+  std::int64_t pair_tile = 16;
+  std::int64_t row_tile = 32;
+  int threads = 0;
+};
+
 // Overwrites partial [tokens, H] with this rank's fp32 partial output and adds the magnitude of
 // every contribution, |fp32(weight_k * y_k)|, to magnitude [tokens, H].
 void rank_expert_forward(const MoeRankWeights& weights, const MoeConfig& config,
-                         const RankForwardInput& input, float* partial, float* magnitude);
+                         const RankForwardInput& input, float* partial, float* magnitude,
+                         const ExpertTiling& tiling = {});
 
 }  // namespace mxq::moe::cpu

@@ -1,0 +1,186 @@
+// The real ops' autotuner tactics: block_fp8_linear (the linear module's CPU tactics) and
+// moe_expert_gemm (tilings of the MoE CPU reference), the presets that tune them, and
+// `mxq tune --preset tiny-moe --device cpu` end to end.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "mxq/tune/autotuner.h"
+#include "mxq/tune/block_fp8_linear.h"
+#include "mxq/tune/moe_expert_gemm.h"
+#include "mxq/tune/presets.h"
+#include "mxq/tune/registry.h"
+#include "tune/tune_test_util.h"
+
+namespace mxq::tune {
+namespace {
+
+const OpSpec& op_named(std::string_view name) {
+  const OpSpec* op = builtin_tactics().find_op(name, Backend::kCpu);
+  if (op == nullptr) throw std::runtime_error("op not registered: " + std::string(name));
+  return *op;
+}
+
+std::set<std::string> tactic_ids(const OpSpec& op) {
+  std::set<std::string> ids;
+  for (const Tactic* t : builtin_tactics().tactics(op)) ids.insert(t->id());
+  return ids;
+}
+
+TEST(BlockFp8LinearTactics, AreTheLinearModulesCpuTacticsWithTheReferenceAsDefault) {
+  const OpSpec& op = op_named(kBlockFp8LinearOp);
+  EXPECT_EQ(op.default_tactic, "reference");
+  EXPECT_EQ(tactic_ids(op), (std::set<std::string>{"reference", "blocked_f32[tile_n=16]",
+                                                   "blocked_f32[tile_n=64]"}));
+  EXPECT_TRUE(builtin_tactics().default_tactic(op).tokens.full());
+}
+
+TEST(BlockFp8LinearTactics, EveryTacticMatchesTheReference) {
+  const OpSpec& op = op_named(kBlockFp8LinearOp);
+  for (const Problem& problem :
+       {block_fp8_linear_problem(256, 384), block_fp8_linear_problem(200, 130, {64, 64}),
+        block_fp8_linear_problem(96, 256, {128, 128}, ScaleMode::kUe8m0)}) {
+    for (const std::int64_t tokens : {1, 7, 32}) {
+      const auto workload = op.make_workload(problem, tokens);
+      for (const Tactic* tactic : builtin_tactics().tactics(op)) {
+        ASSERT_TRUE(tactic->supports(problem).ok) << tactic->id();
+        const CheckResult result = workload->check(*tactic);
+        EXPECT_TRUE(result.ok) << problem.canonical() << " " << tokens << " " << tactic->id()
+                               << ": " << result.detail;
+        // The reference is compared with itself: exact.
+        if (tactic->variant == "reference") {
+          EXPECT_EQ(result.error, 0.0);
+        }
+      }
+    }
+  }
+}
+
+TEST(MoeExpertGemmTactics, OfferRealAlternativesWithTheReferenceAsDefault) {
+  const OpSpec& op = op_named(kMoeExpertGemmOp);
+  EXPECT_EQ(op.default_tactic, "reference");
+  const std::set<std::string> ids = tactic_ids(op);
+  EXPECT_GE(ids.size(), 5U);
+  EXPECT_EQ(ids.count("tiled[pairs=4,rows=8,threads=1]"), 1U);
+  EXPECT_EQ(ids.count("tiled[pairs=32,rows=64,threads=2]"), 1U);
+}
+
+TEST(MoeExpertGemmTactics, EveryTacticIsBitIdenticalToTheReference) {
+  const OpSpec& op = op_named(kMoeExpertGemmOp);
+  // A whole-model rank and an EP rank holding 3 of 8 experts (other slots are skipped), with and
+  // without biases; token counts that do and do not fill the tiles.
+  for (const Problem& problem : {moe_expert_gemm_problem({8, 8, 128, 96, 2, true}),
+                                 moe_expert_gemm_problem({8, 3, 64, 64, 3, false})}) {
+    for (const std::int64_t tokens : {1, 5, 37}) {
+      const auto workload = op.make_workload(problem, tokens);
+      for (const Tactic* tactic : builtin_tactics().tactics(op)) {
+        const CheckResult result = workload->check(*tactic);
+        EXPECT_TRUE(result.ok) << problem.canonical() << " " << tokens << " " << tactic->id()
+                               << ": " << result.detail;
+        EXPECT_EQ(result.error, 0.0);
+      }
+    }
+  }
+}
+
+TEST(MoeExpertGemmTactics, TheCheckCatchesASingleFlippedBit) {
+  const OpSpec& op = op_named(kMoeExpertGemmOp);
+  const Problem problem = moe_expert_gemm_problem({8, 8, 64, 64, 2, true});
+  const Tactic& reference = builtin_tactics().default_tactic(op);
+  Tactic broken;
+  broken.op = std::string(kMoeExpertGemmOp);
+  broken.variant = "broken";
+  broken.run = TacticRunner::of<MoeExpertGemmArgs>([&reference](const MoeExpertGemmArgs& args) {
+    reference.run(args);
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, &args.partial[args.tokens * 64 - 1], sizeof(bits));
+    bits ^= 1U;
+    std::memcpy(&args.partial[args.tokens * 64 - 1], &bits, sizeof(bits));
+  });
+  const auto workload = op.make_workload(problem, 4);
+  EXPECT_TRUE(workload->check(reference).ok);
+  EXPECT_FALSE(workload->check(broken).ok);
+}
+
+std::vector<Problem> problems_of(const std::string& preset, ParallelLayout layout = {}) {
+  std::vector<Problem> problems;
+  for (const PresetProblem& p : find_preset(preset).problems(layout)) problems.push_back(p.problem);
+  return problems;
+}
+
+TEST(Presets, MoePresetsHoldOneRanksExpertShape) {
+  const auto moe = [](std::int64_t e, std::int64_t e_local, std::int64_t h, std::int64_t i,
+                      std::int64_t k) {
+    return moe_expert_gemm_problem({e, e_local, h, i, k, true});
+  };
+  EXPECT_EQ(problems_of("gpt-oss-20b"), (std::vector<Problem>{moe(32, 32, 2880, 2880, 4)}));
+  EXPECT_EQ(problems_of("gpt-oss-120b"), (std::vector<Problem>{moe(128, 128, 2880, 2880, 4)}));
+  // TP splits I (2880 / 2), EP splits the experts (128 / 4).
+  EXPECT_EQ(problems_of("gpt-oss-120b", {2, 4}),
+            (std::vector<Problem>{moe(128, 32, 2880, 1440, 4)}));
+  const std::vector<Problem> tiny = problems_of("tiny-moe");
+  ASSERT_EQ(tiny.size(), 1U);
+  EXPECT_EQ(tiny[0].op(), kMoeExpertGemmOp);
+  EXPECT_LE(tiny[0].dim("H") * tiny[0].dim("I") * tiny[0].dim("E"), 256 * 256 * 16);
+  // An uneven EP split tunes the largest rank's shape (rank 0 holds ceil(32 / 3) experts), as
+  // the layer shards them; more EP ranks than experts is refused.
+  EXPECT_EQ(problems_of("gpt-oss-20b", {1, 3}), (std::vector<Problem>{moe(32, 11, 2880, 2880, 4)}));
+  EXPECT_THROW(problems_of("gpt-oss-20b", {1, 33}), Error);
+}
+
+TEST(Presets, DeepseekV3LinearHoldsTheSixShapesAndSplitsThemOverTp) {
+  const auto linear = [](std::int64_t n, std::int64_t k) {
+    return block_fp8_linear_problem(n, k, {128, 128});
+  };
+  EXPECT_EQ(problems_of("deepseek-v3-linear"),
+            (std::vector<Problem>{linear(2112, 7168), linear(24576, 1536), linear(32768, 512),
+                                  linear(7168, 16384), linear(4096, 7168), linear(7168, 2048)}));
+  EXPECT_EQ(problems_of("deepseek-v3-linear", {8, 1}),
+            (std::vector<Problem>{linear(2112, 7168), linear(3072, 1536), linear(4096, 512),
+                                  linear(7168, 2048), linear(512, 7168), linear(7168, 256)}));
+  EXPECT_THROW(problems_of("deepseek-v3-linear", {3, 1}), Error);
+  for (const char* name : {"toy", "toy-draft"}) EXPECT_FALSE(problems_of(name).empty()) << name;
+}
+
+TEST(TinyMoeCli, TunesEveryKeyThenServesAllFromTheCacheWithZeroTuning) {
+  testing::TempDir dir;
+  const std::string path = dir.file("tiny-moe.json");
+  const OpSpec& op = op_named(kMoeExpertGemmOp);
+  std::set<std::int64_t> buckets;
+  for (const PresetProblem& p : find_preset("tiny-moe").problems({})) {
+    for (const std::int64_t t : p.tokens) buckets.insert(op.buckets[bucket_index(op.buckets, t)]);
+  }
+  const std::vector<std::string> args = {"tune", "--preset", "tiny-moe", "--device",
+                                         "cpu",  "--cache",  path,       "--json"};
+  const testing::ProcessResult first = testing::run_cli(args);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const nlohmann::json tuned = nlohmann::json::parse(first.out);
+  EXPECT_EQ(tuned["summary"]["tuned"], buckets.size());
+  EXPECT_EQ(tuned["summary"]["hit"], 0);
+  std::map<std::int64_t, std::string> winners;
+  for (const auto& r : tuned["records"]) {
+    EXPECT_EQ(r["op"], kMoeExpertGemmOp);
+    EXPECT_EQ(r["status"], "tuned") << r.dump();
+    // Every candidate was timed: none failed its bit-exact check.
+    EXPECT_EQ(r["candidates"].size(), tactic_ids(op).size());
+    for (const auto& c : r["candidates"]) EXPECT_EQ(c["status"], "timed") << c.dump();
+    winners[r["bucket"].get<std::int64_t>()] = r["tactic"];
+  }
+  EXPECT_EQ(winners.size(), buckets.size());
+  EXPECT_EQ(testing::run_cli({"cache", "verify", path}).exit_code, 0);
+
+  const testing::ProcessResult second = testing::run_cli(args);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  const nlohmann::json served = nlohmann::json::parse(second.out);
+  EXPECT_EQ(served["summary"]["tuned"], 0);
+  EXPECT_EQ(served["summary"]["hit"], buckets.size());
+  for (const auto& r : served["records"]) {
+    EXPECT_EQ(r["status"], "hit") << r.dump();
+    EXPECT_EQ(r["tactic"], winners[r["bucket"].get<std::int64_t>()]) << r.dump();
+  }
+}
+
+}  // namespace
+}  // namespace mxq::tune
