@@ -61,4 +61,29 @@ ForwardComparison compare_forward(const MoeForwardResult& a, int ranks_a, const 
   return result;
 }
 
+double normalized_error(const TensorView& out, const TensorView& ref,
+                        std::int64_t* nan_mismatches) {
+  require_dtype(out, "out", DType::kF32);
+  require_dtype(ref, "ref", DType::kF32);
+  require_shape(out, "out", ref.shape());
+  require_contiguous(out, "out");
+  require_contiguous(ref, "ref");
+  const float* a = out.data_as<float>();
+  const float* b = ref.data_as<float>();
+  double num = 0.0;
+  double den = 0.0;
+  std::int64_t mismatches = 0;
+  for (std::int64_t i = 0; i < ref.numel(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) {
+      mismatches += std::isnan(a[i]) != std::isnan(b[i]);
+      continue;
+    }
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  if (nan_mismatches != nullptr) *nan_mismatches = mismatches;
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
 }  // namespace mxq::moe

@@ -19,10 +19,10 @@ std::int64_t split(std::int64_t size, int parts, const char* what) {
   return size / parts;
 }
 
-// The toy presets tune the toy_gemm demo op (include/mxq/tune/toy_gemm.h) until the real
-// MoE and linear ops register their tactics; they keep `mxq tune` and the tuner's tests
-// doing real measurements on a CPU-only machine. "toy-draft" shares one problem with "toy"
-// (as a draft model shares layer shapes with its target) and serves odd draft token counts.
+// The toy presets tune the toy_gemm demo op (include/mxq/tune/toy_gemm.h): small and fast,
+// they keep the tuner's own tests doing real measurements on a CPU-only machine. "toy-draft" shares
+// one problem with "toy" (as a draft model shares layer shapes with its target) and serves odd
+// draft token counts.
 std::vector<PresetProblem> toy_target(const ParallelLayout& layout) {
   return {
       {toy_gemm_problem(split(512, layout.tp, "toy N=512"), 256), {1, 2, 4, 8, 16, 32, 64}},
@@ -86,8 +86,7 @@ std::vector<PresetProblem> deepseek_v3_linear(const ParallelLayout& layout) {
 
 const std::vector<DeploymentPreset>& table() {
   static const std::vector<DeploymentPreset> presets = {
-      {"toy", "demo: two toy_gemm layers (stands in for a model until the real ops land)",
-       toy_target},
+      {"toy", "demo: two toy_gemm layers (the tuner's tests)", toy_target},
       {"toy-draft", "demo draft model for \"toy\": one shared and one own toy_gemm layer",
        toy_draft},
       {"tiny-moe", "small MXFP4 MoE (E=8, H=I=128, top-2) that tunes in seconds on a CPU",

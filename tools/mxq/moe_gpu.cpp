@@ -1,7 +1,6 @@
 #include "moe_gpu.h"
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "mxq/core/build_info.h"
@@ -14,23 +13,6 @@
 #endif
 
 namespace mxq::cli {
-
-double normalized_error(const Tensor& out, const Tensor& ref, std::int64_t* nan_mismatches) {
-  double num = 0.0;
-  double den = 0.0;
-  *nan_mismatches = 0;
-  const float* a = out.data_as<float>();
-  const float* b = ref.data_as<float>();
-  for (std::int64_t i = 0; i < ref.numel(); ++i) {
-    if (std::isnan(a[i]) || std::isnan(b[i])) {
-      *nan_mismatches += std::isnan(a[i]) != std::isnan(b[i]);
-      continue;
-    }
-    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
 
 void require_gpu_for_device_cuda() {
 #if MXQ_WITH_CUDA

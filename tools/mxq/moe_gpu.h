@@ -23,7 +23,4 @@ void require_gpu_for_device_cuda();
 // Throws like require_gpu_for_device_cuda.
 GpuMoeRun run_moe_on_gpu(const moe::MoeLayer& layer, const Tensor& x);
 
-// ||out - ref|| / ||ref|| over elements where neither is NaN; counts NaN-position mismatches.
-double normalized_error(const Tensor& out, const Tensor& ref, std::int64_t* nan_mismatches);
-
 }  // namespace mxq::cli

@@ -85,7 +85,7 @@ void run_main(const RunOptions& options) {
   double gpu_error = 0.0;
   bool pass = false;
   if (on_gpu) {
-    gpu_error = normalized_error(result.output, reference.output, &nan_mismatches);
+    gpu_error = moe::normalized_error(result.output, reference.output, &nan_mismatches);
     pass = gpu_error <= 4e-3 && nan_mismatches == 0;
   } else {
     comparison = moe::compare_forward(result, layer.num_ranks(), reference, 1, config.top_k);

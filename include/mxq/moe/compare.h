@@ -27,6 +27,11 @@ struct ForwardComparison {
   }
 };
 
+// The GPU-vs-reference metric of DESIGN.md: ||out - ref||_2 / ||ref||_2 over the elements where
+// neither is NaN (f32 tensors of one shape); `nan_mismatches` counts elements that are NaN in one
+// of them only.
+double normalized_error(const TensorView& out, const TensorView& ref, std::int64_t* nan_mismatches);
+
 // `ranks_a` / `ranks_b`: the number of ranks of each run.
 ForwardComparison compare_forward(const MoeForwardResult& a, int ranks_a, const MoeForwardResult& b,
                                   int ranks_b, std::int64_t top_k);

@@ -112,7 +112,7 @@ void register_toy_gemm_autotune(TacticRegistry& registry) {
   OpSpec op;
   op.name = std::string(kToyGemmOp);
   op.backend = Backend::kCpu;
-  op.description = "demo fp32 GEMM out = a · w^T (stands in for the real ops until they land)";
+  op.description = "demo fp32 GEMM out = a · w^T (the tuner's own tests use it)";
   op.buckets = power_of_two_buckets(4096);
   op.default_tactic = "rowwise";
   op.make_workload = [](const Problem& problem, std::int64_t tokens) {

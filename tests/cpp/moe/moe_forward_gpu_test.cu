@@ -11,6 +11,7 @@
 #include "mxq/core/cuda_check.h"
 #include "mxq/formats/bf16.h"
 #include "mxq/moe/checkpoint.h"
+#include "mxq/moe/compare.h"
 #include "mxq/moe/gpu_layer.h"
 #include "mxq/moe/layer.h"
 #include "mxq/moe/prng.h"
@@ -131,23 +132,6 @@ Tensor run_gpu(const MoeGpuLayer& gpu, const Case& c, const Tensor& x_f32, const
   const auto* h = static_cast<const std::uint16_t*>(host.data());
   for (std::int64_t i = 0; i < out.numel(); ++i) out.data_as<float>()[i] = bf16_to_float(h[i]);
   return out;
-}
-
-double normalized_error(const Tensor& out, const Tensor& ref, std::int64_t* nan_mismatches) {
-  double num = 0.0;
-  double den = 0.0;
-  *nan_mismatches = 0;
-  for (std::int64_t i = 0; i < ref.numel(); ++i) {
-    const double a = out.data_as<float>()[i];
-    const double b = ref.data_as<float>()[i];
-    if (std::isnan(a) || std::isnan(b)) {
-      *nan_mismatches += std::isnan(a) != std::isnan(b);
-      continue;
-    }
-    num += (a - b) * (a - b);
-    den += b * b;
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 class MoeGpuVsCpu : public ::testing::TestWithParam<Case> {};
