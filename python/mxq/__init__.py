@@ -1,9 +1,11 @@
 """mxq: quantized LLM layers (MXFP4 MoE, block-FP8 linear, bit-exact formats).
 
 Arrays go in and out without copies where layout and device allow (DLPack / buffer protocol:
-NumPy, PyTorch, CuPy). Outputs are NumPy arrays that own mxq tensors; bf16 / E4M3 / E8M0
-results use ml_dtypes' NumPy dtypes. Errors from the C++ core are :class:`mxq.Error`.
-See docs/python.md.
+NumPy, PyTorch, CuPy). Host outputs are NumPy arrays that own mxq tensors; bf16 / E4M3 / E8M0
+results use ml_dtypes' NumPy dtypes. CUDA inputs (torch, CuPy) run on the GPU on the caller's
+stream and come back in the caller's framework. Errors from the C++ core are
+:class:`mxq.Error`. ``mxq.autotune()`` makes an autotuner current for the ops;
+``import mxq.torch_ops`` registers ``torch.ops.mxq.*``. See docs/python.md.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from ._mxq import BlockShape
 from . import formats
 from .linear import BlockFp8Linear
 from .moe import MoELayer
+from .tune import autotune
 
 __version__: str = _mxq.__version__
 with_cuda: bool = _mxq.with_cuda
@@ -22,6 +25,7 @@ __all__ = [
     "BlockFp8Linear",
     "BlockShape",
     "MoELayer",
+    "autotune",
     "DtypeError",
     "Error",
     "InvalidArgumentError",

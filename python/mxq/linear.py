@@ -1,7 +1,10 @@
 """mxq.BlockFp8Linear: y = x W^T (+ bias) with a block-FP8 weight (DeepSeek-V3 style).
 
-x is bf16 [M, K] (``ml_dtypes.bfloat16`` NumPy arrays, or any bf16 DLPack array on the host),
-quantized inside the op per 1 x block.k group; the output is bf16 (or float32) [M, N].
+x is bf16 [M, K] (``ml_dtypes.bfloat16`` NumPy arrays, any bf16 DLPack array, or uint16 bit
+patterns), quantized inside the op per 1 x block.k group; the output is bf16 (or float32)
+[M, N]. The op runs where the weight is: on the host, or on a CUDA device after
+:meth:`BlockFp8Linear.to` (then x must be on that device too; torch and CuPy arrays are read in
+place and the work is queued on their current stream).
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from . import _mxq
+from . import _device, _mxq
+from . import tune as _tune
 from ._mxq import BlockShape
 
 ArrayLike = Any
@@ -45,6 +49,13 @@ class BlockFp8Linear:
         return cls(_mxq.BlockFp8Weight.from_arrays(q, scale, block), bias)
 
     @classmethod
+    def borrow(cls, q: ArrayLike, scale: ArrayLike, block: Any = (128, 128),
+               bias: Optional[ArrayLike] = None) -> "BlockFp8Linear":
+        """Like :meth:`from_arrays` without the copy: the weight reads ``q`` and ``scale`` in
+        place (host or CUDA, both on one device) and keeps them alive; do not modify them."""
+        return cls(_mxq.BlockFp8Weight.borrow(q, scale, block), bias)
+
+    @classmethod
     def quantize(cls, w: ArrayLike, block: Any = (128, 128), scale_mode: str = "fp32",
                  bias: Optional[ArrayLike] = None) -> "BlockFp8Linear":
         """Quantize a float32/bfloat16 weight [N, K] in blocks of ``block``."""
@@ -61,6 +72,19 @@ class BlockFp8Linear:
     @property
     def block(self) -> BlockShape:
         return self._weight.block
+
+    @property
+    def device(self) -> str:
+        """Where the weight lives: "cpu" or "cuda:N"."""
+        return self._weight.device
+
+    def to(self, device: str) -> "BlockFp8Linear":
+        """A copy on ``device`` ("cpu", "cuda", "cuda:N"); the bias is copied along."""
+        bias = None if self.bias is None else _mxq._copy_to_device(self.bias, device)
+        return BlockFp8Linear(self._weight.to(device), bias, self.origin)
+
+    def cuda(self, device: int = 0) -> "BlockFp8Linear":
+        return self.to(f"cuda:{device}")
 
     @property
     def scale_layout(self) -> str:
@@ -82,9 +106,35 @@ class BlockFp8Linear:
         return BlockFp8Linear(self._weight.with_packed_ue8m0_scales(), self.bias, self.origin)
 
     def forward(self, x: ArrayLike, tactic: str = "auto", activation_scales: str = "fp32",
-                out_dtype: str = "bf16") -> np.ndarray:
-        """y [M, N] (bfloat16 or float32) for bf16 x [M, K]."""
-        return self._weight.linear(x, self.bias, tactic, activation_scales, out_dtype)
+                out_dtype: str = "bf16", stream: Optional[int] = None) -> Any:
+        """y [M, N] (bfloat16 or float32) for bf16 x [M, K], on the weight's device.
+
+        Host: a NumPy array. CUDA: x's framework's array (a torch tensor for torch, a CuPy array
+        of uint16 bf16 bits for CuPy, else a DLPack array), computed in the order of ``stream``
+        (a cudaStream_t as an integer; default: x's framework's current stream), without a host
+        synchronization. Inside :func:`mxq.autotune`, ``tactic="auto"`` runs the tuner's choice.
+        """
+        device, _ = _device.device_of(x)
+        if tactic == "auto":
+            tactic = self._tuned_tactic(device, x, activation_scales, out_dtype) or tactic
+        if device == "cpu":
+            return self._weight.linear(x, self.bias, tactic, activation_scales, out_dtype)
+        if stream is None:
+            stream = _device.current_stream(x)
+        y = self._weight.linear(x, self.bias, tactic, activation_scales, out_dtype, stream)
+        return _device.to_framework(y, x, out_dtype)
+
+    def _tuned_tactic(self, device: str, x: ArrayLike, activation_scales: str,
+                      out_dtype: str) -> Optional[str]:
+        tuner = _tune.current()
+        # The autotuner's block_fp8_linear problem is the bf16-output, fp32-weight-scale one.
+        if tuner is None or out_dtype != "bf16" or self.scale_layout != "fp32":
+            return None
+        shape = getattr(x, "shape", None)
+        if shape is None or len(shape) != 2:
+            return None  # the op names the problem with x
+        return tuner.linear_tactic(device, self.n, self.k, tuple(self.block), activation_scales,
+                                   int(shape[0]))
 
     __call__ = forward
 

@@ -5,20 +5,45 @@ The C++ ``MoeLayer`` holds *every* rank of a TP x EP grid in one object (rank id
 after its all-reduce. :meth:`MoELayer.from_checkpoint` therefore loads the whole simulated grid;
 :meth:`MoELayer.rank` gives one rank's shard facts and weights. Loading a single rank per process
 needs the distributed runtime, which mxq does not have yet.
+
+On a GPU, :meth:`MoELayer.forward` runs CUDA arrays (torch, CuPy, any DLPack exporter) on a copy
+of the layer uploaded to that device (:meth:`MoELayer.cuda`), on the caller's stream.
+
+:attr:`MoELayer.handle` names a layer with an integer, for ops that take tensors and a layer id
+(``torch.ops.mxq.moe_forward``); :func:`layer_from_handle` resolves it while the layer lives.
 """
 
 from __future__ import annotations
 
+import itertools
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import _mxq
+from . import _device, _mxq
 
 ArrayLike = Any
 
-__all__ = ["MoELayer", "MoERank", "MoEUpdate", "ForwardResult", "PARAMS"]
+__all__ = ["MoELayer", "MoERank", "MoEUpdate", "ForwardResult", "PARAMS", "layer_from_handle"]
+
+# Layers by handle. Weak: a handle never keeps its layer alive, and a freed layer's handle is
+# never reused (the counter only grows), so a stale handle fails clearly instead of running
+# another layer.
+_HANDLES: "weakref.WeakValueDictionary[int, MoELayer]" = weakref.WeakValueDictionary()
+_NEXT_HANDLE = itertools.count(1)
+_HANDLES_LOCK = threading.Lock()
+
+
+def layer_from_handle(handle: int) -> "MoELayer":
+    """The live :class:`MoELayer` registered under ``handle`` (see :attr:`MoELayer.handle`)."""
+    layer = _HANDLES.get(int(handle))
+    if layer is None:
+        raise ValueError(f"layer: expected the handle of a live mxq.MoELayer, found {handle} "
+                         "(the layer was freed, or the handle comes from another process)")
+    return layer
 
 PARAMS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
 
@@ -98,6 +123,7 @@ class MoEUpdate:
 
     def __exit__(self, *exc: object) -> None:
         self._active = False
+        self._layer._drop_device_copies()
         self._layer._core.end_update()
 
 
@@ -106,6 +132,9 @@ class MoELayer:
 
     def __init__(self, core: "_mxq.MoeLayer") -> None:
         self._core = core
+        self._handle: Optional[int] = None
+        self._device_copies: Dict[int, Any] = {}  # CUDA device index -> _mxq.MoeGpuLayer
+        self._device_lock = threading.Lock()
 
     @classmethod
     def from_checkpoint(
@@ -188,14 +217,92 @@ class MoELayer:
     def ranks(self) -> List[MoERank]:
         return [MoERank(self, r) for r in range(self.num_ranks)]
 
+    @property
+    def handle(self) -> int:
+        """An integer naming this layer (registered on first use) for ops that take a layer id,
+        e.g. ``torch.ops.mxq.moe_forward(x, layer.handle)``. The registry holds the layer weakly:
+        keep the layer alive as long as the handle is used."""
+        if self._handle is None:
+            with _HANDLES_LOCK:
+                if self._handle is None:
+                    handle = next(_NEXT_HANDLE)
+                    _HANDLES[handle] = self
+                    self._handle = handle
+        return self._handle
+
     # --- actions ---
     def prepare(self, align: int = 128) -> Dict[str, Any]:
         """Pad every rank's I_rank to a multiple of ``align``; returns the padding summary."""
+        self._drop_device_copies()
         return self._core.prepare(align)
 
     def restore(self) -> None:
         """Undo the padding in place (back to checkpoint layout)."""
+        self._drop_device_copies()
         self._core.restore_checkpoint_layout()
+
+    def cuda(self, device: int = 0, max_tokens: int = 1024) -> "MoELayer":
+        """Upload the current weights (every rank) to CUDA device ``device`` for up to
+        ``max_tokens`` tokens per call (the workspace is sized for it). :meth:`forward` with
+        CUDA arrays does this by itself on first use and again, larger, when a call has more
+        tokens; call it first so that no upload (which allocates and synchronizes) happens
+        inside a timed region or a CUDA graph capture. Prepare, restore and weight updates drop
+        the device copies (the next CUDA call uploads again: re-capture graphs after an update).
+        """
+        if not _mxq.with_cuda:
+            raise RuntimeError("MoELayer.cuda: this build of mxq has no CUDA support "
+                               "(install it where nvcc is found, or with MXQ_CUDA=ON)")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens: expected >= 1, found {max_tokens}")
+        with self._device_lock:
+            self._device_copies[device] = _mxq.MoeGpuLayer.upload(self._core, max_tokens, device)
+        return self
+
+    def _device_copy(self, device: int, tokens: int) -> Any:
+        copy = self._device_copies.get(device)
+        if copy is None or copy.max_tokens < tokens:
+            grown = max(tokens, 2 * copy.max_tokens if copy is not None else 1024)
+            self.cuda(device, grown)
+            copy = self._device_copies[device]
+        return copy
+
+    def _drop_device_copies(self) -> None:
+        with self._device_lock:
+            self._device_copies.clear()
+
+    def forward_cuda(self, x: ArrayLike, out: Optional[ArrayLike] = None,
+                     expert_ids: Optional[ArrayLike] = None,
+                     expert_weights: Optional[ArrayLike] = None,
+                     stream: Optional[int] = None) -> Any:
+        """bf16 y [T, H] for bf16 x [T, H] in CUDA memory (CuPy: uint16 bit patterns), queued on
+        ``stream`` (default: x's framework's current stream), no host synchronization.
+
+        Writes into ``out`` (bf16 [T, H] on x's device) and returns it, or allocates the output
+        (torch: with torch's allocator; otherwise mxq's) in x's framework.
+        """
+        device = _device.device_of(x)
+        if device[0] != "cuda":
+            raise ValueError("x: expected a CUDA array, found a host array (forward() runs "
+                             "host arrays on the CPU)")
+        if stream is None:
+            stream = _device.current_stream(x)
+        tokens = int(x.shape[0])
+        copy = self._device_copy(device[1], max(tokens, 1))
+        if out is None and type(x).__module__.startswith("torch"):
+            import torch
+
+            out = torch.empty((tokens, copy.hidden_size), dtype=torch.bfloat16, device=x.device)
+        if tokens == 0:
+            if out is not None:
+                return out
+            empty = _mxq._copy_to_device(np.empty((0, copy.hidden_size), np.uint16),
+                                         f"cuda:{device[1]}")
+            return _device.to_framework(empty, x, "bf16")
+        if out is not None:
+            copy.forward(x, out, stream, expert_ids, expert_weights)
+            return out
+        return _device.to_framework(copy.forward(x, None, stream, expert_ids, expert_weights),
+                                    x, "bf16")
 
     def forward(
         self,
@@ -206,8 +313,11 @@ class MoELayer:
         """Output float32 [T, H] for ``x`` [T, H] (float32, rounded to bf16 on entry, or bfloat16).
 
         Routing is the layer's router unless ``expert_ids`` (int32 [T, top_k]) and
-        ``expert_weights`` (float32 [T, top_k]) are given.
+        ``expert_weights`` (float32 [T, top_k]) are given. A CUDA ``x`` (bf16) runs on the GPU
+        (:meth:`forward_cuda`) and gives bf16 [T, H] on that device.
         """
+        if _device.is_cuda(x):
+            return self.forward_cuda(x, expert_ids=expert_ids, expert_weights=expert_weights)
         return self._core.forward(x, expert_ids, expert_weights)["output"]
 
     def forward_details(

@@ -1,100 +1,494 @@
-"""PyTorch custom ops ``torch.ops.mxq.*`` over mxq's CPU implementations (design, first cut).
+"""PyTorch custom ops ``torch.ops.mxq.*`` over mxq (``import mxq.torch_ops`` registers them).
 
-Imported only on request (``import mxq.torch_ops``) and only where torch is importable; mxq
-itself never imports torch. Each op has a real implementation (host tensors go to mxq without a
-copy through DLPack; results come back through NumPy without a copy) and a fake (shape-only)
-implementation, so ``torch.compile(fullgraph=True)`` can trace modules that call them.
+mxq itself never imports torch; this module does, and registers with ``torch.library``:
 
-Status: written without torch available (it could not be installed on the development machine);
-tests/python/test_torch_ops.py runs the opcheck and torch.compile checks where torch exists.
-CUDA tensors are refused with ValueError until mxq's CUDA paths are bound (no stream handling
-yet).
+========================================  =========  =====  ===================================
+op                                        CPU        CUDA   result
+========================================  =========  =====  ===================================
+``moe_forward(x, layer, ids?, weights?)``  yes        yes    [T, H] in x's dtype (CUDA: bf16)
+``block_fp8_linear(x, w, w_scale, ...)``   yes        yes    [..., N] bf16 or float32
+``quantize_fp8_groups(x, group_k, mode)``  yes        yes    (e4m3 [M, K], float32 [M, G])
+``quantize_mxfp4`` / ``dequantize_mxfp4``  yes        no     (uint8 [..., G, 16], e8m0 [..., G])
+``e4m3_encode`` / ``e4m3_decode``          yes        no     float8_e4m3fn / float32
+``quantize_fp8_block`` / ``dequantize_…``  yes        no     (e4m3 [N, K], float32 blocks)
+========================================  =========  =====  ===================================
+
+Each op has a fake (shape-only) implementation, so ``torch.compile(fullgraph=True)`` traces
+modules calling them (dynamic shapes included), and passes ``torch.library.opcheck``.
+
+* **Tensors in** are read in place through DLPack (no copy); float8 tensors travel as uint8
+  views of the same bytes. **Results** on the CPU are NumPy arrays owned by mxq, wrapped by
+  ``torch.from_numpy`` (no copy). On CUDA the work is queued on torch's *current stream* of the
+  input's device (``torch.cuda.current_stream(x.device).cuda_stream`` goes to the C++ op as its
+  ``cudaStream_t``) and nothing synchronizes the host. ``moe_forward`` writes into an output
+  that torch allocates; ``block_fp8_linear`` and ``quantize_fp8_groups`` return memory that
+  mxq's C++ op allocated (cudaMalloc, handed over through DLPack; freeing it waits for the
+  device) until the C++ linear op takes an output buffer.
+* **Bad arguments** raise ``TypeError`` (dtype) or ``ValueError`` (shape, device, layout)
+  naming the argument, in the real and in the fake implementation.
+* **The MoE layer** is not a tensor: its weights live in an :class:`mxq.MoELayer` (every
+  simulated rank, plus a copy per CUDA device made on first use, see ``MoELayer.cuda``). The
+  op takes the layer's integer ``handle`` (``layer.handle``) — a plain int in the graph, so
+  tracing, opcheck and CUDA graphs see only tensors and constants; the registry holds layers
+  weakly and never reuses a handle, so a freed layer's handle fails clearly. (A
+  ``torch.classes`` custom class would make the layer a graph input but needs a C++ torch
+  extension; a handle keeps mxq free of a libtorch build dependency.) :class:`MoE` wraps it.
+* Inside :func:`mxq.autotune`, ``block_fp8_linear(..., tactic="auto")`` on the CPU runs the
+  tuner's decision (tuning the problem first in tune mode).
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from . import _mxq
+from . import tune as _tune
+from .moe import MoELayer, layer_from_handle
 
-__all__ = ["quantize_mxfp4", "dequantize_mxfp4", "quantize_fp8_block", "block_fp8_linear"]
+__all__ = [
+    "BlockFp8Linear",
+    "MoE",
+    "block_fp8_linear",
+    "dequantize_fp8_block",
+    "dequantize_mxfp4",
+    "e4m3_decode",
+    "e4m3_encode",
+    "moe_forward",
+    "quantize_fp8_block",
+    "quantize_fp8_groups",
+    "quantize_mxfp4",
+]
+
+_F32, _BF16, _U8 = torch.float32, torch.bfloat16, torch.uint8
+_E4M3 = torch.float8_e4m3fn
+_E8M0 = getattr(torch, "float8_e8m0fnu", None)  # torch >= 2.7
+_OUT_DTYPES = {"bf16": _BF16, "f32": _F32}
 
 
-def _from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    """torch view of an mxq result (no copy): ml_dtypes arrays travel as same-size integers."""
+# --- argument checks (shared by the real and the fake implementations) ---------------------
+
+def _names(dtypes: Sequence[torch.dtype]) -> str:
+    names = [str(d).replace("torch.", "") for d in dtypes]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _check(t: Any, name: str, dtypes: Sequence[Optional[torch.dtype]], ndim: Optional[int] = None,
+           min_ndim: int = 0) -> Tensor:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, found {type(t).__name__}")
+    dtypes = [d for d in dtypes if d is not None]
+    if t.dtype not in dtypes:
+        raise TypeError(f"{name}: expected {_names(dtypes)}, found {str(t.dtype).replace('torch.', '')}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, found shape {list(t.shape)}")
+    if t.dim() < min_ndim:
+        raise ValueError(f"{name}: expected at least {min_ndim} dimensions, found shape {list(t.shape)}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous tensor, found shape {list(t.shape)} with "
+                         f"strides {list(t.stride())} (use .contiguous())")
+    return t
+
+
+def _check_device(t: Optional[Tensor], name: str, device: torch.device) -> None:
+    if t is not None and t.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device} (where x is), found one on {t.device}")
+
+
+def _check_size(ok: Any, message: str) -> None:
+    """A shape condition; symbolic under torch.compile's dynamic shapes (then torch._check
+    records it instead of branching on it)."""
+    if isinstance(ok, bool):
+        if not ok:
+            raise ValueError(message)
+    else:
+        torch._check(ok, lambda: message)
+
+
+def _ceil_div(a: Any, b: int) -> Any:
+    return (a + b - 1) // b
+
+
+# --- conversions ------------------------------------------------------------------------------
+
+def _codes(t: Tensor) -> Tensor:
+    """float8 tensors as uint8 views of the same bytes (mxq reads uint8 as codes)."""
+    return t.view(_U8) if t.dtype in (_E4M3, _E8M0) and t.dtype is not None else t
+
+
+def _from_numpy(array: np.ndarray, dtype: torch.dtype) -> Tensor:
+    """torch view of an mxq result (no copy); ml_dtypes arrays travel as same-size integers."""
     if array.dtype.itemsize == 2 and array.dtype.kind not in "iuf":
         return torch.from_numpy(array.view(np.int16)).view(dtype)
     if array.dtype.itemsize == 1 and array.dtype.kind not in "iub":
         return torch.from_numpy(array.view(np.uint8)).view(dtype)
-    return torch.from_numpy(array)
+    tensor = torch.from_numpy(array)
+    return tensor if tensor.dtype == dtype else tensor.view(dtype)
 
 
-def _host(t: torch.Tensor, name: str) -> torch.Tensor:
-    if t.device.type != "cpu":
-        raise ValueError(f"{name}: expected a CPU tensor, found one on {t.device} "
-                         "(mxq's CUDA ops are not bound to Python yet)")
-    return t
+def _from_device(result: Any, dtype: torch.dtype) -> Tensor:
+    """torch view of a DLPack result mxq produced on a GPU (storage dtype), no copy."""
+    tensor = torch.from_dlpack(result)
+    return tensor if tensor.dtype == dtype else tensor.view(dtype)
+
+
+def _stream(x: Tensor) -> int:
+    return int(torch.cuda.current_stream(x.device).cuda_stream)
+
+
+def _host_only(op: str, *named: Tuple[str, Optional[Tensor]]) -> None:
+    for name, t in named:
+        if isinstance(t, Tensor) and t.device.type != "cpu":
+            raise ValueError(f"{name}: expected a CPU tensor, found one on {t.device} (mxq has no "
+                             f"CUDA kernel for {op}; use .cpu())")
+    raise ValueError(f"{op}: expected CPU tensors")
+
+
+def _register_cpu_only(op: Any, name: str, arg_names: Sequence[str]) -> None:
+    """CUDA tensors to a host-only op: a ValueError naming the argument (not a dispatch error)."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        _host_only(name, *zip(arg_names, args))
+
+    op.register_kernel("cuda", refuse)
 
 
 # --- MXFP4 --------------------------------------------------------------------------------
 
-@torch.library.custom_op("mxq::quantize_mxfp4", mutates_args=())
-def quantize_mxfp4(x: torch.Tensor, scale_rule: str = "floor") -> Tuple[torch.Tensor, torch.Tensor]:
-    blocks, scales = _mxq.quantize_mxfp4(_host(x, "x"), scale_rule)
-    return _from_numpy(blocks, torch.uint8), _from_numpy(scales, torch.float8_e8m0fnu)
+def _check_quantize_mxfp4(x: Tensor) -> None:
+    _check(x, "x", (_F32, _BF16), min_ndim=1)
+    _check_size(x.shape[-1] % 32 == 0,
+                f"x: expected a last dimension that is a multiple of 32, found shape {list(x.shape)}")
+
+
+@torch.library.custom_op("mxq::quantize_mxfp4", mutates_args=(), device_types="cpu")
+def quantize_mxfp4(x: Tensor, scale_rule: str = "floor") -> Tuple[Tensor, Tensor]:
+    """MXFP4 along the last axis of float32/bfloat16 x [..., K]: uint8 blocks [..., K/32, 16]
+    (two E2M1 per byte, low nibble first) and E8M0 scales [..., K/32] (float8_e8m0fnu)."""
+    _check_quantize_mxfp4(x)
+    blocks, scales = _mxq.quantize_mxfp4(x, scale_rule)
+    return _from_numpy(blocks, _U8), _from_numpy(scales, _E8M0 or _U8)
 
 
 @quantize_mxfp4.register_fake
 def _(x, scale_rule="floor"):
+    _check_quantize_mxfp4(x)
     groups = x.shape[-1] // 32
-    return (x.new_empty((*x.shape[:-1], groups, 16), dtype=torch.uint8),
-            x.new_empty((*x.shape[:-1], groups), dtype=torch.float8_e8m0fnu))
+    return (x.new_empty((*x.shape[:-1], groups, 16), dtype=_U8),
+            x.new_empty((*x.shape[:-1], groups), dtype=_E8M0 or _U8))
 
 
-@torch.library.custom_op("mxq::dequantize_mxfp4", mutates_args=())
-def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    out = _mxq.dequantize_mxfp4(_host(blocks, "blocks"), _host(scales, "scales"))
-    return _from_numpy(out, torch.float32)
+def _check_dequantize_mxfp4(blocks: Tensor, scales: Tensor) -> None:
+    _check(blocks, "blocks", (_U8,), min_ndim=2)
+    _check(scales, "scales", (_E8M0, _U8), min_ndim=1)
+    _check_size(blocks.shape[-1] == 16,
+                f"blocks: expected [..., G, 16] (16 bytes per block), found {list(blocks.shape)}")
+    message = f"scales: expected shape {list(blocks.shape[:-1])}, found {list(scales.shape)}"
+    _check_size(scales.dim() == blocks.dim() - 1, message)
+    for dim in range(scales.dim()):
+        _check_size(scales.shape[dim] == blocks.shape[dim], message)
+
+
+@torch.library.custom_op("mxq::dequantize_mxfp4", mutates_args=(), device_types="cpu")
+def dequantize_mxfp4(blocks: Tensor, scales: Tensor) -> Tensor:
+    """float32 [..., G*32] from MXFP4 blocks uint8 [..., G, 16] and E8M0 scales [..., G]."""
+    _check_dequantize_mxfp4(blocks, scales)
+    return _from_numpy(_mxq.dequantize_mxfp4(blocks, _codes(scales)), _F32)
 
 
 @dequantize_mxfp4.register_fake
 def _(blocks, scales):
-    return blocks.new_empty((*blocks.shape[:-2], blocks.shape[-2] * 32), dtype=torch.float32)
+    _check_dequantize_mxfp4(blocks, scales)
+    return blocks.new_empty((*blocks.shape[:-2], blocks.shape[-2] * 32), dtype=_F32)
+
+
+# --- E4M3 ---------------------------------------------------------------------------------
+
+@torch.library.custom_op("mxq::e4m3_encode", mutates_args=(), device_types="cpu")
+def e4m3_encode(x: Tensor, saturate: bool = True) -> Tensor:
+    """E4M3 (float8_e4m3fn) codes of float32 x, round-to-nearest-even; saturating to ±448 unless
+    ``saturate=False`` (then overflow is NaN). Bit-exact with CUDA's __nv_cvt_float_to_fp8."""
+    _check(x, "x", (_F32,))
+    return _from_numpy(_mxq.e4m3_encode(x, saturate), _E4M3)
+
+
+@e4m3_encode.register_fake
+def _(x, saturate=True):
+    _check(x, "x", (_F32,))
+    return torch.empty_like(x, dtype=_E4M3)
+
+
+@torch.library.custom_op("mxq::e4m3_decode", mutates_args=(), device_types="cpu")
+def e4m3_decode(codes: Tensor) -> Tensor:
+    """float32 values of E4M3 codes (float8_e4m3fn, or uint8 bit patterns)."""
+    _check(codes, "codes", (_E4M3, _U8))
+    return _from_numpy(_mxq.e4m3_decode(_codes(codes)), _F32)
+
+
+@e4m3_decode.register_fake
+def _(codes):
+    _check(codes, "codes", (_E4M3, _U8))
+    return torch.empty_like(codes, dtype=_F32)
 
 
 # --- block-FP8 ----------------------------------------------------------------------------
 
-@torch.library.custom_op("mxq::quantize_fp8_block", mutates_args=())
-def quantize_fp8_block(x: torch.Tensor, block_n: int, block_k: int,
-                       scale_mode: str = "fp32") -> Tuple[torch.Tensor, torch.Tensor]:
-    q, scale = _mxq.quantize_fp8_block(_host(x, "x"), (block_n, block_k), scale_mode)
-    return _from_numpy(q, torch.float8_e4m3fn), _from_numpy(scale, torch.float32)
+def _check_block(block_n: int, block_k: int) -> None:
+    if block_n < 1 or block_k < 1:
+        raise ValueError(f"block: expected two positive extents (n, k), found ({block_n}, {block_k})")
+
+
+@torch.library.custom_op("mxq::quantize_fp8_block", mutates_args=(), device_types="cpu")
+def quantize_fp8_block(x: Tensor, block_n: int = 128, block_k: int = 128,
+                       scale_mode: str = "fp32") -> Tuple[Tensor, Tensor]:
+    """Block-FP8 of float32/bfloat16 x [N, K] in block_n x block_k blocks: E4M3 [N, K] and the
+    float32 dequantization scales [ceil(N/bn), ceil(K/bk)] ("ue8m0": powers of two)."""
+    _check(x, "x", (_F32, _BF16), ndim=2)
+    _check_block(block_n, block_k)
+    q, scale = _mxq.quantize_fp8_block(x, (block_n, block_k), scale_mode)
+    return _from_numpy(q, _E4M3), _from_numpy(scale, _F32)
 
 
 @quantize_fp8_block.register_fake
-def _(x, block_n, block_k, scale_mode="fp32"):
+def _(x, block_n=128, block_k=128, scale_mode="fp32"):
+    _check(x, "x", (_F32, _BF16), ndim=2)
+    _check_block(block_n, block_k)
     n, k = x.shape
-    return (x.new_empty((n, k), dtype=torch.float8_e4m3fn),
-            x.new_empty((-(-n // block_n), -(-k // block_k)), dtype=torch.float32))
+    return (x.new_empty((n, k), dtype=_E4M3),
+            x.new_empty((_ceil_div(n, block_n), _ceil_div(k, block_k)), dtype=_F32))
 
 
-@torch.library.custom_op("mxq::block_fp8_linear", mutates_args=())
-def block_fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
-                     block_n: int, block_k: int, bias: Optional[torch.Tensor] = None,
-                     out_dtype: str = "bf16") -> torch.Tensor:
-    # The C++ weight owns its parts, so each call copies them once; a module keeping an
-    # mxq.BlockFp8Linear avoids that (a handle-based op is the next step).
-    w = _mxq.BlockFp8Weight.from_arrays(_host(weight, "weight"), _host(weight_scale, "weight_scale"),
-                                        (block_n, block_k))
-    out = w.linear(_host(x, "x"), None if bias is None else _host(bias, "bias"), "auto", "fp32",
-                   out_dtype)
-    return _from_numpy(out, torch.bfloat16 if out_dtype == "bf16" else torch.float32)
+def _check_dequantize_fp8_block(q: Tensor, scale: Tensor, block_n: int, block_k: int) -> None:
+    _check(q, "q", (_E4M3, _U8), ndim=2)
+    _check(scale, "scale", (_F32,), ndim=2)
+    _check_block(block_n, block_k)
+    want = (_ceil_div(q.shape[0], block_n), _ceil_div(q.shape[1], block_k))
+    for dim in (0, 1):
+        _check_size(scale.shape[dim] == want[dim],
+                    f"scale: expected shape [ceil(N/{block_n}), ceil(K/{block_k})] = {list(want)}, "
+                    f"found {list(scale.shape)}")
+
+
+@torch.library.custom_op("mxq::dequantize_fp8_block", mutates_args=(), device_types="cpu")
+def dequantize_fp8_block(q: Tensor, scale: Tensor, block_n: int = 128,
+                         block_k: int = 128) -> Tensor:
+    """float32 [N, K] = q * scale of its block."""
+    _check_dequantize_fp8_block(q, scale, block_n, block_k)
+    return _from_numpy(_mxq.dequantize_fp8_block(_codes(q), scale, (block_n, block_k)), _F32)
+
+
+@dequantize_fp8_block.register_fake
+def _(q, scale, block_n=128, block_k=128):
+    _check_dequantize_fp8_block(q, scale, block_n, block_k)
+    return torch.empty_like(q, dtype=_F32)
+
+
+def _check_quantize_fp8_groups(x: Tensor, group_k: int) -> None:
+    _check(x, "x", (_BF16,) if x.device.type == "cuda" else (_F32, _BF16), ndim=2)
+    if group_k < 1:
+        raise ValueError(f"group_k: expected a positive group size, found {group_k}")
+
+
+@torch.library.custom_op("mxq::quantize_fp8_groups", mutates_args=(), device_types=("cpu", "cuda"))
+def quantize_fp8_groups(x: Tensor, group_k: int = 128,
+                        scale_mode: str = "fp32") -> Tuple[Tensor, Tensor]:
+    """The block-FP8 linear op's activation quantization: x [M, K] (CPU: float32 or bfloat16;
+    CUDA: bfloat16) per 1 x group_k group -> E4M3 [M, K] and float32 scales [M, ceil(K/group_k)].
+    On CUDA it is the device kernel of the linear op (bit-equal to the host quantizer)."""
+    _check_quantize_fp8_groups(x, group_k)
+    if x.device.type == "cpu":
+        from . import formats
+
+        q, scale = formats.quantize_fp8_groups(x, group_k, scale_mode)
+        return _from_numpy(q, _E4M3), _from_numpy(scale, _F32)
+    q, scale = _mxq.quantize_activations(x, group_k, scale_mode, _stream(x))
+    return _from_device(q, _E4M3), _from_device(scale, _F32)
+
+
+@quantize_fp8_groups.register_fake
+def _(x, group_k=128, scale_mode="fp32"):
+    _check_quantize_fp8_groups(x, group_k)
+    m, k = x.shape
+    return x.new_empty((m, k), dtype=_E4M3), x.new_empty((m, _ceil_div(k, group_k)), dtype=_F32)
+
+
+# --- block-FP8 linear -----------------------------------------------------------------------
+
+def _check_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, block_n: int, block_k: int,
+                  bias: Optional[Tensor], out_dtype: str) -> None:
+    _check(x, "x", (_BF16,), min_ndim=1)
+    _check(weight, "weight", (_E4M3, _U8), ndim=2)
+    _check(weight_scale, "weight_scale", (_F32, torch.int32), ndim=2)
+    _check_block(block_n, block_k)
+    if bias is not None:
+        _check(bias, "bias", (_BF16, _F32), ndim=1)
+    for name, t in (("weight", weight), ("weight_scale", weight_scale), ("bias", bias)):
+        _check_device(t, name, x.device)
+    if out_dtype not in _OUT_DTYPES:
+        raise ValueError(f"out_dtype: expected \"bf16\" or \"f32\", found {out_dtype!r}")
+    _check_size(x.shape[-1] == weight.shape[1],
+                f"x: expected K = {weight.shape[1]} columns (the weight is {list(weight.shape)}), "
+                f"found shape {list(x.shape)}")
+    if bias is not None:
+        _check_size(bias.shape[0] == weight.shape[0],
+                    f"bias: expected shape [{weight.shape[0]}], found {list(bias.shape)}")
+
+
+@torch.library.custom_op("mxq::block_fp8_linear", mutates_args=(), device_types=("cpu", "cuda"))
+def block_fp8_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, block_n: int = 128,
+                     block_k: int = 128, bias: Optional[Tensor] = None,
+                     activation_scales: str = "fp32", out_dtype: str = "bf16",
+                     tactic: str = "auto") -> Tensor:
+    """y [..., N] = x [..., K] W^T (+ bias), W block-FP8: E4M3 codes [N, K] with float32
+    scales [ceil(N/bn), ceil(K/bk)] (or packed UE8M0 int32), x bfloat16 quantized per
+    1 x block_k group inside the op. out_dtype "bf16" or "f32". The weight is read in place."""
+    _check_linear(x, weight, weight_scale, block_n, block_k, bias, out_dtype)
+    n, k = weight.shape
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    if x2.shape[0] == 0:
+        return x.new_empty((*lead, n), dtype=_OUT_DTYPES[out_dtype])
+    w = _mxq.BlockFp8Weight.borrow(_codes(weight), weight_scale, (block_n, block_k))
+    if tactic == "auto":
+        tactic = _tuned_linear_tactic(x2, w, activation_scales, out_dtype) or tactic
+    if x.device.type == "cpu":
+        y = _from_numpy(w.linear(x2, bias, tactic, activation_scales, out_dtype),
+                        _OUT_DTYPES[out_dtype])
+    else:
+        y = _from_device(w.linear(x2, bias, tactic, activation_scales, out_dtype, _stream(x)),
+                         _OUT_DTYPES[out_dtype])
+    return y.reshape(*lead, n)
 
 
 @block_fp8_linear.register_fake
-def _(x, weight, weight_scale, block_n, block_k, bias=None, out_dtype="bf16"):
-    return x.new_empty((x.shape[0], weight.shape[0]),
-                       dtype=torch.bfloat16 if out_dtype == "bf16" else torch.float32)
+def _(x, weight, weight_scale, block_n=128, block_k=128, bias=None, activation_scales="fp32",
+      out_dtype="bf16", tactic="auto"):
+    _check_linear(x, weight, weight_scale, block_n, block_k, bias, out_dtype)
+    return x.new_empty((*x.shape[:-1], weight.shape[0]), dtype=_OUT_DTYPES[out_dtype])
+
+
+def _tuned_linear_tactic(x: Tensor, w: Any, activation_scales: str, out_dtype: str) -> Optional[str]:
+    tuner = _tune.current()
+    if tuner is None or out_dtype != "bf16" or w.scale_layout != "fp32":
+        return None
+    return tuner.linear_tactic(x.device.type, w.n, w.k, tuple(w.block), activation_scales,
+                               int(x.shape[0]))
+
+
+# --- MoE --------------------------------------------------------------------------------------
+
+def _check_moe(x: Tensor, layer: int, expert_ids: Optional[Tensor],
+               expert_weights: Optional[Tensor]) -> MoELayer:
+    moe = layer_from_handle(layer)
+    config = moe.config
+    _check(x, "x", (_BF16,) if x.device.type == "cuda" else (_F32, _BF16), ndim=2)
+    _check_size(x.shape[1] == config["hidden_size"],
+                f"x: expected [T, {config['hidden_size']}] (the layer's hidden size), "
+                f"found {list(x.shape)}")
+    if (expert_ids is None) != (expert_weights is None):
+        raise ValueError("expert_ids and expert_weights: give both or neither (found only one)")
+    if expert_ids is not None:
+        _check(expert_ids, "expert_ids", (torch.int32,), ndim=2)
+        _check(expert_weights, "expert_weights", (_F32,), ndim=2)
+        _check_device(expert_ids, "expert_ids", x.device)
+        _check_device(expert_weights, "expert_weights", x.device)
+        for name, t in (("expert_ids", expert_ids), ("expert_weights", expert_weights)):
+            for dim, want in ((0, x.shape[0]), (1, config["top_k"])):
+                _check_size(t.shape[dim] == want,
+                            f"{name}: expected [T, top_k] = [{x.shape[0]}, {config['top_k']}], "
+                            f"found {list(t.shape)}")
+    return moe
+
+
+@torch.library.custom_op("mxq::moe_forward", mutates_args=(), device_types=("cpu", "cuda"))
+def moe_forward(x: Tensor, layer: int, expert_ids: Optional[Tensor] = None,
+                expert_weights: Optional[Tensor] = None) -> Tensor:
+    """The MXFP4 MoE layer ``layer`` (an :attr:`mxq.MoELayer.handle`) on x [T, H]: router (or
+    the given expert_ids int32 / expert_weights float32 [T, top_k]), experts, combine, summed
+    over the simulated ranks and rounded once to bf16. Returns [T, H] in x's dtype (CPU: float32
+    or bfloat16; CUDA: bfloat16). On CUDA, runs the layer's copy on x's device on torch's
+    current stream, writing into a tensor from torch's allocator."""
+    moe = _check_moe(x, layer, expert_ids, expert_weights)
+    if x.device.type == "cuda":
+        out = torch.empty_like(x)
+        if x.shape[0] > 0:
+            moe.forward_cuda(x, out, expert_ids, expert_weights, _stream(x))
+        return out
+    if x.shape[0] == 0:
+        return torch.empty_like(x)
+    y = _from_numpy(moe._core.forward(x, expert_ids, expert_weights)["output"], _F32)
+    return y if x.dtype == _F32 else y.to(x.dtype)  # exact: every value is a bf16
+
+
+@moe_forward.register_fake
+def _(x, layer, expert_ids=None, expert_weights=None):
+    _check_moe(x, layer, expert_ids, expert_weights)
+    return torch.empty_like(x)
+
+
+# --- host-only ops: CUDA tensors are refused naming the argument ------------------------------
+
+_register_cpu_only(quantize_mxfp4, "quantize_mxfp4", ("x",))
+_register_cpu_only(dequantize_mxfp4, "dequantize_mxfp4", ("blocks", "scales"))
+_register_cpu_only(e4m3_encode, "e4m3_encode", ("x",))
+_register_cpu_only(e4m3_decode, "e4m3_decode", ("codes",))
+_register_cpu_only(quantize_fp8_block, "quantize_fp8_block", ("x",))
+_register_cpu_only(dequantize_fp8_block, "dequantize_fp8_block", ("q", "scale"))
+
+
+# --- modules ----------------------------------------------------------------------------------
+
+class BlockFp8Linear(torch.nn.Module):
+    """``torch.ops.mxq.block_fp8_linear`` with its weight as buffers (moved by ``.to()``,
+    saved in ``state_dict``): E4M3 ``weight`` [N, K], ``weight_scale`` (float32 block scales or
+    packed UE8M0 int32), optional ``bias`` [N]."""
+
+    def __init__(self, weight: Tensor, weight_scale: Tensor, block: Sequence[int] = (128, 128),
+                 bias: Optional[Tensor] = None, activation_scales: str = "fp32",
+                 out_dtype: str = "bf16") -> None:
+        super().__init__()
+        self.block_n, self.block_k = (int(v) for v in block)
+        self.activation_scales = activation_scales
+        self.out_dtype = out_dtype
+        self.register_buffer("weight", weight)
+        self.register_buffer("weight_scale", weight_scale)
+        self.register_buffer("bias", bias)
+
+    @classmethod
+    def from_mxq(cls, linear: Any, **kwargs: Any) -> "BlockFp8Linear":
+        """From an :class:`mxq.BlockFp8Linear` on the host (its codes and scales are copied)."""
+        q = torch.from_numpy(np.array(linear.q.view(np.uint8))).view(_E4M3)
+        scale = torch.from_numpy(np.array(linear.scale))
+        bias = None if linear.bias is None else torch.as_tensor(np.asarray(linear.bias))
+        return cls(q, scale, tuple(linear.block), bias, **kwargs)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.ops.mxq.block_fp8_linear(x, self.weight, self.weight_scale, self.block_n,
+                                              self.block_k, self.bias, self.activation_scales,
+                                              self.out_dtype)
+
+    def extra_repr(self) -> str:
+        n, k = self.weight.shape
+        return f"N={n}, K={k}, block={self.block_n}x{self.block_k}, out={self.out_dtype}"
+
+
+class MoE(torch.nn.Module):
+    """``torch.ops.mxq.moe_forward`` over an :class:`mxq.MoELayer` (held here, so the handle
+    stays valid while the module lives). The weights are not buffers: on CUDA the layer uploads
+    a copy to the input's device on first use (``layer.cuda(device, max_tokens)`` does it
+    ahead of time)."""
+
+    def __init__(self, layer: MoELayer) -> None:
+        super().__init__()
+        self.layer = layer
+        self.handle = layer.handle  # a plain int: a constant in traced graphs
+
+    def forward(self, x: Tensor, expert_ids: Optional[Tensor] = None,
+                expert_weights: Optional[Tensor] = None) -> Tensor:
+        return torch.ops.mxq.moe_forward(x, self.handle, expert_ids, expert_weights)
+
+    def extra_repr(self) -> str:
+        return f"{self.layer!r}, handle={self.handle}"

@@ -3,6 +3,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -170,14 +171,27 @@ ArrayArg array_arg(nb::handle array, std::string_view argument,
   }
   nb::ndarray<nb::ro> a;
   if (!nb::try_cast(source, a, /*convert=*/false)) {
+    // torch refuses to export a tensor that requires grad; say so instead of "not an array".
+    const bool requires_grad = nb::hasattr(array, "requires_grad") &&
+                               nb::isinstance<nb::bool_>(array.attr("requires_grad")) &&
+                               nb::cast<bool>(array.attr("requires_grad"));
     throw nb::type_error((arg +
                           ": expected an array (NumPy, PyTorch, CuPy or any DLPack "
                           "exporter), found " +
                           nb::cast<std::string>(nb::str(
-                              nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(array.ptr()))))))
+                              nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(array.ptr()))))) +
+                          (requires_grad ? " that requires grad (pass " + arg + ".detach())" : ""))
                              .c_str());
   }
-  const std::optional<DType> dtype = dtype_override ? dtype_override : dtype_from_dlpack(a.dtype());
+  std::optional<DType> dtype = dtype_override ? dtype_override : dtype_from_dlpack(a.dtype());
+  // CuPy (and NumPy without ml_dtypes) have no bfloat16: uint16 bit patterns are read as bf16
+  // where bf16 is accepted, as uint8 codes are where E4M3 / E8M0 are.
+  const nb::dlpack::dtype u16 = nb::dtype<std::uint16_t>();
+  if (!dtype && a.dtype() == u16 &&
+      std::find(requirements.dtypes.begin(), requirements.dtypes.end(), DType::kBF16) !=
+          requirements.dtypes.end()) {
+    dtype = DType::kBF16;
+  }
   if (!dtype) {
     throw nb::type_error((arg + ": expected " +
                           (requirements.dtypes.empty() ? std::string("an mxq dtype")
@@ -273,7 +287,78 @@ nb::object view_as_numpy(const TensorView& view, nb::handle owner) {
   return wrap_storage(view.data(), view, owner, /*read_only=*/true);
 }
 
+nb::object to_dlpack(Tensor tensor) {
+  auto* owned = new Tensor(std::move(tensor));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  const TensorView& view = owned->view();
+  std::vector<size_t> shape(view.shape().dims().begin(), view.shape().dims().end());
+  std::vector<int64_t> strides(view.strides().dims().begin(), view.strides().dims().end());
+  const bool cuda = view.device().is_cuda();
+  nb::ndarray<> array(owned->data(), shape.size(), shape.data(), owner, strides.data(),
+                      storage_dlpack_dtype(view.dtype()),
+                      cuda ? nb::device::cuda::value : nb::device::cpu::value,
+                      cuda ? view.device().index : 0);
+  return nb::cast(array, nb::rv_policy::reference);
+}
+
+nb::object to_python(Tensor tensor) {
+  if (tensor.device().is_cpu()) return to_numpy(std::move(tensor));
+  return to_dlpack(std::move(tensor));
+}
+
+std::shared_ptr<void> python_owner(nb::object object) {
+  auto* held = new nb::object(std::move(object));
+  return {held, [](void* p) noexcept {
+            auto* reference = static_cast<nb::object*>(p);
+            if (!Py_IsInitialized()) {  // interpreter gone: nothing left to release
+              (void)reference->release();
+              delete reference;
+              return;
+            }
+            const nb::gil_scoped_acquire gil;
+            delete reference;
+          }};
+}
+
+Tensor borrow_tensor(const ArrayArg& arg, DType dtype, std::string_view argument) {
+  if (size_of(dtype) != size_of(arg.view.dtype())) {
+    throw nb::type_error((std::string(argument) + ": cannot read " +
+                          std::string(name(arg.view.dtype())) + " elements as " +
+                          std::string(name(dtype)))
+                             .c_str());
+  }
+  const TensorView view(arg.view.data(), dtype, arg.view.shape(), arg.view.strides(),
+                        arg.view.device());
+  return Tensor::borrow(view, python_owner(arg.keep_alive), argument);
+}
+
+Device device_arg(const std::string& text, std::string_view argument) {
+  if (text == "cpu") return Device::cpu();
+  if (text == "cuda") return Device::cuda(0);
+  if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() < 9 &&
+      text.find_first_not_of("0123456789", 5) == std::string::npos) {
+    return Device::cuda(std::stoi(text.substr(5)));
+  }
+  fail_argument(ErrorCode::kInvalidArgument, argument, "\"cpu\", \"cuda\" or \"cuda:N\"",
+                "\"" + text + "\"");
+}
+
 void bind_array_bridge(nb::module_& m) {
+  m.def(
+      "_copy_to_device",
+      [](nb::handle array, const std::string& device) {
+        const ArrayArg arg = array_arg(array, "array", {{}, -1, true, false});
+        const Device target = device_arg(device, "device");
+        Tensor out;
+        {
+          const nb::gil_scoped_release release;
+          out = Tensor::borrow(arg.view, nullptr, "array").to(target);
+        }
+        return to_python(std::move(out));
+      },
+      nb::arg("array"), nb::arg("device"),
+      "A contiguous copy of `array` on `device` (a NumPy array on the host, a DLPack array on a "
+      "GPU; elements in their storage dtype).");
   // What the boundary sees of an array (for tests of the no-copy path and for debugging).
   m.def(
       "_inspect_array",

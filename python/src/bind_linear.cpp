@@ -3,7 +3,9 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <cstdint>
 #include <cstring>
+#include <sstream>
 #include <string>
 
 #include "array_bridge.h"
@@ -32,13 +34,17 @@ DType out_dtype_arg(const std::string& text) {
 }
 
 linear::LinearOptions options_arg(const std::string& tactic, const std::string& activation_scales,
-                                  const std::string& out_dtype) {
+                                  const std::string& out_dtype, std::uintptr_t stream = 0) {
   linear::LinearOptions options;
   options.tactic = tactic;
   options.activation_scales = parse_scale_mode(activation_scales, "activation_scales");
   options.out_dtype = out_dtype_arg(out_dtype);
+  options.stream = stream_arg(stream);
   return options;
 }
+
+// Host or CUDA arrays (the op runs where its operands are).
+constexpr bool kAnyDevice = false;
 
 }  // namespace
 
@@ -72,6 +78,20 @@ void bind_linear(nb::module_& m) {
           },
           nb::arg("q"), nb::arg("scale"), nb::arg("block"))
       .def_static(
+          "borrow",
+          [](nb::handle q, nb::handle scale, nb::handle block) {
+            const ArrayArg qa =
+                array_arg(q, "weight", {{DType::kE4M3, DType::kU8}, 2, true, kAnyDevice});
+            const ArrayArg sa =
+                array_arg(scale, "weight_scale", {{DType::kF32, DType::kI32}, 2, true, kAnyDevice});
+            const BlockShape shape = block_shape_arg(block, "block");
+            return linear::make_block_fp8_weight(borrow_tensor(qa, DType::kE4M3, "weight"),
+                                                 borrow_tensor(sa, sa.view.dtype(), "weight_scale"),
+                                                 shape);
+          },
+          nb::arg("q"), nb::arg("scale"), nb::arg("block"),
+          "A weight over the arrays' memory (host or CUDA), without a copy; it keeps them alive.")
+      .def_static(
           "quantize",
           [](nb::handle w, nb::handle block, const std::string& scale_mode) {
             const ArrayArg wa = array_arg(w, "w", {{DType::kF32, DType::kBF16}, 2, true, true});
@@ -96,27 +116,46 @@ void bind_linear(nb::module_& m) {
                    [](nb::handle self) {
                      return view_as_numpy(nb::cast<const BlockFp8Weight&>(self).scale.view(), self);
                    })
+      .def_prop_ro("device",
+                   [](const BlockFp8Weight& w) {
+                     std::ostringstream out;
+                     out << w.device();
+                     return out.str();
+                   })
+      .def(
+          "to",
+          [](const BlockFp8Weight& w, const std::string& device) {
+            const Device target = device_arg(device, "device");
+            nb::gil_scoped_release release;
+            return w.to(target);
+          },
+          nb::arg("device"), "A copy of the weight on `device` (\"cpu\", \"cuda\", \"cuda:N\").")
       .def("with_fp32_scales", &BlockFp8Weight::with_fp32_scales)
       .def("with_packed_ue8m0_scales", &BlockFp8Weight::with_packed_ue8m0_scales)
       .def(
           "linear",
           [](const BlockFp8Weight& w, nb::handle x, nb::handle bias, const std::string& tactic,
-             const std::string& activation_scales, const std::string& out_dtype) {
-            const ArrayArg xa = array_arg(x, "x", {{DType::kBF16}, 2, true, true});
+             const std::string& activation_scales, const std::string& out_dtype,
+             std::uintptr_t stream) {
+            const ArrayArg xa = array_arg(x, "x", {{DType::kBF16}, 2, true, kAnyDevice});
             std::optional<ArrayArg> ba;
             if (!bias.is_none()) {
-              ba = array_arg(bias, "bias", {{DType::kBF16, DType::kF32}, 1, true, true});
+              ba = array_arg(bias, "bias", {{DType::kBF16, DType::kF32}, 1, true, kAnyDevice});
             }
-            const linear::LinearOptions options = options_arg(tactic, activation_scales, out_dtype);
+            const linear::LinearOptions options =
+                options_arg(tactic, activation_scales, out_dtype, stream);
             Tensor out;
             {
               nb::gil_scoped_release release;
               out = linear::linear(xa.view, w, ba ? &ba->view : nullptr, options);
             }
-            return to_numpy(std::move(out));
+            return to_python(std::move(out));
           },
           nb::arg("x"), nb::arg("bias") = nb::none(), nb::arg("tactic") = "auto",
-          nb::arg("activation_scales") = "fp32", nb::arg("out_dtype") = "bf16")
+          nb::arg("activation_scales") = "fp32", nb::arg("out_dtype") = "bf16",
+          nb::arg("stream") = 0,
+          "y [M, N]: a NumPy array for host operands; for CUDA operands a DLPack array (bf16 as "
+          "uint16 bits) computed in the order of `stream` (a cudaStream_t; 0 = default stream).")
       .def(
           "explain",
           [](const BlockFp8Weight& w, std::int64_t tokens, bool has_bias, const std::string& tactic,
@@ -143,6 +182,22 @@ void bind_linear(nb::module_& m) {
           },
           nb::arg("m"), nb::arg("has_bias") = false, nb::arg("tactic") = "auto",
           nb::arg("activation_scales") = "fp32", nb::arg("out_dtype") = "bf16");
+
+  m.def(
+      "quantize_activations",
+      [](nb::handle x, std::int64_t group_k, const std::string& scale_mode, std::uintptr_t stream) {
+        const ArrayArg xa = array_arg(x, "x", {{DType::kBF16}, 2, true, kAnyDevice});
+        const ScaleMode mode = parse_scale_mode(scale_mode, "scale_mode");
+        Fp8BlockTensor q;
+        {
+          nb::gil_scoped_release release;
+          q = linear::quantize_activations(xa.view, group_k, mode, stream_arg(stream));
+        }
+        return nb::make_tuple(to_python(std::move(q.q)), to_python(std::move(q.scale)));
+      },
+      nb::arg("x"), nb::arg("group_k"), nb::arg("scale_mode") = "fp32", nb::arg("stream") = 0,
+      "The linear op's activation quantization of bf16 x [M, K] (host or CUDA): e4m3 codes and "
+      "f32 scales [M, ceil(K/group_k)], on x's device in the order of `stream`.");
 }
 
 }  // namespace mxq::python

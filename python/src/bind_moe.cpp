@@ -11,13 +11,9 @@
 
 #include "array_bridge.h"
 #include "bindings.h"
+#include "moe_layer_type.h"
 #include "mxq/moe/checkpoint.h"
 #include "mxq/moe/layer.h"
-
-// MoeLayer is move-only (its ranks own storage), which std::is_copy_constructible cannot see
-// through std::vector.
-template <>
-struct nanobind::detail::is_copy_constructible<mxq::moe::MoeLayer> : std::false_type {};
 
 namespace mxq::python {
 namespace {

@@ -11,5 +11,7 @@ void bind_errors(nb::module_& m);
 void bind_formats(nb::module_& m);
 void bind_moe(nb::module_& m);
 void bind_linear(nb::module_& m);
+void bind_moe_cuda(nb::module_& m);  // MoeGpuLayer, in CUDA builds only
+void bind_tune(nb::module_& m);
 
 }  // namespace mxq::python

@@ -16,4 +16,6 @@ NB_MODULE(_mxq, m) {
   mxq::python::bind_formats(m);
   mxq::python::bind_moe(m);
   mxq::python::bind_linear(m);
+  mxq::python::bind_moe_cuda(m);
+  mxq::python::bind_tune(m);
 }

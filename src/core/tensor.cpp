@@ -71,6 +71,22 @@ Tensor Tensor::empty(DType dtype, Shape shape, Device device) {
   return tensor;
 }
 
+Tensor Tensor::borrow(const TensorView& view, std::shared_ptr<void> owner,
+                      std::string_view argument) {
+  require_contiguous(view, argument);
+  if (view.data() == nullptr) {
+    fail(ErrorCode::kInvalidArgument, argument,
+         ": expected memory to borrow, found a null pointer");
+  }
+  Tensor tensor;
+  // The aliasing constructor: shares `owner`'s lifetime, points at the view's data. Without an
+  // owner the caller guarantees that the memory outlives the Tensor.
+  tensor.storage_ = owner ? std::shared_ptr<void>(std::move(owner), view.data())
+                          : std::shared_ptr<void>(view.data(), [](void*) {});
+  tensor.view_ = view;
+  return tensor;
+}
+
 Tensor Tensor::zeros(DType dtype, Shape shape, Device device) {
   Tensor tensor = empty(dtype, shape, device);
   if (device.is_cpu()) {

@@ -60,6 +60,12 @@ class Tensor {
   // Allocates uninitialized contiguous memory on `device` (host memory is 64-byte aligned).
   static Tensor empty(DType dtype, Shape shape, Device device = Device::cpu());
   static Tensor zeros(DType dtype, Shape shape, Device device = Device::cpu());
+  // A Tensor over memory it does not own (a framework's array, e.g. a torch or NumPy tensor
+  // handed over through DLPack): no copy. `owner` is kept alive as long as this Tensor or a copy
+  // of it lives, so APIs that hold Tensors (weights) can use borrowed memory. `view` must be
+  // contiguous and non-null (throws naming `argument` otherwise).
+  static Tensor borrow(const TensorView& view, std::shared_ptr<void> owner,
+                       std::string_view argument = "tensor");
 
   [[nodiscard]] const TensorView& view() const { return view_; }
   operator const TensorView&() const { return view_; }  // NOLINT(google-explicit-constructor)

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace mxq {
 namespace {
@@ -75,6 +77,38 @@ TEST(DType, TableRoundTrips) {
   EXPECT_EQ(size_of(DType::kBF16), 2U);
   EXPECT_EQ(size_of(DType::kI64), 8U);
   EXPECT_FALSE(dtype_from_safetensors("F64").has_value());
+}
+
+TEST(Tensor, BorrowSharesMemoryAndKeepsOwnerAlive) {
+  auto owner = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3, 4, 5, 6});
+  const std::weak_ptr<std::vector<float>> watch = owner;
+  Tensor copy;
+  {
+    const Tensor t = Tensor::borrow(TensorView(owner->data(), DType::kF32, {2, 3}), owner, "w");
+    owner.reset();
+    EXPECT_FALSE(watch.expired());  // the Tensor holds the owner
+    EXPECT_TRUE(t.defined());
+    EXPECT_EQ(t.shape(), (Shape{2, 3}));
+    EXPECT_EQ(t.data_as<float>()[4], 5.0F);  // the owner's memory, not a copy
+    EXPECT_EQ(t.data(), static_cast<void*>(watch.lock()->data()));
+    copy = t;
+  }
+  EXPECT_FALSE(watch.expired());  // copies share ownership too
+  copy = Tensor();
+  EXPECT_TRUE(watch.expired());
+}
+
+TEST(Tensor, BorrowRejectsStridedAndNullViews) {
+  float data[8] = {};
+  const TensorView strided(data, DType::kF32, {2, 2}, {4, 2}, Device::cpu());
+  EXPECT_NE(message_of([&] {
+              (void)Tensor::borrow(strided, nullptr, "weight.q");
+            }).find("weight.q: expected a contiguous tensor"),
+            std::string::npos);
+  EXPECT_NE(message_of([] {
+              (void)Tensor::borrow(TensorView(nullptr, DType::kF32, {2}), nullptr, "scale");
+            }).find("scale: expected memory to borrow"),
+            std::string::npos);
 }
 
 #if !MXQ_WITH_CUDA

@@ -1,0 +1,131 @@
+// mxq._mxq.MoeGpuLayer: a MoeLayer's ranks on one CUDA device (mxq::moe::MoeGpuLayer), run on
+// the caller's stream. Bound only when mxq is built with CUDA; `_mxq.with_cuda` says which.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "array_bridge.h"
+#include "bindings.h"
+
+#if MXQ_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "moe_layer_type.h"
+#include "mxq/core/cuda_check.h"
+#include "mxq/moe/gpu_layer.h"
+#endif
+
+namespace mxq::python {
+
+#if MXQ_WITH_CUDA
+namespace {
+
+// Makes `device` current for the scope and restores the caller's device afterwards: the MoE
+// kernels launch on the current device, and upload() would otherwise leave its device current.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) {
+    MXQ_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) MXQ_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~CurrentDevice() { (void)cudaSetDevice(previous_); }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+moe::cuda::GemmVariant gemm_arg(const std::string& text) {
+  for (const auto variant :
+       {moe::cuda::GemmVariant::kRegisterStream, moe::cuda::GemmVariant::kSharedTile}) {
+    if (text == moe::cuda::to_string(variant)) return variant;
+  }
+  fail_argument(ErrorCode::kInvalidArgument, "gemm", "\"register_stream\" or \"shared_tile\"",
+                "\"" + text + "\"");
+}
+
+const ArrayRequirements kDeviceBf16{{DType::kBF16}, 2, true, false};
+
+}  // namespace
+#endif
+
+void bind_moe_cuda(nb::module_& m) {
+#if MXQ_WITH_CUDA
+  nb::class_<moe::MoeGpuLayer>(
+      m, "MoeGpuLayer",
+      "mxq::moe::MoeGpuLayer: every rank of a MoeLayer uploaded to one CUDA device. Its "
+      "workspace is sized for max_tokens and shared by all calls: calls must be ordered (one "
+      "stream, or streams the caller orders).")
+      .def_static(
+          "upload",
+          [](const moe::MoeLayer& layer, int max_tokens, int device, const std::string& gemm) {
+            const moe::cuda::GemmVariant variant = gemm_arg(gemm);
+            const nb::gil_scoped_release release;
+            const CurrentDevice current(device);
+            return moe::MoeGpuLayer::upload(layer, max_tokens, Device::cuda(device), variant);
+          },
+          nb::arg("layer"), nb::arg("max_tokens"), nb::arg("device") = 0,
+          nb::arg("gemm") = "register_stream",
+          "Copies the layer's current weights (every rank) to CUDA device `device`.")
+      .def_prop_ro("max_tokens", &moe::MoeGpuLayer::max_tokens)
+      .def_prop_ro("tactic_name", &moe::MoeGpuLayer::tactic_name)
+      .def_prop_ro("hidden_size", [](const moe::MoeGpuLayer& l) { return l.config().hidden_size; })
+      .def(
+          "forward",
+          [](const moe::MoeGpuLayer& l, nb::handle x, nb::handle out, std::uintptr_t stream,
+             nb::handle expert_ids, nb::handle expert_weights) -> nb::object {
+            const ArrayArg xa = array_arg(x, "x", kDeviceBf16);
+            if (!xa.view.device().is_cuda()) {
+              throw nb::value_error(
+                  "x: expected a CUDA array, found a host array (MoELayer.forward runs host "
+                  "arrays on the CPU)");
+            }
+            const Device device = xa.view.device();
+            std::optional<ArrayArg> ids;
+            std::optional<ArrayArg> weights;
+            if (!expert_ids.is_none() || !expert_weights.is_none()) {
+              if (expert_ids.is_none() || expert_weights.is_none()) {
+                throw nb::value_error(
+                    "expert_ids and expert_weights: give both or neither (found only one)");
+              }
+              ids = array_arg(expert_ids, "expert_ids", {{DType::kI32}, 2, true, false});
+              weights =
+                  array_arg(expert_weights, "expert_weights", {{DType::kF32}, 2, true, false});
+            }
+            std::optional<ArrayArg> out_arg;
+            Tensor owned;
+            if (out.is_none()) {
+              const CurrentDevice current(device.index);
+              owned =
+                  Tensor::empty(DType::kBF16, {xa.view.size(0), l.config().hidden_size}, device);
+            } else {
+              out_arg = array_arg(out, "out", kDeviceBf16);
+            }
+            {
+              const nb::gil_scoped_release release;
+              const CurrentDevice current(device.index);
+              l.forward(xa.view, out_arg ? out_arg->view : owned.view(),
+                        static_cast<cudaStream_t>(stream_arg(stream)),
+                        ids ? ids->view : TensorView{}, weights ? weights->view : TensorView{});
+              MXQ_CUDA_CHECK(cudaGetLastError());
+            }
+            if (out_arg) return nb::none();
+            return to_dlpack(std::move(owned));
+          },
+          nb::arg("x"), nb::arg("out") = nb::none(), nb::arg("stream") = 0,
+          nb::arg("expert_ids") = nb::none(), nb::arg("expert_weights") = nb::none(),
+          "bf16 y [T, H] for bf16 x [T, H] on the layer's device, queued on `stream` (a "
+          "cudaStream_t; 0 = the default stream), no host synchronization. Writes into `out` "
+          "(bf16 [T, H] on the device) and returns None, or returns a new DLPack array (uint16 "
+          "bits of bf16) when out is None. expert_ids i32 / expert_weights f32 [T, top_k] on the "
+          "device give precomputed routing.");
+#else
+  (void)m;
+#endif
+}
+
+}  // namespace mxq::python
