@@ -2,6 +2,10 @@
 # Builds and tests the Python package: a venv under build-python/venv with the PyPI packages,
 # `pip install .` (CMake build cached in build-python/<wheel tag>), then pytest tests/python.
 # CUDA follows MXQ_CUDA (AUTO by default, as in the C++ build); warnings are errors here.
+# PyTorch (for torch.ops.mxq and its tests) comes from PyPI into the venv and the torch tests
+# are then required (MXQ_REQUIRE_TORCH=1: a missing torch fails the run instead of skipping
+# them); MXQ_PYTHON_TORCH=0 leaves torch out. A cold install is ~3 GB of wheels (torch and its
+# CUDA libraries): about a minute at 100 MB/s, seconds when already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=build-python/venv
@@ -11,6 +15,15 @@ if [[ ! -x "$venv/bin/python" ]]; then
 fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 "$venv/bin/python" -m pip install --quiet scikit-build-core nanobind numpy ml_dtypes pytest safetensors
+if [[ "${MXQ_PYTHON_TORCH:-1}" == 1 ]]; then
+  if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+    echo "test_python.sh: installing torch from PyPI into $venv" >&2
+    start=$SECONDS
+    "$venv/bin/python" -m pip install --quiet torch
+    echo "test_python.sh: torch installed in $((SECONDS - start)) s" >&2
+  fi
+  export MXQ_REQUIRE_TORCH=1
+fi
 # No build isolation: the build uses the venv's nanobind and keeps its CMake cache between runs.
 MXQ_WERROR="${MXQ_WERROR:-ON}" "$venv/bin/python" -m pip install --quiet --no-build-isolation \
   --force-reinstall --no-deps .

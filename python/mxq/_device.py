@@ -9,7 +9,8 @@ framework has it. Nothing here imports torch or CuPy unless the caller's array i
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+import contextlib
+from typing import Any, ContextManager, Tuple
 
 _KDL_CUDA = 2  # DLPack's kDLCUDA
 
@@ -46,6 +47,16 @@ def current_stream(x: Any) -> int:
         with x.device:
             return int(cupy.cuda.get_current_stream().ptr)
     return 0
+
+
+def device_scope(x: Any) -> ContextManager[Any]:
+    """Makes x's CUDA device current for a torch tensor (torch exports a CUDA tensor through
+    DLPack only while its device is the current one); nothing for other arrays."""
+    if _framework(x) == "torch" and x.device.type == "cuda":
+        import torch
+
+        return torch.cuda.device(x.device)
+    return contextlib.nullcontext()
 
 
 def to_framework(result: Any, like: Any, dtype: str) -> Any:

@@ -119,10 +119,11 @@ class BlockFp8Linear:
             tactic = self._tuned_tactic(device, x, activation_scales, out_dtype) or tactic
         if device == "cpu":
             return self._weight.linear(x, self.bias, tactic, activation_scales, out_dtype)
-        if stream is None:
-            stream = _device.current_stream(x)
-        y = self._weight.linear(x, self.bias, tactic, activation_scales, out_dtype, stream)
-        return _device.to_framework(y, x, out_dtype)
+        with _device.device_scope(x):
+            if stream is None:
+                stream = _device.current_stream(x)
+            y = self._weight.linear(x, self.bias, tactic, activation_scales, out_dtype, stream)
+            return _device.to_framework(y, x, out_dtype)
 
     def _tuned_tactic(self, device: str, x: ArrayLike, activation_scales: str,
                       out_dtype: str) -> Optional[str]:

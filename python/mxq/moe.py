@@ -284,10 +284,16 @@ class MoELayer:
         if device[0] != "cuda":
             raise ValueError("x: expected a CUDA array, found a host array (forward() runs "
                              "host arrays on the CPU)")
+        with _device.device_scope(x):
+            return self._forward_cuda(x, device[1], out, expert_ids, expert_weights, stream)
+
+    def _forward_cuda(self, x: ArrayLike, device: int, out: Optional[ArrayLike],
+                      expert_ids: Optional[ArrayLike], expert_weights: Optional[ArrayLike],
+                      stream: Optional[int]) -> Any:
         if stream is None:
             stream = _device.current_stream(x)
         tokens = int(x.shape[0])
-        copy = self._device_copy(device[1], max(tokens, 1))
+        copy = self._device_copy(device, max(tokens, 1))
         if out is None and type(x).__module__.startswith("torch"):
             import torch
 
@@ -296,7 +302,7 @@ class MoELayer:
             if out is not None:
                 return out
             empty = _mxq._copy_to_device(np.empty((0, copy.hidden_size), np.uint16),
-                                         f"cuda:{device[1]}")
+                                         f"cuda:{device}")
             return _device.to_framework(empty, x, "bf16")
         if out is not None:
             copy.forward(x, out, stream, expert_ids, expert_weights)

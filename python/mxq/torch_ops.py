@@ -39,6 +39,7 @@ modules calling them (dynamic shapes included), and passes ``torch.library.opche
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
@@ -133,6 +134,9 @@ def _from_device(result: Any, dtype: torch.dtype) -> Tensor:
     """torch view of a DLPack result mxq produced on a GPU (storage dtype), no copy."""
     tensor = torch.from_dlpack(result)
     return tensor if tensor.dtype == dtype else tensor.view(dtype)
+
+
+_no_scope = contextlib.nullcontext
 
 
 def _stream(x: Tensor) -> int:
@@ -304,8 +308,9 @@ def quantize_fp8_groups(x: Tensor, group_k: int = 128,
 
         q, scale = formats.quantize_fp8_groups(x, group_k, scale_mode)
         return _from_numpy(q, _E4M3), _from_numpy(scale, _F32)
-    q, scale = _mxq.quantize_activations(x, group_k, scale_mode, _stream(x))
-    return _from_device(q, _E4M3), _from_device(scale, _F32)
+    with torch.cuda.device(x.device):
+        q, scale = _mxq.quantize_activations(x, group_k, scale_mode, _stream(x))
+        return _from_device(q, _E4M3), _from_device(scale, _F32)
 
 
 @quantize_fp8_groups.register_fake
@@ -351,15 +356,17 @@ def block_fp8_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, block_n: i
     x2 = x.reshape(-1, k)
     if x2.shape[0] == 0:
         return x.new_empty((*lead, n), dtype=_OUT_DTYPES[out_dtype])
-    w = _mxq.BlockFp8Weight.borrow(_codes(weight), weight_scale, (block_n, block_k))
+    with torch.cuda.device(x.device) if x.device.type == "cuda" else _no_scope():
+        w = _mxq.BlockFp8Weight.borrow(_codes(weight), weight_scale, (block_n, block_k))
     if tactic == "auto":
         tactic = _tuned_linear_tactic(x2, w, activation_scales, out_dtype) or tactic
     if x.device.type == "cpu":
         y = _from_numpy(w.linear(x2, bias, tactic, activation_scales, out_dtype),
                         _OUT_DTYPES[out_dtype])
     else:
-        y = _from_device(w.linear(x2, bias, tactic, activation_scales, out_dtype, _stream(x)),
-                         _OUT_DTYPES[out_dtype])
+        with torch.cuda.device(x.device):  # torch exports CUDA tensors of the current device only
+            y = _from_device(w.linear(x2, bias, tactic, activation_scales, out_dtype, _stream(x)),
+                             _OUT_DTYPES[out_dtype])
     return y.reshape(*lead, n)
 
 

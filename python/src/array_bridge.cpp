@@ -284,6 +284,15 @@ nb::object to_numpy(Tensor tensor) {
 }
 
 nb::object view_as_numpy(const TensorView& view, nb::handle owner) {
+  if (view.device().is_cuda()) {
+    // Device memory must never become a NumPy array: a read-only DLPack view instead.
+    std::vector<size_t> shape(view.shape().dims().begin(), view.shape().dims().end());
+    std::vector<int64_t> strides(view.strides().dims().begin(), view.strides().dims().end());
+    nb::ndarray<nb::ro> array(view.data(), shape.size(), shape.data(), owner, strides.data(),
+                              storage_dlpack_dtype(view.dtype()), nb::device::cuda::value,
+                              view.device().index);
+    return nb::cast(array, nb::rv_policy::reference);
+  }
   return wrap_storage(view.data(), view, owner, /*read_only=*/true);
 }
 

@@ -63,7 +63,8 @@ Device device_arg(const std::string& text, std::string_view argument);
 
 // A cudaStream_t passed from Python as an integer (0: the legacy default stream).
 inline void* stream_arg(std::uintptr_t stream) { return reinterpret_cast<void*>(stream); }
-// Read-only NumPy array viewing `view`'s memory, kept alive by `owner`.
+// Read-only NumPy array viewing `view`'s memory, kept alive by `owner` (a read-only DLPack
+// array for device memory).
 nb::object view_as_numpy(const TensorView& view, nb::handle owner);
 
 std::string dtype_list(const std::vector<DType>& dtypes);

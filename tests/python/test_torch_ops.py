@@ -1,64 +1,401 @@
-"""torch.ops.mxq.*: real results equal mxq.formats / BlockFp8Linear, opcheck, torch.compile."""
+"""torch.ops.mxq.* on the CPU: results bitwise equal to mxq's Python API and to the C++ CLI on the
+same files, opcheck on every op, torch.compile(fullgraph=True), no copies, clear errors."""
 
 from __future__ import annotations
 
+import gc
+import types
+
+import ml_dtypes
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import mxq  # noqa: E402
-import mxq.torch_ops  # noqa: E402,F401  (registers torch.ops.mxq.*)
-from mxq import formats  # noqa: E402
+import mxq.torch_ops as ops  # noqa: E402  (registers torch.ops.mxq.*)
+from mxq import _mxq, formats  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
+E4M3 = torch.float8_e4m3fn
 
-def test_quantize_mxfp4_matches_formats():
-    x = torch.randn(8, 64)
-    blocks, scales = torch.ops.mxq.quantize_mxfp4(x, "floor")
-    want_blocks, want_scales = formats.quantize_mxfp4(x.numpy())
+
+def bits(t: "torch.Tensor") -> np.ndarray:
+    """The raw bits of a tensor (NaN-safe bitwise comparison)."""
+    return t.contiguous().view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()]).numpy()
+
+
+def bf16_numpy(t: "torch.Tensor") -> np.ndarray:
+    return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+
+
+# --- format ops ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rule", ["floor", "ceil"])
+def test_mxfp4_ops_equal_formats(rule):
+    x = torch.randn(3, 8, 64) * 10
+    x[0, 0, 5] = float("inf")
+    blocks, scales = torch.ops.mxq.quantize_mxfp4(x, rule)
+    want_blocks, want_scales = formats.quantize_mxfp4(x.numpy(), rule)
+    assert blocks.dtype == torch.uint8 and blocks.shape == (3, 8, 2, 16)
+    assert scales.dtype == torch.float8_e8m0fnu and scales.shape == (3, 8, 2)
     assert np.array_equal(blocks.numpy(), want_blocks)
-    assert np.array_equal(scales.view(torch.uint8).numpy(), want_scales.view(np.uint8))
+    assert np.array_equal(bits(scales), want_scales.view(np.uint8))
     y = torch.ops.mxq.dequantize_mxfp4(blocks, scales)
-    assert np.array_equal(y.numpy(), formats.dequantize_mxfp4(want_blocks, want_scales))
+    assert y.dtype == torch.float32 and y.shape == x.shape
+    assert np.array_equal(bits(y), formats.dequantize_mxfp4(want_blocks, want_scales).view(np.int32))
+    # uint8 scale codes are the same bytes
+    assert np.array_equal(bits(torch.ops.mxq.dequantize_mxfp4(blocks, scales.view(torch.uint8))),
+                          bits(y))
+    xb = x.bfloat16()
+    assert np.array_equal(torch.ops.mxq.quantize_mxfp4(xb, rule)[0].numpy(),
+                          formats.quantize_mxfp4(bf16_numpy(xb), rule)[0])
 
 
-def test_block_fp8_linear_matches_python_api():
-    w = torch.randn(128, 256)
-    q, s = torch.ops.mxq.quantize_fp8_block(w, 128, 128, "fp32")
-    x = torch.randn(4, 256).to(torch.bfloat16)
-    y = torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128, None, "bf16")
-    lin = mxq.BlockFp8Linear.quantize(w.numpy(), (128, 128))
-    want = lin.forward(x.view(torch.int16).numpy().view(np.uint16).view(__import__("ml_dtypes").bfloat16))
-    assert np.array_equal(y.view(torch.int16).numpy(), want.view(np.int16))
+def test_e4m3_ops_equal_formats_and_torch():
+    x = torch.cat([torch.randn(1000) * 100, torch.tensor([448.0, 464.0, 500.0, -1e9, 0.0, -0.0])])
+    codes = torch.ops.mxq.e4m3_encode(x, True)
+    assert codes.dtype == E4M3
+    assert np.array_equal(bits(codes), formats.e4m3_encode(x.numpy()).view(np.uint8))
+    assert np.array_equal(bits(codes), bits(x.clamp(-448, 448).to(E4M3)))  # torch's RNE cast
+    nosat = torch.ops.mxq.e4m3_encode(x, False)
+    assert torch.isnan(torch.ops.mxq.e4m3_decode(nosat)[-4]).item()  # -1e9 overflows to NaN
+    back = torch.ops.mxq.e4m3_decode(codes)
+    assert back.dtype == torch.float32 and torch.equal(back, codes.float())
+    assert torch.equal(torch.ops.mxq.e4m3_decode(codes.view(torch.uint8)), back)
 
 
-def test_opcheck():
+@pytest.mark.parametrize("block,mode", [((128, 128), "fp32"), ((64, 32), "ue8m0"), ((1, 128), "fp32")])
+def test_fp8_block_ops_equal_formats(block, mode):
+    w = torch.randn(130, 200) * 3
+    q, scale = torch.ops.mxq.quantize_fp8_block(w, *block, mode)
+    want_q, want_scale = formats.quantize_fp8_block(w.numpy(), block, mode)
+    assert q.dtype == E4M3 and scale.dtype == torch.float32
+    assert scale.shape == (-(-130 // block[0]), -(-200 // block[1]))
+    assert np.array_equal(bits(q), want_q.view(np.uint8)) and np.array_equal(scale.numpy(), want_scale)
+    back = torch.ops.mxq.dequantize_fp8_block(q, scale, *block)
+    assert np.array_equal(back.numpy(), formats.dequantize_fp8_block(want_q, want_scale, block))
+
+
+def test_quantize_fp8_groups_equals_formats():
+    x = torch.randn(5, 300).bfloat16()
+    q, scale = torch.ops.mxq.quantize_fp8_groups(x, 128, "ue8m0")
+    want_q, want_scale = formats.quantize_fp8_groups(bf16_numpy(x), 128, "ue8m0")
+    assert q.shape == (5, 300) and scale.shape == (5, 3)
+    assert np.array_equal(bits(q), want_q.view(np.uint8)) and np.array_equal(scale.numpy(), want_scale)
+
+
+# --- block-FP8 linear ---------------------------------------------------------------------
+
+def quantized_weight(n, k, block, seed=0, mode="fp32"):
+    w = torch.from_numpy(np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32))
+    return torch.ops.mxq.quantize_fp8_block(w, *block, mode)
+
+
+def test_block_fp8_linear_equals_python_api_with_bias_and_leading_dims():
+    q, s = quantized_weight(192, 256, (64, 128))
+    bias = torch.randn(192).bfloat16()
+    x = torch.randn(2, 3, 256).bfloat16()
+    y = torch.ops.mxq.block_fp8_linear(x, q, s, 64, 128, bias)
+    assert y.shape == (2, 3, 192) and y.dtype == torch.bfloat16
+    lin = mxq.BlockFp8Linear.from_arrays(bits(q), s.numpy(), (64, 128), bias=bf16_numpy(bias))
+    want = lin.forward(bf16_numpy(x.reshape(6, 256)))
+    assert np.array_equal(bits(y.reshape(6, 192)), want.view(np.int16))
+    y32 = torch.ops.mxq.block_fp8_linear(x, q, s, 64, 128, bias, "ue8m0", "f32", "cpu.reference")
+    want32 = lin.forward(bf16_numpy(x.reshape(6, 256)), tactic="cpu.reference",
+                         activation_scales="ue8m0", out_dtype="f32")
+    assert y32.dtype == torch.float32 and np.array_equal(bits(y32.reshape(6, 192)), want32.view(np.int32))
+    # packed UE8M0 weight scales: same result as the fp32 power-of-two scales they pack
+    qp, sp = quantized_weight(128, 256, (128, 128), mode="ue8m0")
+    packed = torch.from_numpy(formats.pack_ue8m0(sp.numpy()))
+    xb = torch.randn(4, 256).bfloat16()
+    assert np.array_equal(bits(torch.ops.mxq.block_fp8_linear(xb, qp, packed, 128, 128)),
+                          bits(torch.ops.mxq.block_fp8_linear(xb, qp, sp, 128, 128)))
+
+
+@pytest.mark.parametrize("block,m", [("128x128", 5), ("64x128", 17)])
+def test_block_fp8_linear_equals_cli(tmp_path, block, m):
+    w = np.random.default_rng(21).standard_normal((192, 384)).astype(np.float32)
+    np.save(tmp_path / "w.npy", w)
+    run_cli("quantize", "fp8-block", str(tmp_path / "w.npy"), str(tmp_path / "w.safetensors"),
+            "--block", block, "--name", "proj")
+    x = np.random.default_rng(22).standard_normal((m, 384)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    run_cli("linear", "--checkpoint", str(tmp_path / "w.safetensors"), "--name", "proj", "--input",
+            str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"))
+    cli = np.load(tmp_path / "y.npy")
+    module = ops.BlockFp8Linear.from_mxq(
+        mxq.BlockFp8Linear.from_checkpoint(tmp_path / "w.safetensors", "proj"))
+    assert module.weight.dtype == E4M3 and (module.block_n, module.block_k) == tuple(
+        int(v) for v in block.split("x"))
+    y = module(torch.from_numpy(x).bfloat16())
+    assert np.array_equal(bits(y.float()), cli.view(np.int32))
+
+
+# --- MoE ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layer,tp,ep,align", [(0, 1, 1, 128), (1, 2, 2, 128), (0, 3, 1, 0)])
+def test_moe_forward_equals_cli(moe_checkpoint, tmp_path, layer, tp, ep, align):
+    x = np.random.default_rng(layer + 10 * tp).standard_normal((9, 128)).astype(np.float32)
+    x[4, 7] = np.nan
+    np.save(tmp_path / "x.npy", x)
+    run_cli("moe", "--checkpoint", str(moe_checkpoint), "--layer", str(layer), "--input",
+            str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"), "--tp", str(tp),
+            "--ep", str(ep), "--align", str(align))
+    cli = np.load(tmp_path / "y.npy")
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, layer=layer, tp_size=tp, ep_size=ep,
+                                       align=align)
+    y = torch.ops.mxq.moe_forward(torch.from_numpy(x), moe.handle)
+    assert y.dtype == torch.float32 and y.shape == (9, 128)
+    assert np.array_equal(bits(y), cli.view(np.int32))
+    # bf16 in, bf16 out: the same values (NaN rows stay NaN; a bf16 NaN has no f32 payload)
+    yb = ops.MoE(moe)(torch.from_numpy(x).bfloat16()).float().numpy()
+    nan = np.isnan(cli)
+    assert np.array_equal(np.isnan(yb), nan) and nan[4].all()
+    assert np.array_equal(yb[~nan].view(np.int32), cli[~nan].view(np.int32))
+
+
+def test_moe_forward_precomputed_routing(moe_checkpoint):
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2)
+    x = torch.randn(6, 128)
+    details = moe.forward_details(x.numpy())
+    ids = torch.from_numpy(details.expert_ids)
+    weights = torch.from_numpy(details.expert_weights)
+    y = torch.ops.mxq.moe_forward(x, moe.handle, ids, weights)
+    assert np.array_equal(bits(y), details.output.view(np.int32))
+    other = torch.ops.mxq.moe_forward(x, moe.handle, (ids + 1) % 8, weights)
+    assert not torch.equal(other, y)
+
+
+def test_moe_handles_are_weak_and_never_reused(moe_checkpoint):
+    a = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    b = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    assert a.handle == a.handle and a.handle != b.handle
+    assert mxq.moe.layer_from_handle(a.handle) is a
+    stale = a.handle
+    del a
+    gc.collect()
+    with pytest.raises(ValueError, match=r"^layer: expected the handle of a live mxq.MoELayer"):
+        torch.ops.mxq.moe_forward(torch.randn(2, 128), stale)
+    c = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    assert c.handle not in (stale, b.handle)
+
+
+# --- opcheck ------------------------------------------------------------------------------
+
+def opcheck_cases(moe_handle):
     x = torch.randn(4, 64)
-    torch.library.opcheck(torch.ops.mxq.quantize_mxfp4.default, (x, "floor"))
     blocks, scales = torch.ops.mxq.quantize_mxfp4(x, "ceil")
-    torch.library.opcheck(torch.ops.mxq.dequantize_mxfp4.default, (blocks, scales))
-    torch.library.opcheck(torch.ops.mxq.quantize_fp8_block.default, (torch.randn(130, 200), 64, 128, "ue8m0"))
-    w = torch.randn(128, 256)
-    q, s = torch.ops.mxq.quantize_fp8_block(w, 128, 128, "fp32")
-    xb = torch.randn(3, 256).to(torch.bfloat16)
-    torch.library.opcheck(torch.ops.mxq.block_fp8_linear.default, (xb, q, s, 128, 128, None, "bf16"))
+    q, s = quantized_weight(128, 256, (128, 128))
+    codes = torch.ops.mxq.e4m3_encode(x, True)
+    xb = torch.randn(3, 256).bfloat16()
+    ids = torch.randint(0, 8, (5, 2), dtype=torch.int32)
+    return {
+        "quantize_mxfp4": (x, "floor"),
+        "quantize_mxfp4_bf16": (x.bfloat16(), "ceil"),
+        "dequantize_mxfp4": (blocks, scales.view(torch.uint8)),
+        "e4m3_encode": (x, False),
+        "e4m3_decode": (codes.view(torch.uint8),),
+        "quantize_fp8_block": (torch.randn(130, 200), 64, 128, "ue8m0"),
+        "dequantize_fp8_block": (q.view(torch.uint8), s, 128, 128),
+        "quantize_fp8_groups": (xb, 128, "fp32"),
+        "block_fp8_linear": (xb, q.view(torch.uint8), s, 128, 128, torch.randn(128), "fp32", "bf16",
+                             "auto"),
+        "block_fp8_linear_3d": (xb.reshape(1, 3, 256), q.view(torch.uint8), s, 128, 128, None,
+                                "ue8m0", "f32", "auto"),
+        "moe_forward": (torch.randn(5, 128), moe_handle, None, None),
+        "moe_forward_routed": (torch.randn(5, 128).bfloat16(), moe_handle, ids,
+                               torch.rand(5, 2)),
+    }
 
 
-def test_torch_compile_fullgraph():
-    class Module(torch.nn.Module):
-        def forward(self, x):
-            blocks, scales = torch.ops.mxq.quantize_mxfp4(x, "floor")
-            return torch.ops.mxq.dequantize_mxfp4(blocks, scales) * 2
+def test_opcheck_every_op(moe_checkpoint):
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    cases = opcheck_cases(moe.handle)
+    checked = set()
+    for name, args in cases.items():
+        op = getattr(torch.ops.mxq, name.replace("_bf16", "").replace("_3d", "").replace("_routed", ""))
+        result = torch.library.opcheck(op.default, args)
+        assert set(result.values()) == {"SUCCESS"}, (name, result)
+        checked.add(op.default.name())
+    registered = {f"mxq::{n}" for n in ops.__all__ if n[0].islower()}
+    assert checked == registered
 
-    x = torch.randn(4, 64)
-    eager = Module()(x)
-    compiled = torch.compile(Module(), fullgraph=True, backend="eager")(x)
-    assert torch.equal(eager, compiled)
+
+def test_opcheck_with_float8_inputs():
+    """float8 inputs too, without opcheck's schema test: torch's own mutation check compares
+    inputs with allclose, which torch does not implement for float8 on the CPU."""
+    q, s = quantized_weight(128, 256, (128, 128))
+    xb = torch.randn(3, 256).bfloat16()
+    _, scales = torch.ops.mxq.quantize_mxfp4(torch.randn(2, 64))
+    tests = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+    for op, args in ((torch.ops.mxq.block_fp8_linear, (xb, q, s, 128, 128)),
+                     (torch.ops.mxq.dequantize_fp8_block, (q, s, 128, 128)),
+                     (torch.ops.mxq.e4m3_decode, (q,)),
+                     (torch.ops.mxq.dequantize_mxfp4,
+                      (torch.zeros(2, 2, 16, dtype=torch.uint8), scales))):
+        result = torch.library.opcheck(op.default, args, test_utils=tests)
+        assert set(result.values()) == {"SUCCESS"}, (op, result)
 
 
-@pytest.mark.cuda
-def test_cuda_tensor_is_refused_clearly():
-    with pytest.raises(ValueError, match="^x: expected a CPU tensor"):
-        torch.ops.mxq.quantize_mxfp4(torch.randn(4, 64, device="cuda"), "floor")
+# --- torch.compile --------------------------------------------------------------------------
+
+class Block(torch.nn.Module):
+    """A module mixing the ops: MoE, a block-FP8 projection, an MXFP4 round trip."""
+
+    def __init__(self, moe: "mxq.MoELayer", q, s) -> None:
+        super().__init__()
+        self.moe = ops.MoE(moe)
+        self.proj = ops.BlockFp8Linear(q, s, (128, 128))
+
+    def forward(self, x):
+        h = self.moe(x)
+        blocks, scales = torch.ops.mxq.quantize_mxfp4(h, "floor")
+        h = torch.ops.mxq.dequantize_mxfp4(blocks, scales).bfloat16()
+        return self.proj(torch.cat([h, h], dim=-1)).float() + 1
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_fullgraph(moe_checkpoint, backend):
+    torch._dynamo.reset()
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2)
+    q, s = quantized_weight(64, 256, (128, 128))
+    module = Block(moe, q, s)
+    compiled = torch.compile(module, fullgraph=True, backend=backend, dynamic=True)
+    for tokens in (7, 3, 12):
+        x = torch.randn(tokens, 128)
+        want = module(x)
+        got = compiled(x)
+        assert got.shape == (tokens, 64) and np.array_equal(bits(got), bits(want))
+
+
+def test_fake_impls_check_arguments_while_tracing(moe_checkpoint):
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    module = ops.MoE(moe)
+    compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match=r"x: expected \[T, 128\]"):
+        compiled(torch.randn(3, 64))
+
+
+# --- no copies ------------------------------------------------------------------------------
+
+def test_weights_are_borrowed_not_copied():
+    q, s = quantized_weight(128, 256, (128, 128))
+    w = _mxq.BlockFp8Weight.borrow(q.view(torch.uint8), s, (128, 128))
+    assert w.q.__array_interface__["data"][0] == q.data_ptr()
+    assert w.scale.__array_interface__["data"][0] == s.data_ptr()
+    del q, s
+    gc.collect()
+    assert w.q.shape == (128, 256)  # the weight keeps the torch tensors alive
+
+
+def test_results_wrap_mxq_memory_and_round_trip_without_copies():
+    blocks, scales = formats.quantize_mxfp4(np.ones((4, 64), np.float32))
+    t = torch.from_numpy(blocks)
+    assert t.data_ptr() == blocks.ctypes.data
+    assert _mxq._inspect_array(t)["data"] == t.data_ptr()  # back into mxq: same memory
+    e8m0 = ops._from_numpy(scales, torch.float8_e8m0fnu)
+    assert e8m0.data_ptr() == scales.ctypes.data and e8m0.dtype == torch.float8_e8m0fnu
+    bf = np.ones((2, 3), ml_dtypes.bfloat16)
+    tb = ops._from_numpy(bf, torch.bfloat16)
+    assert tb.data_ptr() == bf.ctypes.data and tb.dtype == torch.bfloat16
+    assert _mxq._inspect_array(tb)["dtype"] == "bf16"
+
+
+# --- errors -------------------------------------------------------------------------------
+
+def test_wrong_dtype_is_type_error_naming_argument(moe_checkpoint):
+    q, s = quantized_weight(128, 256, (128, 128))
+    with pytest.raises(TypeError, match=r"^x: expected bfloat16, found float32"):
+        torch.ops.mxq.block_fp8_linear(torch.randn(2, 256), q, s, 128, 128)
+    with pytest.raises(TypeError, match=r"^weight: expected float8_e4m3fn or uint8, found float32"):
+        torch.ops.mxq.block_fp8_linear(torch.randn(2, 256).bfloat16(), q.float(), s, 128, 128)
+    with pytest.raises(TypeError, match=r"^weight_scale: "):
+        torch.ops.mxq.block_fp8_linear(torch.randn(2, 256).bfloat16(), q, s.double(), 128, 128)
+    with pytest.raises(TypeError, match=r"^x: expected float32 or bfloat16, found float64"):
+        torch.ops.mxq.quantize_mxfp4(torch.randn(2, 64, dtype=torch.float64))
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    with pytest.raises(TypeError, match=r"^x: "):
+        torch.ops.mxq.moe_forward(torch.randn(2, 128, dtype=torch.float16), moe.handle)
+    with pytest.raises(TypeError, match=r"^expert_ids: expected int32"):
+        torch.ops.mxq.moe_forward(torch.randn(2, 128), moe.handle, torch.zeros(2, 2, dtype=torch.int64),
+                                  torch.ones(2, 2))
+
+
+def test_non_contiguous_is_value_error_naming_argument(moe_checkpoint):
+    with pytest.raises(ValueError, match=r"^x: expected a contiguous tensor"):
+        torch.ops.mxq.quantize_mxfp4(torch.randn(64, 4).t())
+    q, s = quantized_weight(128, 256, (128, 128))
+    wt = torch.ops.mxq.quantize_fp8_block(torch.randn(256, 128), 128, 128)[0].t()
+    with pytest.raises(ValueError, match=r"^weight: expected a contiguous tensor"):
+        torch.ops.mxq.block_fp8_linear(torch.randn(2, 256).bfloat16(), wt, s, 128, 128)
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    with pytest.raises(ValueError, match=r"^x: expected a contiguous tensor"):
+        torch.ops.mxq.moe_forward(torch.randn(128, 4).t(), moe.handle)
+
+
+def test_shape_and_device_errors_name_the_argument(moe_checkpoint):
+    q, s = quantized_weight(128, 256, (128, 128))
+    x = torch.randn(2, 256).bfloat16()
+    with pytest.raises(ValueError, match=r"^x: expected K = 256 columns"):
+        torch.ops.mxq.block_fp8_linear(torch.randn(2, 128).bfloat16(), q, s, 128, 128)
+    with pytest.raises(ValueError, match=r"^bias: expected shape \[128\]"):
+        torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128, torch.zeros(5))
+    with pytest.raises(ValueError, match=r"^weight: expected a tensor on cpu \(where x is\), found one on meta"):
+        torch.ops.mxq.block_fp8_linear(x, q.to("meta"), s, 128, 128)
+    with pytest.raises(ValueError, match=r"^x: expected a last dimension that is a multiple of 32"):
+        torch.ops.mxq.quantize_mxfp4(torch.randn(2, 40))
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    with pytest.raises(ValueError, match=r"^expert_ids and expert_weights: give both"):
+        torch.ops.mxq.moe_forward(torch.randn(2, 128), moe.handle, torch.zeros(2, 2, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"^expert_weights: expected \[T, top_k\] = \[2, 2\]"):
+        torch.ops.mxq.moe_forward(torch.randn(2, 128), moe.handle, torch.zeros(2, 2, dtype=torch.int32),
+                                  torch.ones(3, 2))
+
+
+def test_mxq_errors_from_cpp_keep_their_classes():
+    q, s = quantized_weight(128, 256, (128, 128))
+    with pytest.raises(mxq.Error, match="no-such-tactic"):
+        torch.ops.mxq.block_fp8_linear(torch.randn(2, 256).bfloat16(), q, s, 128, 128, None, "fp32",
+                                       "bf16", "no-such-tactic")
+    with pytest.raises(ValueError, match="scale_rule"):
+        torch.ops.mxq.quantize_mxfp4(torch.randn(2, 64), "nearest")
+
+
+# --- autotune through the torch op ------------------------------------------------------------
+
+def test_block_fp8_linear_runs_the_tuned_tactic(tmp_path, monkeypatch):
+    for name in ("MXQ_AUTOTUNE", "MXQ_AUTOTUNE_CACHE", "MXQ_AUTOTUNE_SKIP_OPS", "MXQ_AUTOTUNE_BUDGET"):
+        monkeypatch.delenv(name, raising=False)
+    tactics = []
+
+    class SpyWeight:
+        def __init__(self, weight):
+            self._weight = weight
+
+        def __getattr__(self, name):
+            return getattr(self._weight, name)
+
+        def linear(self, x, bias, tactic, *rest):
+            tactics.append(tactic)
+            return self._weight.linear(x, bias, tactic, *rest)
+
+    spy = types.SimpleNamespace(
+        BlockFp8Weight=types.SimpleNamespace(
+            borrow=lambda *args: SpyWeight(_mxq.BlockFp8Weight.borrow(*args))))
+    q, s = quantized_weight(256, 512, (128, 128))
+    monkeypatch.setattr(ops, "_mxq", spy)
+    x = torch.randn(8, 512).bfloat16()
+    outside = torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128)
+    with mxq.autotune(cache=str(tmp_path / "tactics.json")) as tuner:
+        inside = torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128)
+        forced = torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128, None, "fp32", "bf16",
+                                                "cpu.reference")
+    (record,) = tuner.records
+    assert record["status"] == "tuned" and record["bucket"] == 8
+    winner = tuner._tuner.lookup(_mxq.TuneProblem.block_fp8_linear(256, 512), 8)["linear_tactic"]
+    assert tactics == ["auto", winner, "cpu.reference"]  # an explicit tactic is never replaced
+    assert inside.shape == outside.shape

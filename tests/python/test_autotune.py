@@ -1,0 +1,141 @@
+"""mxq.autotune(): the C++ autotuner as a context manager that mxq's ops consult."""
+
+from __future__ import annotations
+
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mxq
+from mxq import _mxq
+
+PROBLEM_TEXT = ("block_fp8_linear[K=512,N=256,block_k=128,block_n=128|a=e4m3,a_scale=f32,out=bf16,"
+                "w=e4m3,w_scale=f32]")
+
+
+@pytest.fixture(autouse=True)
+def no_autotune_environment(monkeypatch, tmp_path):
+    for name in ("MXQ_AUTOTUNE", "MXQ_AUTOTUNE_CACHE", "MXQ_AUTOTUNE_SKIP_OPS", "MXQ_AUTOTUNE_BUDGET"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MXQ_CACHE_DIR", str(tmp_path / "default-cache"))
+
+
+class SpyWeight:
+    """Records the tactic each forward passes to the C++ op."""
+
+    def __init__(self, weight, tactics):
+        self._weight = weight
+        self.tactics = tactics
+
+    def __getattr__(self, name):
+        return getattr(self._weight, name)
+
+    def linear(self, x, bias, tactic, *rest):
+        self.tactics.append(tactic)
+        return self._weight.linear(x, bias, tactic, *rest)
+
+
+@pytest.fixture
+def linear():
+    w = np.random.default_rng(0).standard_normal((256, 512)).astype(np.float32)
+    lin = mxq.BlockFp8Linear.quantize(w, (128, 128))
+    lin.tactics = []
+    lin._weight = SpyWeight(lin._weight, lin.tactics)
+    return lin
+
+
+def tokens(m: int) -> np.ndarray:
+    return np.random.default_rng(m).standard_normal((m, 512)).astype(ml_dtypes.bfloat16)
+
+
+def test_tune_mode_measures_saves_and_serves_the_winner(linear, tmp_path):
+    cache = tmp_path / "tactics.json"
+    outside = linear.forward(tokens(8))
+    with mxq.autotune(cache=str(cache), mode="tune", phase="target") as tuner:
+        assert mxq.tune.current() is tuner
+        inside = linear.forward(tokens(8))
+        again = linear.forward(tokens(7))  # bucket 8 again: nothing new to measure
+        assert cache.is_file()  # each winner is saved as soon as it is measured
+    assert mxq.tune.current() is None
+    record, hit = tuner.records
+    assert (hit["status"], hit["bucket"], hit["tactic"]) == ("hit", 8, record["tactic"])
+    assert record["problem"] == PROBLEM_TEXT and record["bucket"] == 8 and record["pass"] == "target"
+    assert record["status"] == "tuned" and len(record["candidates"]) >= 2
+    winner = tuner._tuner.lookup(_mxq.TuneProblem.block_fp8_linear(256, 512), 8)
+    assert winner["source"] == "tuned" and winner["tactic"] == record["tactic"]
+    assert linear.tactics == ["auto", winner["linear_tactic"], winner["linear_tactic"]]
+    assert winner["linear_tactic"].startswith("cpu.")
+    # whatever tactic won, the result is the op's answer (every CPU tactic is checked against it)
+    assert inside.shape == outside.shape == (8, 256) and again.shape == (7, 256)
+    entries = json.loads(cache.read_text())["entries"]
+    assert [(e["op"], e["shape"]["N"], e["shape"]["K"], e["bucket"], e["pass"], e["tactic"])
+            for e in entries] == [("block_fp8_linear", 256, 512, 8, "target", record["tactic"])]
+    assert linear.forward(tokens(8)) is not None and linear.tactics[-1] == "auto"  # outside again
+
+
+def test_load_mode_serves_the_cache_without_measuring(linear, tmp_path):
+    cache = str(tmp_path / "tactics.json")
+    with mxq.autotune(cache=cache) as first:
+        linear.forward(tokens(8))
+    tuned = first.records[0]["tactic"]
+    before = (tmp_path / "tactics.json").read_text()
+    with mxq.autotune(cache=cache, mode="load") as loaded:
+        linear.forward(tokens(5))  # bucket 8: served from the cache
+        linear.forward(tokens(64))  # not in the cache: the default, nothing measured
+    assert loaded.records == [] and loaded._tuner.measured_count == 0
+    assert [d["tactic"] for d in loaded.decisions()] == [tuned]
+    assert linear.tactics[-2] == loaded._tuner.lookup(
+        _mxq.TuneProblem.block_fp8_linear(256, 512), 5)["linear_tactic"]
+    assert linear.tactics[-1] == "cpu.reference"  # the op's default tactic
+    assert (tmp_path / "tactics.json").read_text() == before
+
+
+def test_passes_merge_and_an_exception_still_saves(linear, tmp_path):
+    cache = str(tmp_path / "tactics.json")
+    with pytest.raises(KeyError):
+        with mxq.autotune(cache=cache, phase="target"):
+            linear.forward(tokens(8))
+            raise KeyError("model failed")
+    with mxq.autotune(cache=cache, phase="draft"):
+        linear.forward(tokens(2))
+    entries = json.loads((tmp_path / "tactics.json").read_text())["entries"]
+    assert sorted((e["bucket"], e["pass"]) for e in entries) == [(2, "draft"), (8, "target")]
+
+
+def test_nested_contexts_and_off_mode(linear, tmp_path):
+    with mxq.autotune(cache=str(tmp_path / "a.json")) as outer:
+        with mxq.autotune(mode="off") as inner:
+            assert mxq.tune.current() is inner and inner.cache_path == ""
+            linear.forward(tokens(4))
+        assert mxq.tune.current() is outer
+    assert linear.tactics == ["cpu.reference"]  # off: the default, nothing tuned
+    assert not (tmp_path / "a.json").exists() and outer.records == []
+
+
+def test_fresh_mode_writes_a_new_runs_file(linear, tmp_path):
+    cache = tmp_path / "tactics.json"
+    with mxq.autotune(cache=str(cache), mode="fresh") as tuner:
+        linear.forward(tokens(3))
+    assert "/runs/" in tuner.cache_path and tuner.cache_path.endswith(".json")
+    assert not cache.exists()
+    assert json.loads(open(tuner.cache_path).read())["entries"][0]["bucket"] == 4
+
+
+def test_only_matching_problems_consult_the_tuner(linear, tmp_path):
+    with mxq.autotune(cache=str(tmp_path / "t.json")) as tuner:
+        linear.forward(tokens(8), out_dtype="f32")  # the tuner's problem has bf16 output
+        linear.forward(tokens(8), tactic="cpu.reference")  # an explicit tactic is kept
+    assert linear.tactics == ["auto", "cpu.reference"] and tuner.records == []
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match=r"^mode: expected one of off, load, tune, fresh"):
+        mxq.autotune(mode="fast")
+    with pytest.raises(ValueError, match=r"^device: "):
+        mxq.autotune(device="tpu")
+    context = mxq.autotune(mode="off")
+    with context:
+        with pytest.raises(RuntimeError, match="already active"):
+            context.__enter__()

@@ -1,0 +1,289 @@
+"""mxq on a CUDA GPU from Python: torch.ops.mxq.* and the mxq API with torch CUDA tensors (and
+CuPy arrays when CuPy is installed): bitwise equal to the C++ CLI's --device cuda on the same
+files, work on the caller's current stream (also under CUDA graph capture), no copies at the
+boundary, clear errors. Skipped without a GPU (marker `cuda`)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import mxq  # noqa: E402
+import mxq.torch_ops as ops  # noqa: E402
+from mxq import _mxq  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
+
+pytestmark = [pytest.mark.cuda, pytest.mark.torch]
+
+DEV = "cuda:0"
+
+
+@pytest.fixture(autouse=True)
+def mxq_has_cuda():
+    if not mxq.with_cuda:
+        pytest.fail("torch sees a GPU but this build of mxq has no CUDA support: build it where "
+                    "nvcc is found (MXQ_CUDA=AUTO/ON)")
+
+
+def bits(t):
+    t = t.detach().cpu().contiguous()
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()]).numpy()
+
+
+def normalized_error(out: np.ndarray, ref: np.ndarray) -> float:
+    out = out.astype(np.float64)
+    ref = ref.astype(np.float64)
+    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-300))
+
+
+def tokens(t: int, h: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((t, h)).astype(np.float32)
+
+
+# --- MoE ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layer,tp,ep,align", [(0, 1, 1, 128), (1, 2, 2, 128), (0, 3, 1, 0)])
+def test_moe_forward_cuda_equals_cli(moe_checkpoint, tmp_path, layer, tp, ep, align):
+    x = tokens(9, 128, seed=layer + 10 * tp)
+    np.save(tmp_path / "x.npy", x)
+    run_cli("moe", "--checkpoint", str(moe_checkpoint), "--layer", str(layer), "--input",
+            str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"), "--tp", str(tp), "--ep",
+            str(ep), "--align", str(align), "--device", "cuda")
+    cli = np.load(tmp_path / "y.npy")
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, layer=layer, tp_size=tp, ep_size=ep,
+                                       align=align)
+    moe.cuda(0, max_tokens=9)  # as the CLI uploads it
+    xb = torch.from_numpy(x).to(DEV).bfloat16()
+    y = torch.ops.mxq.moe_forward(xb, moe.handle)
+    assert y.device == xb.device and y.dtype == torch.bfloat16 and y.shape == (9, 128)
+    assert np.array_equal(bits(y.float()), cli.view(np.int32))
+    # the GPU kernels against the CPU reference (docs/moe.md: <= 4e-3 for bf16 outputs)
+    ref = moe.forward(x)
+    assert normalized_error(y.float().cpu().numpy(), ref) <= 4e-3
+    # the plain API with a torch CUDA tensor gives the same tensor
+    assert torch.equal(moe.forward(xb), y)
+
+
+def test_moe_forward_cuda_upload_size_and_routing(moe_checkpoint):
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2)
+    x = torch.from_numpy(tokens(5, 128, seed=3)).to(DEV).bfloat16()
+    small = torch.ops.mxq.moe_forward(x, moe.handle)  # uploads lazily (1024 tokens)
+    moe.cuda(0, max_tokens=5)
+    assert torch.equal(torch.ops.mxq.moe_forward(x, moe.handle), small)
+    big = torch.from_numpy(tokens(2000, 128, seed=4)).to(DEV).bfloat16()
+    assert torch.ops.mxq.moe_forward(big, moe.handle).shape == (2000, 128)  # re-uploads, larger
+    details = moe.forward_details(x.float().cpu().numpy())
+    ids = torch.from_numpy(details.expert_ids).to(DEV)
+    weights = torch.from_numpy(details.expert_weights).to(DEV)
+    routed = torch.ops.mxq.moe_forward(x, moe.handle, ids, weights)
+    assert normalized_error(routed.float().cpu().numpy(), details.output) <= 4e-3
+    assert not torch.equal(torch.ops.mxq.moe_forward(x, moe.handle, (ids + 1) % 8, weights), routed)
+
+
+def test_moe_weight_update_reaches_the_gpu(moe_checkpoint):
+    from safetensors.numpy import load_file
+
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, layer=0)
+    x = torch.from_numpy(tokens(4, 128, seed=5)).to(DEV).bfloat16()
+    before = torch.ops.mxq.moe_forward(x, moe.handle)
+    other = {}
+    for f in sorted(moe_checkpoint.glob("*.safetensors")):
+        other.update({k.replace(".layers.1.", ".layers.0."): v
+                      for k, v in load_file(str(f)).items() if ".layers.1." in k})
+    with moe.update() as u:
+        for name, value in other.items():
+            u.load(name, value)
+    after = torch.ops.mxq.moe_forward(x, moe.handle)
+    assert not torch.equal(after, before)
+    assert normalized_error(after.float().cpu().numpy(), moe.forward(x.float().cpu().numpy())) <= 4e-3
+
+
+# --- block-FP8 linear ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("block,n,k,m", [("128x128", 256, 512, 64), ("64x128", 192, 384, 5)])
+def test_block_fp8_linear_cuda_equals_cli(tmp_path, block, n, k, m):
+    w = np.random.default_rng(31).standard_normal((n, k)).astype(np.float32)
+    np.save(tmp_path / "w.npy", w)
+    run_cli("quantize", "fp8-block", str(tmp_path / "w.npy"), str(tmp_path / "w.safetensors"),
+            "--block", block, "--name", "proj")
+    x = tokens(m, k, seed=32)
+    np.save(tmp_path / "x.npy", x)
+    run_cli("linear", "--checkpoint", str(tmp_path / "w.safetensors"), "--name", "proj", "--input",
+            str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"), "--device", "cuda")
+    cli = np.load(tmp_path / "y.npy")
+    host = mxq.BlockFp8Linear.from_checkpoint(tmp_path / "w.safetensors", "proj")
+    module = ops.BlockFp8Linear.from_mxq(host).to(DEV)
+    xb = torch.from_numpy(x).to(DEV).bfloat16()
+    y = module(xb)
+    assert y.device == xb.device and y.dtype == torch.bfloat16 and y.shape == (m, n)
+    assert np.array_equal(bits(y.float()), cli.view(np.int32))
+    # the plain API on a CUDA copy of the weight: the same tensor
+    assert torch.equal(host.cuda(0).forward(xb), y)
+    # against the CPU reference on the same quantized inputs
+    ref = host.forward(x.astype(ml_dtypes.bfloat16), tactic="cpu.reference").astype(np.float32)
+    assert normalized_error(y.float().cpu().numpy(), ref) <= 4e-3
+
+
+def test_quantize_fp8_groups_cuda_equals_cpu():
+    x = torch.randn(37, 300).bfloat16()
+    for mode in ("fp32", "ue8m0"):
+        q, scale = torch.ops.mxq.quantize_fp8_groups(x.to(DEV), 128, mode)
+        want_q, want_scale = torch.ops.mxq.quantize_fp8_groups(x, 128, mode)
+        assert q.device == torch.device(DEV) and q.dtype == torch.float8_e4m3fn
+        assert np.array_equal(bits(q), bits(want_q)) and np.array_equal(bits(scale), bits(want_scale))
+
+
+# --- streams ------------------------------------------------------------------------------
+
+def run_behind_a_busy_stream(fn, x):
+    """Runs fn(x_on_stream) on a side stream whose input is written only after a long sleep on
+    that stream: an op that ignores the current stream reads the NaN poison instead."""
+    side = torch.cuda.Stream()
+    staged = torch.full_like(x, float("nan"))
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time on this stream
+        staged.copy_(x)
+        y = fn(staged)
+    assert not side.query()  # still queued behind the sleep: nothing synchronized the host
+    side.synchronize()
+    return y
+
+
+def test_ops_run_on_the_current_stream(moe_checkpoint):
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2).cuda(0, max_tokens=64)
+    x = torch.from_numpy(tokens(16, 128, seed=6)).to(DEV).bfloat16()
+    want = torch.ops.mxq.moe_forward(x, moe.handle)
+    got = run_behind_a_busy_stream(lambda t: torch.ops.mxq.moe_forward(t, moe.handle), x)
+    assert torch.equal(got, want)
+
+    q, s = torch.ops.mxq.quantize_fp8_block(torch.randn(256, 512), 128, 128)
+    q, s = q.to(DEV), s.to(DEV)
+    xl = torch.randn(32, 512, device=DEV).bfloat16()
+    want = torch.ops.mxq.block_fp8_linear(xl, q, s, 128, 128)
+    got = run_behind_a_busy_stream(lambda t: torch.ops.mxq.block_fp8_linear(t, q, s, 128, 128), xl)
+    assert torch.equal(got, want)
+
+
+def test_moe_forward_in_a_cuda_graph(moe_checkpoint):
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2).cuda(0, max_tokens=8)
+    x = torch.from_numpy(tokens(8, 128, seed=7)).to(DEV).bfloat16()
+    want = torch.ops.mxq.moe_forward(x, moe.handle)
+    static_x = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.ops.mxq.moe_forward(static_x, moe.handle)  # warm-up on the capture stream
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        static_y = torch.ops.mxq.moe_forward(static_x, moe.handle)
+    static_x.copy_(torch.from_numpy(tokens(8, 128, seed=8)).to(DEV).bfloat16())
+    graph.replay()
+    other = torch.ops.mxq.moe_forward(static_x, moe.handle)
+    torch.cuda.synchronize()
+    assert torch.equal(static_y, other) and not torch.equal(static_y, want)
+    static_x.copy_(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_y, want)
+
+
+# --- no copies ----------------------------------------------------------------------------
+
+def test_cuda_tensors_cross_the_boundary_without_copies():
+    x = torch.randn(8, 256, device=DEV).bfloat16()
+    seen = _mxq._inspect_array(x)
+    assert seen["data"] == x.data_ptr() and seen["device"] == "cuda:0" and seen["dtype"] == "bf16"
+    q, s = torch.ops.mxq.quantize_fp8_block(torch.randn(128, 256), 128, 128)
+    q, s = q.to(DEV), s.to(DEV)
+    w = _mxq.BlockFp8Weight.borrow(q.view(torch.uint8), s, (128, 128))
+    assert w.device == "cuda:0"
+    assert torch.from_dlpack(w.q).data_ptr() == q.data_ptr()
+    assert torch.from_dlpack(w.scale).data_ptr() == s.data_ptr()
+    y = w.linear(x, None, "auto", "fp32", "bf16", torch.cuda.current_stream().cuda_stream)
+    pointer = _mxq._inspect_array(y)["data"]
+    t = torch.from_dlpack(y)
+    assert t.data_ptr() == pointer and t.device == x.device and t.dtype == torch.uint16
+
+
+# --- CuPy -----------------------------------------------------------------------------------
+
+def test_cupy_arrays_in_and_out(moe_checkpoint):
+    cupy = pytest.importorskip("cupy")
+    x = torch.from_numpy(tokens(6, 256, seed=9)).to(DEV).bfloat16()
+    q, s = torch.ops.mxq.quantize_fp8_block(torch.randn(128, 256), 128, 128)
+    lin = mxq.BlockFp8Linear.from_arrays(q.view(torch.uint8).numpy(), s.numpy(), (128, 128)).cuda(0)
+    want = lin.forward(x)
+    x_cupy = cupy.from_dlpack(x.view(torch.int16)).view(cupy.uint16)  # CuPy has no bfloat16
+    assert _mxq._inspect_array(x_cupy)["data"] == x.data_ptr()
+    y = lin.forward(x_cupy)
+    assert isinstance(y, cupy.ndarray) and y.dtype == cupy.uint16
+    cupy.cuda.get_current_stream().synchronize()
+    assert np.array_equal(cupy.asnumpy(y).view(np.int16), bits(want))
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    xm = torch.from_numpy(tokens(3, 128, seed=10)).to(DEV).bfloat16()
+    ym = moe.forward(cupy.from_dlpack(xm.view(torch.int16)).view(cupy.uint16))
+    assert isinstance(ym, cupy.ndarray)
+    assert np.array_equal(cupy.asnumpy(ym).view(np.int16), bits(moe.forward(xm)))
+
+
+# --- opcheck and torch.compile on the GPU ---------------------------------------------------
+
+def test_opcheck_cuda(moe_checkpoint):
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    q, s = torch.ops.mxq.quantize_fp8_block(torch.randn(128, 256), 128, 128)
+    xb = torch.randn(3, 256, device=DEV).bfloat16()
+    cases = [
+        (torch.ops.mxq.block_fp8_linear, (xb, q.view(torch.uint8).to(DEV), s.to(DEV), 128, 128)),
+        (torch.ops.mxq.quantize_fp8_groups, (xb, 128, "ue8m0")),
+        (torch.ops.mxq.moe_forward, (torch.randn(5, 128, device=DEV).bfloat16(), moe.handle)),
+    ]
+    for op, args in cases:
+        result = torch.library.opcheck(op.default, args)
+        assert set(result.values()) == {"SUCCESS"}, (op, result)
+
+
+def test_torch_compile_fullgraph_cuda(moe_checkpoint):
+    torch._dynamo.reset()
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2)
+    q, s = torch.ops.mxq.quantize_fp8_block(torch.randn(64, 128), 128, 128)
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.moe = ops.MoE(moe)
+            self.proj = ops.BlockFp8Linear(q, s, (128, 128))
+
+        def forward(self, x):
+            return self.proj(self.moe(x)).float() * 2
+
+    module = Block().to(DEV)
+    compiled = torch.compile(module, fullgraph=True, backend="aot_eager", dynamic=True)
+    for t in (7, 3):
+        x = torch.randn(t, 128, device=DEV).bfloat16()
+        assert torch.equal(compiled(x), module(x))
+
+
+# --- errors -------------------------------------------------------------------------------
+
+def test_cuda_errors_name_the_argument(moe_checkpoint):
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    with pytest.raises(TypeError, match=r"^x: expected bfloat16, found float32"):
+        torch.ops.mxq.moe_forward(torch.randn(2, 128, device=DEV), moe.handle)
+    with pytest.raises(ValueError, match=r"^x: expected a contiguous tensor"):
+        torch.ops.mxq.moe_forward(torch.randn(128, 2, device=DEV).bfloat16().t(), moe.handle)
+    q, s = torch.ops.mxq.quantize_fp8_block(torch.randn(128, 256), 128, 128)
+    x = torch.randn(2, 256, device=DEV).bfloat16()
+    with pytest.raises(ValueError, match=r"^weight: expected a tensor on cuda:0 \(where x is\), found one on cpu"):
+        torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128)
+    with pytest.raises(ValueError, match=r"^x: expected a CPU tensor, found one on cuda:0"):
+        torch.ops.mxq.quantize_mxfp4(torch.randn(4, 64, device=DEV))
+    with pytest.raises(ValueError, match=r"^x is on cuda:0 but the weight is on cpu"):
+        mxq.BlockFp8Linear.from_arrays(q.view(torch.uint8).numpy(), s.numpy(), (128, 128)).forward(x)
+    with pytest.raises(ValueError, match=r"^x: expected a host"):
+        mxq.formats.quantize_mxfp4(torch.randn(4, 64, device=DEV))
