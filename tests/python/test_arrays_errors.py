@@ -107,14 +107,15 @@ class FakeCudaArray:
     """A DLPack (0.x) exporter claiming CUDA memory: enough to test the device check without a
     GPU (mxq must refuse it before touching the data)."""
 
-    def __init__(self, shape=(2, 32)):
+    def __init__(self, shape=(2, 32), dtype=(2, 32)):
+        self.shape = tuple(shape)
         self._shape = (ctypes.c_int64 * len(shape))(*shape)
         self._managed = _DLManagedTensor()
         t = self._managed.dl_tensor
         t.data = 0x1000  # never dereferenced
         t.device = _DLDevice(2, 0)  # kDLCUDA
         t.ndim = len(shape)
-        t.dtype = _DLDataType(2, 32, 1)  # float32
+        t.dtype = _DLDataType(dtype[0], dtype[1], 1)  # (2, 32): float32; (4, 16): bfloat16
         t.shape = self._shape
 
     def __dlpack_device__(self):
@@ -132,6 +133,18 @@ def test_device_array_on_host_only_op_is_value_error():
     assert _mxq._inspect_array(fake)["device"] == "cuda:0"
     with pytest.raises(ValueError, match=r"^x: expected a host \(CPU\) array, found one on cuda:0"):
         formats.quantize_mxfp4(fake)
+
+
+def test_device_array_with_a_host_weight_is_value_error():
+    """A CUDA array meets a host weight: refused (naming x) before its memory is touched, on the
+    path that CUDA input takes in Python (device and stream detection)."""
+    lin = mxq.BlockFp8Linear.quantize(np.ones((64, 32), np.float32), (64, 32))
+    fake = FakeCudaArray((2, 32), dtype=(4, 16))
+    assert _mxq._inspect_array(fake)["dtype"] == "bf16"
+    with pytest.raises(ValueError, match=r"^x is on cuda:0 but the weight is on cpu"):
+        lin.forward(fake)
+    with pytest.raises(TypeError, match=r"^x: expected bf16"):
+        lin.forward(FakeCudaArray((2, 32)))
 
 
 @pytest.mark.parametrize("code,cls,base", [
