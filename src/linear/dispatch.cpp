@@ -55,6 +55,19 @@ Preference preferred_fallback(const LinearProblem& p) {
     return {"cpu.blocked_f32.n64", "64-column tiles"};
   }
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
+  {
+    // The wgmma kernel where it supports the block: the fast path's tile rule, else the first
+    // wgmma tile that supports the block.
+    Preference tile = preferred_fast(p);
+    tile.name.replace(0, std::string_view("cuda.sm90_wgmma").size(), "cuda.sm90_wgmma_any");
+    const LinearTactic* preferred = find_tactic(tile.name);
+    if (preferred != nullptr && preferred->supports(p)) return tile;
+    for (const auto& tactic : linear_tactics()) {
+      if (tactic->name().starts_with("cuda.sm90_wgmma_any.") && tactic->supports(p)) {
+        return {tactic->name(), "the wgmma tile that supports block " + to_string(p.block)};
+      }
+    }
+  }
   if (p.block.k % 64 != 0) {
     return {"cuda.mma_sync.m64n128k32",
             detail::concat("block K extent ", p.block.k,
