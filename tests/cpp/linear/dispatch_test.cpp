@@ -60,11 +60,19 @@ TEST(Dispatch, DeepSeekBlocksTakeTheFastPathOnSm90) {
     EXPECT_EQ(e.chosen->kind(), TacticKind::kFast) << e.str();
     EXPECT_EQ(e.chosen->name().rfind("cuda.sm90_wgmma.", 0), 0U) << e.str();
   }
-  // Large M picks the 128x128 tile; decode-size M a 64-row tile.
+  // Many waves of 128x128 tiles: the large tile. Otherwise the tile filling the SMs best, the
+  // larger of near-equal fills (the winners measured in docs/PERF.md).
   EXPECT_EQ(explain(h200_problem(4096, 7168, 2048, {128, 128})).chosen->name(),
             "cuda.sm90_wgmma.m128n128");
+  // 112 64x128 tiles and 224 64x64 tiles both fill 85%: the larger tile.
+  EXPECT_EQ(explain(h200_problem(128, 7168, 16384, {128, 128})).chosen->name(),
+            "cuda.sm90_wgmma.m64n128_overlap");
+  // 512 64x128 tiles fill 97%, the 256 128x128 tiles fill 97% too: the 128x128 tile.
+  EXPECT_EQ(explain(h200_problem(128, 32768, 512, {128, 128})).chosen->name(),
+            "cuda.sm90_wgmma.m128n128");
+  // 384 64x64 tiles fill 97%, 192 64x128 tiles 73%.
   EXPECT_EQ(explain(h200_problem(64, 24576, 1536, {128, 128})).chosen->name(),
-            "cuda.sm90_wgmma.m64n128");
+            "cuda.sm90_wgmma.m64n64");
   EXPECT_EQ(explain(h200_problem(64, 2112, 7168, {128, 128})).chosen->name(),
             "cuda.sm90_wgmma.m64n64");
 }
