@@ -454,9 +454,10 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
 
     // Times one GEMM variant: the whole forward as one graph per input set, replayed
     // round-robin; then the phases, launched eagerly with events between them.
-    const auto measure = [&](moe::cuda::GemmVariant variant) {
+    const auto measure = [&](moe::cuda::GemmVariant variant, bool programmatic_launch) {
       MoeParams vp = params;
       vp.gemm = variant;
+      vp.programmatic_launch = programmatic_launch;
       std::vector<cudaGraphExec_t> graphs(kInputSets);
       for (int s = 0; s < kInputSets; ++s) {
         run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
@@ -489,6 +490,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
       const double us = median(total);
       return nlohmann::json{
           {"gemm_variant", moe::cuda::to_string(variant)},
+          {"programmatic_launch", programmatic_launch},
           {"total_us", us},
           {"routing_us", median(phase[0])},
           {"gemm1_us", median(phase[1])},
@@ -501,9 +503,11 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
           {"tflops", flops / (us * 1e-6) / 1e12}};
     };
     nlohmann::json point = {{"tokens", tokens},
-                            {"mxq", measure(moe::cuda::GemmVariant::kRegisterStream)}};
+                            {"mxq", measure(moe::cuda::GemmVariant::kRegisterStream, true)}};
     if (options.all_gemm_variants) {
-      point["mxq_shared_tile"] = measure(moe::cuda::GemmVariant::kSharedTile);
+      point["mxq_shared_tile"] = measure(moe::cuda::GemmVariant::kSharedTile, true);
+      // Same-run ablation: the default tactic in plain stream order.
+      point["mxq_no_pdl"] = measure(moe::cuda::GemmVariant::kRegisterStream, false);
     }
     const double us = point["mxq"]["total_us"].get<double>();
     if (options.baseline) {
