@@ -42,7 +42,8 @@ TEST(BlockFp8LinearTactics, EveryTacticMatchesTheReference) {
   const OpSpec& op = op_named(kBlockFp8LinearOp);
   for (const Problem& problem :
        {block_fp8_linear_problem(256, 384), block_fp8_linear_problem(200, 130, {64, 64}),
-        block_fp8_linear_problem(96, 256, {128, 128}, ScaleMode::kUe8m0)}) {
+        block_fp8_linear_problem(96, 256, {128, 128}, ScaleMode::kUe8m0),
+        block_fp8_linear_problem(64, 256, {128, 128}, ScaleMode::kFp32, DType::kF32)}) {
     for (const std::int64_t tokens : {1, 7, 32}) {
       const auto workload = op.make_workload(problem, tokens);
       for (const Tactic* tactic : builtin_tactics().tactics(op)) {
@@ -57,6 +58,14 @@ TEST(BlockFp8LinearTactics, EveryTacticMatchesTheReference) {
       }
     }
   }
+}
+
+TEST(BlockFp8LinearTactics, TheOutputDtypeIsPartOfTheKey) {
+  EXPECT_NE(block_fp8_linear_problem(64, 256),
+            block_fp8_linear_problem(64, 256, {128, 128}, ScaleMode::kFp32, DType::kF32));
+  EXPECT_EQ(block_fp8_linear_problem(64, 256).dtype("out"), "bf16");
+  EXPECT_THROW((void)block_fp8_linear_problem(64, 256, {128, 128}, ScaleMode::kFp32, DType::kE4M3),
+               Error);
 }
 
 TEST(MoeExpertGemmTactics, OfferRealAlternativesWithTheReferenceAsDefault) {
