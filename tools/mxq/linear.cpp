@@ -171,9 +171,11 @@ void register_linear(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--output", args->output, "Output .npy, f32 [M, N]");
   cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
-  cmd->add_option("--tactic", args->tactic,
-                  "auto, fast, fallback, reference or a tactic name (see --explain); auto asks "
-                  "the autotune cache MXQ_AUTOTUNE_CACHE first when set (unless MXQ_AUTOTUNE=off)")
+  cmd->add_option(
+         "--tactic", args->tactic,
+         "auto, fast, fallback, reference or a tactic name (see --explain); auto asks "
+         "the autotune cache MXQ_AUTOTUNE_CACHE first when set and MXQ_AUTOTUNE is load or "
+         "tune")
       ->capture_default_str();
   cmd->add_option("--activation-scales", args->activation_scales,
                   "fp32, or ue8m0 (activation scales rounded up to powers of two)")

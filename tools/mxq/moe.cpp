@@ -171,7 +171,7 @@ void register_moe(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--device", options->device,
                   "Where to run (cuda: GPU 0; the GEMM variant comes from the autotune cache "
-                  "MXQ_AUTOTUNE_CACHE when set, unless MXQ_AUTOTUNE=off)")
+                  "MXQ_AUTOTUNE_CACHE when set, and MXQ_AUTOTUNE is load or tune)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--activation", options->activation, "Override the activation")

@@ -206,7 +206,8 @@ void register_run(CLI::App& app) {
       "The main job: a synthetic gpt-oss-20b-shaped MoE layer (generated once into the "
       "cache directory), TP-split and padded, checked against an unpadded TP=1 run. With "
       "--device cuda the GEMM variant comes from the autotune cache of `mxq tune --preset "
-      "gpt-oss-20b --tp N --device cuda` (or MXQ_AUTOTUNE_CACHE) unless MXQ_AUTOTUNE=off");
+      "gpt-oss-20b --tp N --device cuda` (or MXQ_AUTOTUNE_CACHE) when MXQ_AUTOTUNE is load (the "
+      "default) or tune");
   auto options = std::make_shared<RunOptions>();
   cmd->add_option("--device", options->device, "Where to run")
       ->check(CLI::IsMember({"cpu", "cuda"}))
