@@ -121,7 +121,8 @@ struct CacheVerdict {
 };
 
 void check_tuner_backend(const tune::Autotuner& tuner, const LinearProblem& problem) {
-  const tune::Backend wanted = problem.device.is_cuda() ? tune::Backend::kCuda : tune::Backend::kCpu;
+  const tune::Backend wanted =
+      problem.device.is_cuda() ? tune::Backend::kCuda : tune::Backend::kCpu;
   if (tuner.backend() != wanted) {
     fail_argument(ErrorCode::kInvalidArgument, "tuner",
                   detail::concat("an autotuner of backend ", tune::to_string(wanted),
@@ -150,12 +151,13 @@ std::string describe_verdict(const CacheVerdict& verdict, const tune::Autotuner&
                              const LinearProblem& problem) {
   std::string bucket = "token bucket ?";
   if (const tune::OpSpec* op = tuner.registry().find_op(tune::kBlockFp8LinearOp, tuner.backend())) {
-    bucket = detail::concat("token bucket ", op->buckets[tune::bucket_index(op->buckets, problem.m)]);
+    bucket =
+        detail::concat("token bucket ", op->buckets[tune::bucket_index(op->buckets, problem.m)]);
   }
-  const std::string file =
-      tuner.cache_path().empty() ? std::string(" (autotune mode off)")
-                                 : " (" + std::string(tune::to_string(tuner.mode())) +
-                                       " mode, file " + tuner.cache_path() + ")";
+  const std::string file = tuner.cache_path().empty()
+                               ? std::string(" (autotune mode off)")
+                               : " (" + std::string(tune::to_string(tuner.mode())) +
+                                     " mode, file " + tuner.cache_path() + ")";
   const std::string id =
       verdict.selection.tactic != nullptr ? verdict.selection.tactic->id() : std::string("?");
   switch (verdict.selection.source) {
@@ -175,8 +177,9 @@ std::string describe_verdict(const CacheVerdict& verdict, const tune::Autotuner&
       return "block_fp8_linear is in the skip list (MXQ_AUTOTUNE_SKIP_OPS): the dispatch rule "
              "decides";
     case tune::SelectionSource::kOutOfRange:
-      return "the cache entry for " + bucket + " is not valid for M = " + std::to_string(problem.m) +
-             ": the dispatch rule decides" + file;
+      return "the cache entry for " + bucket +
+             " is not valid for M = " + std::to_string(problem.m) + ": the dispatch rule decides" +
+             file;
     case tune::SelectionSource::kUnknownOp:
       return "the tuner has no block_fp8_linear tactics for " +
              std::string(tune::to_string(tuner.backend())) + ": the dispatch rule decides";
