@@ -1,6 +1,7 @@
 #include "autotune_cli.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "mxq/core/error.h"
 #include "mxq/tune/registry.h"
@@ -77,8 +78,12 @@ ServingTuner serving_tuner(tune::Backend backend, const std::optional<tune::Depl
   config.deployment = deployment;
   out.tuner = std::make_unique<tune::Autotuner>(config);
   out.cache = out.tuner->cache_path();
-  out.note = "reading " + out.cache + " (" + std::to_string(out.tuner->decisions().size()) +
-             " servable decision(s))";
+  if (!std::filesystem::exists(out.cache)) {
+    out.note = "no cache file at " + out.cache + " yet (run `mxq tune`): the default tactics run";
+  } else {
+    out.note = "reading " + out.cache + " (" + std::to_string(out.tuner->decisions().size()) +
+               " servable decision(s))";
+  }
   return out;
 }
 
