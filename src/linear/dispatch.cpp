@@ -1,5 +1,6 @@
 #include "mxq/linear/dispatch.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include <any>
@@ -40,20 +41,40 @@ struct Preference {
   std::string because;
 };
 
-// The default choice among supported tactics of one kind (names as registered).
+// The default choice among supported tactics of one kind (names as registered). Measured on an
+// H200 (docs/PERF.md): with many waves of 128x128 tiles the large tile wins (fewer operand bytes
+// per FLOP); otherwise the last wave's idle SMs dominate, so the tile whose count fills the SMs
+// best wins, and among near-equal fills the larger tile (the 64x128 one overlapping promotion
+// with the next wgmma).
 Preference preferred_fast(const LinearProblem& p) {
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
-  if (p.m > 64 && tiles(p, 128, 128) >= sms) {
+  if (p.m > 64 && tiles(p, 128, 128) >= 2 * sms) {
     return {"cuda.sm90_wgmma.m128n128",
-            detail::concat("M > 64 and ", tiles(p, 128, 128), " 128x128 tiles fill ", sms, " SMs")};
+            detail::concat("M > 64 and ", tiles(p, 128, 128), " 128x128 tiles fill ", sms,
+                           " SMs at least twice")};
   }
-  if (tiles(p, 64, 128) >= sms) {
-    return {"cuda.sm90_wgmma.m64n128",
-            detail::concat(tiles(p, 64, 128), " 64x128 tiles fill ", sms, " SMs")};
+  struct Candidate {
+    const char* name;
+    std::int64_t tiles;
+  };
+  std::vector<Candidate> candidates;  // larger tiles first
+  if (p.m > 64) candidates.push_back({"cuda.sm90_wgmma.m128n128", tiles(p, 128, 128)});
+  candidates.push_back({"cuda.sm90_wgmma.m64n128_overlap", tiles(p, 64, 128)});
+  candidates.push_back({"cuda.sm90_wgmma.m64n64", tiles(p, 64, 64)});
+  // Fraction of the SM slots of all waves that hold a tile.
+  const auto fill = [&](const Candidate& c) {
+    return static_cast<double>(c.tiles) / static_cast<double>(ceil_div(c.tiles, sms) * sms);
+  };
+  double best_fill = 0;
+  for (const Candidate& c : candidates) best_fill = std::max(best_fill, fill(c));
+  constexpr double kFillTolerance = 0.05;
+  for (const Candidate& c : candidates) {
+    if (fill(c) >= best_fill - kFillTolerance) {
+      return {c.name, detail::concat(c.tiles, " tiles fill ", static_cast<int>(100 * fill(c) + 0.5),
+                                     "% of the SM slots of their waves (", sms, " SMs)")};
+    }
   }
-  return {"cuda.sm90_wgmma.m64n64",
-          detail::concat("only ", tiles(p, 64, 128), " 64x128 tiles for ", sms,
-                         " SMs: 64x64 tiles spread the weights over more SMs")};
+  return {candidates.back().name, "smallest tile"};  // not reached: the best fill is a candidate
 }
 
 Preference preferred_fallback(const LinearProblem& p) {
@@ -61,6 +82,20 @@ Preference preferred_fallback(const LinearProblem& p) {
     return {"cpu.blocked_f32.n64", "64-column tiles"};
   }
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
+  {
+    // The wgmma kernel where it supports the block: the fast path's tile rule, else the first
+    // wgmma tile that supports the block.
+    Preference tile = preferred_fast(p);
+    tile.name.replace(0, std::string_view("cuda.sm90_wgmma").size(), "cuda.sm90_wgmma_any");
+    if (tile.name.ends_with("_overlap")) tile.name.resize(tile.name.size() - 8);  // not compiled
+    const LinearTactic* preferred = find_tactic(tile.name);
+    if (preferred != nullptr && preferred->supports(p)) return tile;
+    for (const auto& tactic : linear_tactics()) {
+      if (tactic->name().starts_with("cuda.sm90_wgmma_any.") && tactic->supports(p)) {
+        return {tactic->name(), "the wgmma tile that supports block " + to_string(p.block)};
+      }
+    }
+  }
   if (p.block.k % 64 != 0) {
     return {"cuda.mma_sync.m64n128k32",
             detail::concat("block K extent ", p.block.k,

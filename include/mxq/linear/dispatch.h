@@ -2,10 +2,11 @@
 // runs for a problem and, for every tactic not chosen, the first reason why.
 //
 // Rules (docs/linear.md): the fast path (cuda.sm90_wgmma.*) is eligible only when the block is
-// {128, 128}, K % 128 == 0, N % 16 == 0, the output is bf16 and the GPU is sm_90; the fallback
-// (cuda.mma_sync.*) accepts every block with bn, bk multiples of 16; the CPU tactics accept any
-// block. "auto" prefers fast over fallback and picks a tile from M, N and the SM count; on the
-// CPU it picks the reference.
+// {128, 128}, K % 128 == 0, N % 16 == 0, the output is bf16 and the GPU is sm_90; the fallbacks
+// take every other block: cuda.sm90_wgmma_any.* (sm_90; block K extent 64 or 128, N extent 64
+// or a multiple of 128, K and N multiples of 16), cuda.mma_sync.* (every block with bn, bk
+// multiples of 16); the CPU tactics accept any block. "auto" prefers fast over fallback and picks a
+// tile from M, N and the SM count; on the CPU it picks the reference.
 //
 // Autotuner: given a tune::Autotuner (of the problem's backend), "auto" first asks its cache for
 // the block_fp8_linear problem at M (mxq/tune/block_fp8_linear.h). A tuned tactic runs when it

@@ -27,6 +27,10 @@ TEST(InfoCli, JsonListsBuildGpusCacheDirAndEveryRegisteredVariable) {
   const auto info = nlohmann::json::parse(r.out);
   EXPECT_EQ(info["version"], build_info().version);
   EXPECT_EQ(info["build"]["cuda"], build_info().cuda);
+  EXPECT_EQ(info["build"]["nccl"], build_info().nccl);
+  EXPECT_EQ(info["build"]["nccl_version"], build_info().nccl_version);
+  EXPECT_EQ(build_info().nccl, MXQ_WITH_NCCL != 0);
+  EXPECT_EQ(build_info().nccl_version.empty(), !build_info().nccl);
   EXPECT_TRUE(info["gpus"].is_array());
   EXPECT_EQ(info["cache_dir"], "/some/where");
   ASSERT_EQ(info["environment"].size(), env_registry().size());
@@ -42,6 +46,9 @@ TEST(InfoCli, HumanOutputFlagsBadValues) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("MXQ_NUM_THREADS"), std::string::npos);
   EXPECT_NE(r.out.find("expected an integer, found 'many'"), std::string::npos) << r.out;
+  const std::string nccl =
+      build_info().nccl ? "NCCL on (" + build_info().nccl_version + ")" : std::string("NCCL off");
+  EXPECT_NE(r.out.find(nccl), std::string::npos) << r.out;
 }
 
 TEST(InfoCli, EveryCommandHasHelp) {
