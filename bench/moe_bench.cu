@@ -453,10 +453,11 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
     const double flops = 2.0 * tokens * k * (3.0 * static_cast<double>(inter) * hidden);
 
     // Times one GEMM variant: the whole forward as one graph per input set, replayed
-    // round-robin; then the phases, launched eagerly with events between them.
-    const auto measure = [&](moe::cuda::GemmVariant variant) {
+    // round-robin; then the phases, from the same graphs with event records between kernels.
+    const auto measure = [&](moe::cuda::GemmVariant variant, bool programmatic_launch) {
       MoeParams vp = params;
       vp.gemm = variant;
+      vp.programmatic_launch = programmatic_launch;
       std::vector<cudaGraphExec_t> graphs(kInputSets);
       for (int s = 0; s < kInputSets; ++s) {
         run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
@@ -476,19 +477,32 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
         if (i >= 5) total.push_back(elapsed_us(start, stop));
       }
       for (auto& g : graphs) MXQ_CUDA_CHECK(cudaGraphExecDestroy(g));
+      // Phases: the same graphs with event records between the kernels (captured, so the host's
+      // launch rate does not stretch the small decode phases as eager launches would; the event
+      // nodes also serialize the kernels, so the phases add up to a little more than the total).
       std::vector<std::vector<float>> phase(4);
       run.phase_events = events.data();
-      for (int i = 0; i < options.repeats + 5; ++i) {
-        run.x = reinterpret_cast<const std::uint16_t*>(inputs[i % kInputSets]);
+      for (int s = 0; s < kInputSets; ++s) {
+        run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
+        cudaGraph_t graph;
+        MXQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
         moe::cuda::moe_forward(w, vp, run, workspace, ws_bytes, max_tokens, stream);
+        MXQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        MXQ_CUDA_CHECK(cudaGraphInstantiate(&graphs[s], graph, 0));
+        MXQ_CUDA_CHECK(cudaGraphDestroy(graph));
+      }
+      run.phase_events = nullptr;
+      for (int i = 0; i < options.repeats + 5; ++i) {
+        MXQ_CUDA_CHECK(cudaGraphLaunch(graphs[i % kInputSets], stream));
         MXQ_CUDA_CHECK(cudaEventSynchronize(events[4]));
         if (i < 5) continue;
         for (int p = 0; p < 4; ++p) phase[p].push_back(elapsed_us(events[p], events[p + 1]));
       }
-      run.phase_events = nullptr;
+      for (auto& g : graphs) MXQ_CUDA_CHECK(cudaGraphExecDestroy(g));
       const double us = median(total);
       return nlohmann::json{
           {"gemm_variant", moe::cuda::to_string(variant)},
+          {"programmatic_launch", programmatic_launch},
           {"total_us", us},
           {"routing_us", median(phase[0])},
           {"gemm1_us", median(phase[1])},
@@ -501,9 +515,11 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
           {"tflops", flops / (us * 1e-6) / 1e12}};
     };
     nlohmann::json point = {{"tokens", tokens},
-                            {"mxq", measure(moe::cuda::GemmVariant::kRegisterStream)}};
+                            {"mxq", measure(moe::cuda::GemmVariant::kRegisterStream, true)}};
     if (options.all_gemm_variants) {
-      point["mxq_shared_tile"] = measure(moe::cuda::GemmVariant::kSharedTile);
+      point["mxq_shared_tile"] = measure(moe::cuda::GemmVariant::kSharedTile, true);
+      // Same-run ablation: the default tactic in plain stream order.
+      point["mxq_no_pdl"] = measure(moe::cuda::GemmVariant::kRegisterStream, false);
     }
     const double us = point["mxq"]["total_us"].get<double>();
     if (options.baseline) {

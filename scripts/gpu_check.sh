@@ -9,8 +9,16 @@ mkdir -p "$out"
 export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
 export PATH="/usr/local/cuda/bin:$PATH"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMXQ_CUDA=ON \
+# NCCL: the toolkit's when it has one, else the pip wheel nvidia-nccl-cu13 of python3 (its
+# package folder holds include/ and lib/).
+nccl_args=()
+if [[ ! -f /usr/local/cuda/include/nccl.h ]] &&
+  nccl_root=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null); then
+  nccl_args=(-DNCCL_ROOT="$nccl_root")
+fi
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMXQ_CUDA=ON "${nccl_args[@]}" \
   -DMXQ_DEPS_DIR="$PWD/.deps" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+grep -E 'mxq: (CUDA|NCCL)' "$out/configure.log"
 cmake --build build-gpu -j "$(nproc)" >"$out/build.log" 2>&1 || { grep -E -A3 'error|FAILED' "$out/build.log" | head -60; exit 1; }
 echo "build ok"
 (cd build-gpu && ctest -L gpu --output-on-failure 2>&1 | tee "$out/ctest_gpu.log" | tail -25)

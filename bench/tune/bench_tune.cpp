@@ -125,7 +125,7 @@ void BM_Lookup(benchmark::State& state, bool hit) {
   std::int64_t tuned = 0;
   const std::int64_t allocations_before = g_allocations.load();
   for (auto _ : state) {
-    const Selection s = tuner.lookup(problems[i], tokens[i]);
+    Selection s = tuner.lookup(problems[i], tokens[i]);
     benchmark::DoNotOptimize(s);
     tuned += s.source == SelectionSource::kTuned;
     i = (i + 1) & 1023;

@@ -18,6 +18,10 @@ const BuildInfo& build_info() {
     b.cuda_toolkit =
         std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
 #endif
+#if MXQ_WITH_NCCL
+    b.nccl = true;
+    b.nccl_version = MXQ_NCCL_VERSION;
+#endif
 #if defined(__clang__)
     b.compiler = "clang " __clang_version__;
 #elif defined(__GNUC__)

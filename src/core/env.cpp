@@ -13,7 +13,7 @@ extern char** environ;  // NOLINT(readability-redundant-declaration)
 namespace mxq {
 namespace {
 
-constexpr std::array<EnvVarSpec, 7> kRegistry = {{
+constexpr std::array<EnvVarSpec, 13> kRegistry = {{
     {"MXQ_LOG_LEVEL", EnvType::kChoice, "warn", "messages at this level and above go to stderr",
      "trace,debug,info,warn,error,off"},
     {"MXQ_CACHE_DIR", EnvType::kPath, "",
@@ -34,6 +34,23 @@ constexpr std::array<EnvVarSpec, 7> kRegistry = {{
      "seconds one tuning pass may spend; what is left untuned runs the default tactic; 0 = no "
      "limit",
      ""},
+    {"MXQ_RANK", EnvType::kInt, "",
+     "this process's rank in a multi-process group (with MXQ_WORLD_SIZE; overrides torchrun's "
+     "RANK and Open MPI's OMPI_COMM_WORLD_RANK)",
+     ""},
+    {"MXQ_WORLD_SIZE", EnvType::kInt, "", "number of ranks in the group (with MXQ_RANK)", ""},
+    {"MXQ_LOCAL_RANK", EnvType::kInt, "",
+     "rank among this node's ranks, the GPU it uses (default: MXQ_RANK)", ""},
+    {"MXQ_RENDEZVOUS_DIR", EnvType::kPath, "",
+     "folder where rank 0 publishes the NCCL id for the other ranks of the node (default: <temp "
+     "dir>/mxq-rendezvous-<uid>)",
+     ""},
+    {"MXQ_RUN_ID", EnvType::kString, "",
+     "names one launch's rendezvous files; same on every rank, new for every launch (default: "
+     "torchrun's run id, mpirun's PMIx namespace, else the parent process)",
+     ""},
+    {"MXQ_RENDEZVOUS_TIMEOUT", EnvType::kInt, "300",
+     "seconds ranks wait for each other in the rendezvous", ""},
 }};
 
 std::vector<std::string> split_commas(std::string_view text) {
@@ -116,6 +133,8 @@ std::vector<std::string> env_list(std::string_view name) {
 
 std::string env_validate(std::string_view name) {
   const EnvVarSpec& spec = env_spec(name);
+  // Unset without a default means "not given" (e.g. MXQ_RANK outside a multi-process launch).
+  if (!env_raw(name) && spec.default_value.empty()) return {};
   try {
     switch (spec.type) {
       case EnvType::kInt:

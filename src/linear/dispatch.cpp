@@ -1,10 +1,17 @@
 #include "mxq/linear/dispatch.h"
 
+#include <algorithm>
 #include <sstream>
+
+#include <any>
+#include <optional>
 
 #include "linear/cpu_tactics.h"
 #include "linear/device_ops.h"
+#include "linear/tune_support.h"
 #include "mxq/core/error.h"
+#include "mxq/tune/autotuner.h"
+#include "mxq/tune/block_fp8_linear.h"
 
 namespace mxq::linear {
 namespace {
@@ -34,20 +41,40 @@ struct Preference {
   std::string because;
 };
 
-// The default choice among supported tactics of one kind (names as registered).
+// The default choice among supported tactics of one kind (names as registered). Measured on an
+// H200 (docs/PERF.md): with many waves of 128x128 tiles the large tile wins (fewer operand bytes
+// per FLOP); otherwise the last wave's idle SMs dominate, so the tile whose count fills the SMs
+// best wins, and among near-equal fills the larger tile (the 64x128 one overlapping promotion
+// with the next wgmma).
 Preference preferred_fast(const LinearProblem& p) {
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
-  if (p.m > 64 && tiles(p, 128, 128) >= sms) {
+  if (p.m > 64 && tiles(p, 128, 128) >= 2 * sms) {
     return {"cuda.sm90_wgmma.m128n128",
-            detail::concat("M > 64 and ", tiles(p, 128, 128), " 128x128 tiles fill ", sms, " SMs")};
+            detail::concat("M > 64 and ", tiles(p, 128, 128), " 128x128 tiles fill ", sms,
+                           " SMs at least twice")};
   }
-  if (tiles(p, 64, 128) >= sms) {
-    return {"cuda.sm90_wgmma.m64n128",
-            detail::concat(tiles(p, 64, 128), " 64x128 tiles fill ", sms, " SMs")};
+  struct Candidate {
+    const char* name;
+    std::int64_t tiles;
+  };
+  std::vector<Candidate> candidates;  // larger tiles first
+  if (p.m > 64) candidates.push_back({"cuda.sm90_wgmma.m128n128", tiles(p, 128, 128)});
+  candidates.push_back({"cuda.sm90_wgmma.m64n128_overlap", tiles(p, 64, 128)});
+  candidates.push_back({"cuda.sm90_wgmma.m64n64", tiles(p, 64, 64)});
+  // Fraction of the SM slots of all waves that hold a tile.
+  const auto fill = [&](const Candidate& c) {
+    return static_cast<double>(c.tiles) / static_cast<double>(ceil_div(c.tiles, sms) * sms);
+  };
+  double best_fill = 0;
+  for (const Candidate& c : candidates) best_fill = std::max(best_fill, fill(c));
+  constexpr double kFillTolerance = 0.05;
+  for (const Candidate& c : candidates) {
+    if (fill(c) >= best_fill - kFillTolerance) {
+      return {c.name, detail::concat(c.tiles, " tiles fill ", static_cast<int>(100 * fill(c) + 0.5),
+                                     "% of the SM slots of their waves (", sms, " SMs)")};
+    }
   }
-  return {"cuda.sm90_wgmma.m64n64",
-          detail::concat("only ", tiles(p, 64, 128), " 64x128 tiles for ", sms,
-                         " SMs: 64x64 tiles spread the weights over more SMs")};
+  return {candidates.back().name, "smallest tile"};  // not reached: the best fill is a candidate
 }
 
 Preference preferred_fallback(const LinearProblem& p) {
@@ -55,6 +82,20 @@ Preference preferred_fallback(const LinearProblem& p) {
     return {"cpu.blocked_f32.n64", "64-column tiles"};
   }
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
+  {
+    // The wgmma kernel where it supports the block: the fast path's tile rule, else the first
+    // wgmma tile that supports the block.
+    Preference tile = preferred_fast(p);
+    tile.name.replace(0, std::string_view("cuda.sm90_wgmma").size(), "cuda.sm90_wgmma_any");
+    if (tile.name.ends_with("_overlap")) tile.name.resize(tile.name.size() - 8);  // not compiled
+    const LinearTactic* preferred = find_tactic(tile.name);
+    if (preferred != nullptr && preferred->supports(p)) return tile;
+    for (const auto& tactic : linear_tactics()) {
+      if (tactic->name().starts_with("cuda.sm90_wgmma_any.") && tactic->supports(p)) {
+        return {tactic->name(), "the wgmma tile that supports block " + to_string(p.block)};
+      }
+    }
+  }
   if (p.block.k % 64 != 0) {
     return {"cuda.mma_sync.m64n128k32",
             detail::concat("block K extent ", p.block.k,
@@ -97,7 +138,100 @@ const LinearTactic* find_tactic(std::string_view name) {
   return nullptr;
 }
 
-Explanation explain(const LinearProblem& problem, std::string_view requested) {
+namespace {
+
+// What the tuner's cache says about a problem. Allocation-free when the cache holds a tactic that
+// supports the problem (the serving path).
+struct CacheVerdict {
+  tune::Selection selection;
+  const LinearTactic* tactic = nullptr;  // the cached linear tactic; null for "auto" or no entry
+  Support support;                       // of `tactic` on the problem
+  [[nodiscard]] bool tuned() const { return selection.source == tune::SelectionSource::kTuned; }
+  // The cache's tactic runs.
+  [[nodiscard]] bool use_tactic() const { return tuned() && tactic != nullptr && support.ok(); }
+  // The cache decided: its tactic runs, or it found the dispatch rule ("auto") fastest.
+  [[nodiscard]] bool decided() const {
+    return tuned() && (tactic == nullptr ? true : support.ok());
+  }
+};
+
+void check_tuner_backend(const tune::Autotuner& tuner, const LinearProblem& problem) {
+  const tune::Backend wanted =
+      problem.device.is_cuda() ? tune::Backend::kCuda : tune::Backend::kCpu;
+  if (tuner.backend() != wanted) {
+    fail_argument(ErrorCode::kInvalidArgument, "tuner",
+                  detail::concat("an autotuner of backend ", tune::to_string(wanted),
+                                 " (the problem is on ", problem.device, ")"),
+                  detail::concat("backend ", tune::to_string(tuner.backend())));
+  }
+}
+
+CacheVerdict ask_cache(const tune::Autotuner& tuner, const tune::Problem& tuned,
+                       const LinearProblem& problem) {
+  CacheVerdict verdict;
+  verdict.selection = tuner.lookup(tuned, problem.m);
+  if (!verdict.tuned() || verdict.selection.tactic == nullptr) return verdict;
+  const auto* native = std::any_cast<const LinearTactic*>(&verdict.selection.tactic->native);
+  if (native == nullptr) {
+    fail(ErrorCode::kInternal, "autotuner tactic ", verdict.selection.tactic->id(),
+         " of op block_fp8_linear does not name a linear tactic");
+  }
+  verdict.tactic = *native;
+  if (verdict.tactic != nullptr) verdict.support = verdict.tactic->supports(problem);
+  return verdict;
+}
+
+// One line on what the cache said, for Explanation::tuner_note.
+std::string describe_verdict(const CacheVerdict& verdict, const tune::Autotuner& tuner,
+                             const LinearProblem& problem) {
+  std::string bucket = "token bucket ?";
+  if (const tune::OpSpec* op = tuner.registry().find_op(tune::kBlockFp8LinearOp, tuner.backend())) {
+    bucket =
+        detail::concat("token bucket ", op->buckets[tune::bucket_index(op->buckets, problem.m)]);
+  }
+  const std::string file = tuner.cache_path().empty()
+                               ? std::string(" (autotune mode off)")
+                               : " (" + std::string(tune::to_string(tuner.mode())) +
+                                     " mode, file " + tuner.cache_path() + ")";
+  const std::string id =
+      verdict.selection.tactic != nullptr ? verdict.selection.tactic->id() : std::string("?");
+  switch (verdict.selection.source) {
+    case tune::SelectionSource::kTuned:
+      if (verdict.tactic == nullptr) {
+        return "cache entry for " + bucket + ": auto (the dispatch rule was fastest)" + file;
+      }
+      if (!verdict.support) {
+        return "cache entry for " + bucket + ": " + id + " (" + verdict.tactic->name() +
+               "), which does not support this problem (" + verdict.support.reason +
+               "): the dispatch rule decides" + file;
+      }
+      return "cache entry for " + bucket + ": " + id + " (" + verdict.tactic->name() + ")" + file;
+    case tune::SelectionSource::kDefault:
+      return "no cache entry for this problem at " + bucket + ": the dispatch rule decides" + file;
+    case tune::SelectionSource::kSkipped:
+      return "block_fp8_linear is in the skip list (MXQ_AUTOTUNE_SKIP_OPS): the dispatch rule "
+             "decides";
+    case tune::SelectionSource::kOutOfRange:
+      return "the cache entry for " + bucket +
+             " is not valid for M = " + std::to_string(problem.m) + ": the dispatch rule decides" +
+             file;
+    case tune::SelectionSource::kUnknownOp:
+      return "the tuner has no block_fp8_linear tactics for " +
+             std::string(tune::to_string(tuner.backend())) + ": the dispatch rule decides";
+  }
+  return "?";
+}
+
+}  // namespace
+
+Explanation explain(const LinearProblem& problem, std::string_view requested,
+                    const tune::Autotuner* tuner) {
+  std::optional<CacheVerdict> verdict;
+  if (tuner != nullptr && requested == "auto") {
+    check_tuner_backend(*tuner, problem);
+    verdict = ask_cache(*tuner, internal::tune_problem_of(problem), problem);
+  }
+  const LinearTactic* cached = verdict && verdict->use_tactic() ? verdict->tactic : nullptr;
   Explanation result;
   result.problem = problem;
   result.requested = std::string(requested);
@@ -150,11 +284,29 @@ Explanation explain(const LinearProblem& problem, std::string_view requested) {
     break;
   }
 
+  // The autotuner's cached tactic overrides the rules' choice.
+  const LinearTactic* rule_choice = result.chosen;
+  if (cached != nullptr) {
+    result.chosen = cached;
+    result.chosen_because = "autotuner cache (" + verdict->selection.tactic->id() + ")";
+  }
+  if (tuner != nullptr) {
+    result.from_tuner = verdict && verdict->decided();
+    result.tuner_note = verdict ? describe_verdict(*verdict, *tuner, problem)
+                                : "not consulted: tactic '" + std::string(requested) +
+                                      "' was requested (only auto consults it)";
+  }
+
   for (std::size_t i = 0; i < tactics.size(); ++i) {
     const LinearTactic& tactic = *tactics[i];
     if (&tactic == result.chosen) continue;
     std::string reason;
-    if (!support[i]) {
+    if (cached != nullptr && support[i]) {
+      reason = &tactic == rule_choice
+                   ? "the dispatch rule's choice (" + preference.because +
+                         "), but the autotuner's cache chose " + cached->name()
+                   : "supported, but the autotuner's cache chose " + cached->name();
+    } else if (!support[i]) {
       reason = support[i].reason;
     } else if (!requested_includes(requested, tactic)) {
       reason = "supported, but not requested (--tactic " + std::string(requested) + ")";
@@ -185,6 +337,7 @@ std::string Explanation::str() const {
         << (is_kind_request(requested) ? requested + " tactic" : requested)
         << " supports this problem\n";
   }
+  if (!tuner_note.empty()) out << "autotune:  " << tuner_note << "\n";
   out << "not chosen:\n";
   for (const TacticRejection& rejection : rejected) {
     out << "  " << rejection.tactic << ": " << rejection.reason << "\n";
@@ -192,7 +345,24 @@ std::string Explanation::str() const {
   return out.str();
 }
 
-const LinearTactic& select_tactic(const LinearProblem& problem, std::string_view requested) {
+const LinearTactic& select_tactic(const LinearProblem& problem, std::string_view requested,
+                                  const tune::Autotuner* tuner, const tune::Problem* tune_problem,
+                                  bool* from_tuner) {
+  if (from_tuner != nullptr) *from_tuner = false;
+  if (tuner != nullptr && requested == "auto") {
+    check_tuner_backend(*tuner, problem);
+    std::optional<tune::Problem> built;
+    if (tune_problem == nullptr) {
+      built = internal::tune_problem_of(problem);
+      tune_problem = &*built;
+    } else if (!internal::tune_problem_matches(*tune_problem, problem)) {
+      fail_argument(ErrorCode::kInvalidArgument, "tune_problem",
+                    "the block_fp8_linear problem of " + problem.str(), tune_problem->canonical());
+    }
+    const CacheVerdict verdict = ask_cache(*tuner, *tune_problem, problem);
+    if (from_tuner != nullptr) *from_tuner = verdict.decided();
+    if (verdict.use_tactic()) return *verdict.tactic;
+  }
   if (!is_kind_request(requested) && find_tactic(requested) == nullptr) {
     std::ostringstream known;
     known << "auto, fast, fallback, reference";

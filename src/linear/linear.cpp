@@ -100,6 +100,15 @@ void bind_weight_bias_out(PreparedLinear& prepared, const BlockFp8Weight& w, con
   ops.stream = stream;
 }
 
+// The tactic to run (dispatch, with the options' autotuner), reported in options.ran.
+const LinearTactic& choose_tactic(const LinearProblem& problem, const LinearOptions& options) {
+  bool from_tuner = false;
+  const LinearTactic& tactic =
+      select_tactic(problem, options.tactic, options.tuner, options.tune_problem, &from_tuner);
+  if (options.ran != nullptr) *options.ran = {&tactic, from_tuner};
+  return tactic;
+}
+
 }  // namespace
 
 LinearProblem make_problem(const TensorView& x, const BlockFp8Weight& w, const TensorView* bias,
@@ -172,7 +181,7 @@ Tensor linear(const Fp8BlockTensor& x, const BlockFp8Weight& w, const TensorView
   require_rank(x.q, "x.q", 2);
   Tensor out = Tensor::empty(options.out_dtype, {x.q.shape()[0], w.n()}, w.device());
   const PreparedLinear prepared = prepare_linear(x, w, bias, out, options);
-  const LinearTactic& tactic = select_tactic(prepared.problem, options.tactic);
+  const LinearTactic& tactic = choose_tactic(prepared.problem, options);
   const internal::DeviceScope scope(w.device());
   tactic.run(prepared.operands, prepared.problem);
   return out;
@@ -183,7 +192,7 @@ Tensor linear(const TensorView& x, const BlockFp8Weight& w, const TensorView* bi
   PreparedLinear prepared;
   prepared.problem = make_problem(x, w, bias, options);
   const internal::DeviceScope scope(w.device());
-  const LinearTactic& tactic = select_tactic(prepared.problem, options.tactic);
+  const LinearTactic& tactic = choose_tactic(prepared.problem, options);
   const std::int64_t m = x.size(0);
   const std::int64_t k = x.size(1);
   const std::int64_t group_k = w.block.k;

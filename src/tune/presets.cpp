@@ -3,9 +3,11 @@
 #include <vector>
 
 #include "mxq/core/error.h"
+#include "mxq/moe/prepare.h"
 #include "mxq/moe/sharding.h"
 #include "mxq/tune/block_fp8_linear.h"
 #include "mxq/tune/moe_expert_gemm.h"
+#include "mxq/tune/moe_gpu_forward.h"
 #include "mxq/tune/toy_gemm.h"
 
 namespace mxq::tune {
@@ -46,6 +48,28 @@ Problem moe_rank_problem(std::int64_t experts, std::int64_t hidden, std::int64_t
   return moe_expert_gemm_problem({experts, ep.count, hidden, tp.width, top_k, true});
 }
 
+// The same rank on the GPU (moe_gpu_forward): the kernels stream the rank's valid channels of the
+// width padded to the layer's default alignment (128), as `mxq run` / `mxq moe` prepare it.
+Problem moe_gpu_rank_problem(std::int64_t experts, std::int64_t hidden, std::int64_t intermediate,
+                             std::int64_t top_k, const ParallelLayout& layout) {
+  const moe::TpShard tp = moe::tp_shard(intermediate, layout.tp, 0);
+  const moe::EpShard ep = moe::ep_shard(experts, layout.ep, 0);
+  MoeGpuForwardShape shape;
+  shape.rank = {experts, ep.count, hidden, tp.valid, top_k, true};
+  shape.intermediate_padded = moe::padded_intermediate(tp.width, moe::kDefaultAlignment);
+  shape.activation = moe::Activation::kSwigluOai;
+  return moe_gpu_forward_problem(shape);
+}
+
+// A MoE preset's problems: the CPU expert computation and the GPU forward of rank 0.
+std::vector<PresetProblem> moe_rank(std::int64_t experts, std::int64_t hidden,
+                                    std::int64_t intermediate, std::int64_t top_k,
+                                    const ParallelLayout& layout,
+                                    std::vector<std::int64_t> tokens) {
+  return {{moe_rank_problem(experts, hidden, intermediate, top_k, layout), tokens},
+          {moe_gpu_rank_problem(experts, hidden, intermediate, top_k, layout), tokens}};
+}
+
 std::vector<std::int64_t> powers_of_two(std::int64_t max) {
   std::vector<std::int64_t> tokens;
   for (std::int64_t t = 1; t <= max; t *= 2) tokens.push_back(t);
@@ -53,15 +77,15 @@ std::vector<std::int64_t> powers_of_two(std::int64_t max) {
 }
 
 std::vector<PresetProblem> tiny_moe(const ParallelLayout& layout) {
-  return {{moe_rank_problem(8, 128, 128, 2, layout), powers_of_two(64)}};
+  return moe_rank(8, 128, 128, 2, layout, powers_of_two(64));
 }
 
 // gpt-oss: H = I = 2880, top-4, biases; 20b has 32 experts, 120b 128.
 std::vector<PresetProblem> gpt_oss_20b(const ParallelLayout& layout) {
-  return {{moe_rank_problem(32, 2880, 2880, 4, layout), powers_of_two(8192)}};
+  return moe_rank(32, 2880, 2880, 4, layout, powers_of_two(8192));
 }
 std::vector<PresetProblem> gpt_oss_120b(const ParallelLayout& layout) {
-  return {{moe_rank_problem(128, 2880, 2880, 4, layout), powers_of_two(8192)}};
+  return moe_rank(128, 2880, 2880, 4, layout, powers_of_two(8192));
 }
 
 // DeepSeek-V3's block-FP8 linears (128x128 blocks) under tensor parallelism: the fused q/kv
@@ -89,8 +113,7 @@ const std::vector<DeploymentPreset>& table() {
       {"toy", "demo: two toy_gemm layers (the tuner's tests)", toy_target},
       {"toy-draft", "demo draft model for \"toy\": one shared and one own toy_gemm layer",
        toy_draft},
-      {"tiny-moe", "small MXFP4 MoE (E=8, H=I=128, top-2) that tunes in seconds on a CPU",
-       tiny_moe},
+      {"tiny-moe", "small MXFP4 MoE (E=8, H=I=128, top-2) that tunes in seconds", tiny_moe},
       {"gpt-oss-20b", "gpt-oss-20b MoE experts (E=32, H=I=2880, top-4), I split over TP",
        gpt_oss_20b},
       {"gpt-oss-120b", "gpt-oss-120b MoE experts (E=128, H=I=2880, top-4), I split over TP",

@@ -36,6 +36,8 @@ nlohmann::json collect_info() {
   out["build"] = {{"cuda", build.cuda},
                   {"cuda_arch", build.cuda_arch},
                   {"cuda_toolkit", build.cuda_toolkit},
+                  {"nccl", build.nccl},
+                  {"nccl_version", build.nccl_version},
                   {"compiler", build.compiler}};
   nlohmann::json gpu_list = nlohmann::json::array();
   for (const GpuInfo& gpu : gpus.gpus) {
@@ -77,6 +79,9 @@ void print_human(const nlohmann::json& info) {
     std::cout << " (" << build["cuda_arch"].get<std::string>() << ", toolkit "
               << build["cuda_toolkit"].get<std::string>() << ")";
   }
+  std::cout << ", NCCL " << (build["nccl"].get<bool>() ? "on" : "off");
+  if (build["nccl"].get<bool>())
+    std::cout << " (" << build["nccl_version"].get<std::string>() << ")";
   std::cout << ", " << build["compiler"].get<std::string>() << "\n";
   if (info["gpus"].empty()) {
     std::cout << "GPUs: none (" << info["gpu_note"].get<std::string>() << ")\n";

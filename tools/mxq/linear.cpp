@@ -1,10 +1,13 @@
 // `mxq linear`: y = x W^T with a block-FP8 weight from a checkpoint, on the CPU or a CUDA GPU,
 // through the tactic dispatch chooses (or the one forced with --tactic); --explain shows the
-// decision and why every other tactic was not chosen.
+// decision and why every other tactic was not chosen. With --tactic auto an autotuner's cache
+// (MXQ_AUTOTUNE_CACHE, read when MXQ_AUTOTUNE is load or tune) may choose the tactic; --explain
+// and --json say whether it did.
 #include <cstring>
 #include <iostream>
 #include <memory>
 
+#include "autotune_cli.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "mxq/core/build_info.h"
@@ -76,10 +79,8 @@ nlohmann::json explanation_json(const linear::Explanation& e) {
               {"params", params},
               {"because", e.chosen_because}};
   }
-  return {{"problem", e.problem.str()},
-          {"requested", e.requested},
-          {"chosen", chosen},
-          {"not_chosen", rejected}};
+  return {{"problem", e.problem.str()}, {"requested", e.requested},   {"chosen", chosen},
+          {"from_tuner", e.from_tuner}, {"tuner_note", e.tuner_note}, {"not_chosen", rejected}};
 }
 
 void run_linear(const LinearArgs& args) {
@@ -112,10 +113,15 @@ void run_linear(const LinearArgs& args) {
     fail_argument(ErrorCode::kInvalidArgument, "--out-dtype", "bf16 or f32",
                   "'" + args.out_dtype + "'");
   }
+  const ServingTuner serving = serving_tuner(
+      device.is_cuda() ? tune::Backend::kCuda : tune::Backend::kCpu, std::nullopt, device.index);
+  options.tuner = serving.tuner.get();
   const linear::LinearProblem problem = linear::make_problem(x, weight, nullptr, options);
-  const linear::Explanation explanation = linear::explain(problem, args.tactic);
+  const linear::Explanation explanation = linear::explain(problem, args.tactic, options.tuner);
   // Refuses a forced tactic that does not support the problem, with its reason.
-  const linear::LinearTactic& tactic = linear::select_tactic(problem, args.tactic);
+  bool from_tuner = false;
+  const linear::LinearTactic& tactic =
+      linear::select_tactic(problem, args.tactic, options.tuner, nullptr, &from_tuner);
 
   nlohmann::json report = {{"weight",
                             {{"name", args.name},
@@ -123,18 +129,25 @@ void run_linear(const LinearArgs& args) {
                              {"block", to_string(weight.block)},
                              {"block_from", origin.block_from},
                              {"shape", {weight.n(), weight.k()}}}},
-                           {"tactic", tactic.name()}};
+                           {"tactic", tactic.name()},
+                           {"tactic_from_cache", from_tuner},
+                           {"autotune", serving.json()}};
   if (args.explain) {
     report["explain"] = explanation_json(explanation);
     if (!args.json) std::cout << explanation.str();
   }
   if (!args.output.empty()) {
+    linear::LinearRun ran;
+    options.ran = &ran;
     const Tensor y = to_f32(linear::linear(x, weight, nullptr, options));
     io::write_npy(args.output, y);
     report["output"] = {{"path", args.output}, {"shape", {y.shape()[0], y.shape()[1]}}};
+    report["tactic"] = ran.tactic->name();
+    report["tactic_from_cache"] = ran.from_tuner;
     if (!args.json) {
       std::cout << args.output << ": f32 [" << y.shape()[0] << ", " << y.shape()[1] << "] via "
-                << tactic.name() << "\n";
+                << ran.tactic->name() << (ran.from_tuner ? " (from the autotune cache)" : "")
+                << "\n";
     }
   }
   if (args.json) print_json(report);
@@ -158,8 +171,11 @@ void register_linear(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--output", args->output, "Output .npy, f32 [M, N]");
   cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
-  cmd->add_option("--tactic", args->tactic,
-                  "auto, fast, fallback, reference or a tactic name (see --explain)")
+  cmd->add_option(
+         "--tactic", args->tactic,
+         "auto, fast, fallback, reference or a tactic name (see --explain); auto asks "
+         "the autotune cache MXQ_AUTOTUNE_CACHE first when set and MXQ_AUTOTUNE is load or "
+         "tune")
       ->capture_default_str();
   cmd->add_option("--activation-scales", args->activation_scales,
                   "fp32, or ue8m0 (activation scales rounded up to powers of two)")

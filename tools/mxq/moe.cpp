@@ -1,8 +1,11 @@
 // `mxq moe`: runs one MoE layer of a checkpoint on an .npy input, simulating every TP x EP rank.
+// On the GPU an autotuner's cache (MXQ_AUTOTUNE_CACHE, read when MXQ_AUTOTUNE is load or tune)
+// picks each rank's GEMM variant.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 
+#include "autotune_cli.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "moe_gpu.h"
@@ -58,9 +61,11 @@ void run_moe(const MoeOptions& options) {
 
   const bool on_gpu = options.device == "cuda";
   GpuMoeRun gpu_run;
+  ServingTuner serving;
   moe::MoeForwardResult result;
   if (on_gpu) {
-    gpu_run = run_moe_on_gpu(layer, x);
+    serving = serving_tuner(tune::Backend::kCuda, std::nullopt);
+    gpu_run = run_moe_on_gpu(layer, x, serving.tuner.get());
     result.output = gpu_run.output;
     result.total_seconds = gpu_run.forward_ms * 1e-3;
     result.rank_seconds.assign(static_cast<std::size_t>(layer.num_ranks()), 0.0);
@@ -78,6 +83,11 @@ void run_moe(const MoeOptions& options) {
       ranks[r]["intermediate_before"] = before[r]["intermediate_per_partition"];
       ranks[r].erase("shapes");
       ranks[r]["expert_seconds"] = result.rank_seconds[r];
+      if (on_gpu) {
+        ranks[r]["tactic"] = gpu_run.ranks[r].tactic;
+        ranks[r]["tactic_from_cache"] = gpu_run.ranks[r].from_tuner;
+        ranks[r]["tune_problem"] = gpu_run.ranks[r].problem;
+      }
     }
     nlohmann::json out = {
         {"checkpoint", options.checkpoint},
@@ -100,6 +110,8 @@ void run_moe(const MoeOptions& options) {
         {"tactic", on_gpu ? gpu_run.tactic
                           : "cpu-reference (MXFP4 decoded to fp64, fp64 dot products, bf16 "
                             "intermediate)"},
+        {"tactic_from_cache", on_gpu && gpu_run.from_tuner},
+        {"autotune", on_gpu ? serving.json() : nlohmann::json(nullptr)},
         {"device", on_gpu ? "cuda (" + gpu_run.gpu + ")" : "cpu"},
         {"tokens", tokens},
         {"timings",
@@ -123,6 +135,11 @@ void run_moe(const MoeOptions& options) {
     std::printf("I_rank %lld -> %lld (alignment %lld), wasted %.2f%%\n",
                 static_cast<long long>(padding.before), static_cast<long long>(padding.after),
                 static_cast<long long>(options.align), 100.0 * padding.wasted_fraction());
+    if (on_gpu) {
+      std::printf("tactic: %s (%s); autotune: %s\n", gpu_run.tactic.c_str(),
+                  gpu_run.from_tuner ? "from the autotune cache" : "default: no cache decision",
+                  serving.note.c_str());
+    }
     std::printf("%lld tokens: forward %.3f s (%.2f ms/token), load %.3f s; wrote %s\n",
                 static_cast<long long>(tokens), result.total_seconds,
                 tokens > 0 ? 1e3 * result.total_seconds / static_cast<double>(tokens) : 0.0,
@@ -152,7 +169,9 @@ void register_moe(CLI::App& app) {
   cmd->add_option("--intermediate-per-rank", options->intermediate_per_rank,
                   "Force the per-rank intermediate width (a multiple of 32; 0 = automatic)")
       ->capture_default_str();
-  cmd->add_option("--device", options->device, "Where to run")
+  cmd->add_option("--device", options->device,
+                  "Where to run (cuda: GPU 0; the GEMM variant comes from the autotune cache "
+                  "MXQ_AUTOTUNE_CACHE when set, and MXQ_AUTOTUNE is load or tune)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--activation", options->activation, "Override the activation")

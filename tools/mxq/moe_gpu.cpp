@@ -10,6 +10,7 @@
 #if MXQ_WITH_CUDA
 #include "mxq/core/cuda_check.h"
 #include "mxq/moe/gpu_layer.h"
+#include "mxq/tune/problem.h"
 #endif
 
 namespace mxq::cli {
@@ -26,15 +27,23 @@ void require_gpu_for_device_cuda() {
 #endif
 }
 
-GpuMoeRun run_moe_on_gpu(const moe::MoeLayer& layer, const Tensor& x) {
+GpuMoeRun run_moe_on_gpu(const moe::MoeLayer& layer, const Tensor& x,
+                         const tune::Autotuner* tuner) {
   require_gpu_for_device_cuda();
 #if MXQ_WITH_CUDA
   const GpuQuery query = query_gpus();
   require_rank(x, "--input", 2);
   const int tokens = static_cast<int>(x.shape()[0]);
-  const moe::MoeGpuLayer gpu = moe::MoeGpuLayer::upload(layer, std::max(tokens, 1));
+  const moe::MoeGpuLayer gpu = moe::MoeGpuLayer::upload(
+      layer, std::max(tokens, 1), Device::cuda(0), moe::cuda::GemmVariant::kRegisterStream, tuner);
   GpuMoeRun run;
-  run.tactic = gpu.tactic_name();
+  for (int r = 0; r < gpu.num_ranks(); ++r) {
+    const tune::Problem* problem = gpu.tune_problem(r);
+    run.ranks.push_back({gpu.tactic_name(tokens, r), gpu.gemm_choice(tokens, r).from_tuner,
+                         problem != nullptr ? problem->canonical() : std::string()});
+  }
+  run.tactic = run.ranks.front().tactic;
+  run.from_tuner = run.ranks.front().from_tuner;
   run.gpu = query.gpus.front().name;
   run.output = gpu.forward_host(x);
   // Device time of the forward alone: the input already on the device, events around it.
@@ -65,6 +74,7 @@ GpuMoeRun run_moe_on_gpu(const moe::MoeLayer& layer, const Tensor& x) {
 #else
   (void)layer;
   (void)x;
+  (void)tuner;
   return {};
 #endif
 }

@@ -1,12 +1,15 @@
 // `mxq run`: the main job. A synthetic gpt-oss-20b-shaped MoE layer (E=32, H=I=2880, top-4),
 // generated once into the cache directory, runs a batch of tokens split over TP ranks with the
 // per-rank intermediate size padded to 128 (TP=2: 1440 -> 1536); the result is checked against
-// an independent unpadded TP=1 run of the same layer.
+// an independent unpadded TP=1 run of the same layer. On the GPU the autotuner's cache of the
+// gpt-oss-20b deployment at this TP (`mxq tune --preset gpt-oss-20b --tp N --device cuda`, or
+// MXQ_AUTOTUNE_CACHE) picks the GEMM variant when MXQ_AUTOTUNE is load (the default) or tune.
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
 
+#include "autotune_cli.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "moe_gpu.h"
@@ -61,9 +64,15 @@ void run_main(const RunOptions& options) {
   progress("forward: " + std::to_string(options.tokens) + " tokens on " + options.device);
   const std::clock_t cpu_start = std::clock();  // process CPU time: all threads together
   GpuMoeRun gpu_run;
+  ServingTuner serving;
   moe::MoeForwardResult result;
   if (on_gpu) {
-    gpu_run = run_moe_on_gpu(layer, x);
+    // The deployment this layer belongs to: its cache file is what `mxq tune` wrote for it.
+    serving = serving_tuner(tune::Backend::kCuda,
+                            preset_deployment("gpt-oss-20b", {options.tp, 1}, tune::Backend::kCuda,
+                                              tune::AutotuneOptions::from_env().skip_ops));
+    progress("autotune: " + serving.note);
+    gpu_run = run_moe_on_gpu(layer, x, serving.tuner.get());
     result.output = gpu_run.output;
     result.total_seconds = gpu_run.forward_ms * 1e-3;
   } else {
@@ -105,6 +114,8 @@ void run_main(const RunOptions& options) {
         {"pass", pass},
         {"device", on_gpu ? "cuda (" + gpu_run.gpu + ")" : "cpu"},
         {"tactic", on_gpu ? gpu_run.tactic : "cpu-reference"},
+        {"tactic_from_cache", on_gpu && gpu_run.from_tuner},
+        {"autotune", on_gpu ? serving.json() : nlohmann::json(nullptr)},
         {"checkpoint", path},
         {"config",
          {{"num_experts", config.num_experts},
@@ -148,9 +159,11 @@ void run_main(const RunOptions& options) {
         options.tp, static_cast<long long>(padding.before), static_cast<long long>(padding.after),
         100.0 * padding.wasted_fraction());
     if (on_gpu) {
-      std::printf("forward: %lld tokens in %.1f us on %s (%s)\n",
+      std::printf("forward: %lld tokens in %.1f us on %s (%s, %s)\n",
                   static_cast<long long>(options.tokens), gpu_run.forward_ms * 1e3,
-                  gpu_run.gpu.c_str(), gpu_run.tactic.c_str());
+                  gpu_run.gpu.c_str(), gpu_run.tactic.c_str(),
+                  gpu_run.from_tuner ? "from the autotune cache" : "default: no cache decision");
+      std::printf("autotune: %s\n", serving.note.c_str());
       std::printf(
           "vs TP=1 unpadded CPU reference: normalized error %.2e (tolerance 4e-3), "
           "%lld NaN mismatches\n",
@@ -191,7 +204,10 @@ void register_run(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "run",
       "The main job: a synthetic gpt-oss-20b-shaped MoE layer (generated once into the "
-      "cache directory), TP-split and padded, checked against an unpadded TP=1 run");
+      "cache directory), TP-split and padded, checked against an unpadded TP=1 run. With "
+      "--device cuda the GEMM variant comes from the autotune cache of `mxq tune --preset "
+      "gpt-oss-20b --tp N --device cuda` (or MXQ_AUTOTUNE_CACHE) when MXQ_AUTOTUNE is load (the "
+      "default) or tune");
   auto options = std::make_shared<RunOptions>();
   cmd->add_option("--device", options->device, "Where to run")
       ->check(CLI::IsMember({"cpu", "cuda"}))

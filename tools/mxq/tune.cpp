@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "autotune_cli.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "moe_gpu.h"
 #include "mxq/core/env.h"
 #include "mxq/core/error.h"
 #include "mxq/tune/autotuner.h"
@@ -43,11 +45,11 @@ struct PlannedPass {
   std::vector<tune::PresetProblem> problems;
 };
 
+// The preset's problems of the backend's ops, narrowed to --ops, with --tokens.
 std::vector<tune::PresetProblem> select_problems(const std::string& preset_name,
-                                                 const TuneArgs& args) {
-  const tune::DeploymentPreset& preset = tune::find_preset(preset_name);
+                                                 const TuneArgs& args, tune::Backend backend) {
   std::vector<tune::PresetProblem> out;
-  for (tune::PresetProblem& p : preset.problems({args.tp, args.ep})) {
+  for (tune::PresetProblem& p : preset_problems_for(preset_name, {args.tp, args.ep}, backend)) {
     if (!args.ops.empty() &&
         std::find(args.ops.begin(), args.ops.end(), p.problem.op()) == args.ops.end()) {
       continue;
@@ -139,6 +141,7 @@ nlohmann::json record_json(const TuneRecord& r) {
 
 void run_tune(const TuneArgs& args) {
   const tune::Backend backend = tune::backend_from_string(args.device);
+  if (backend == tune::Backend::kCuda) require_gpu_for_device_cuda();
   if (args.tp < 1 || args.ep < 1) {
     fail_argument(ErrorCode::kInvalidArgument, "--tp/--ep", ">= 1",
                   std::to_string(args.tp) + "/" + std::to_string(args.ep));
@@ -148,9 +151,10 @@ void run_tune(const TuneArgs& args) {
     if (t < 1) fail_argument(ErrorCode::kInvalidArgument, "--tokens", "counts >= 1", t);
   }
   std::vector<PlannedPass> passes;
-  passes.push_back({"target", args.preset, select_problems(args.preset, args)});
+  passes.push_back({"target", args.preset, select_problems(args.preset, args, backend)});
   if (!args.draft_preset.empty()) {
-    passes.push_back({"draft", args.draft_preset, select_problems(args.draft_preset, args)});
+    passes.push_back(
+        {"draft", args.draft_preset, select_problems(args.draft_preset, args, backend)});
   }
 
   tune::AutotuneOptions options = tune::AutotuneOptions::from_env();
@@ -258,7 +262,12 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--tokens", args->tokens, "Token counts to tune (default: the preset's)")
       ->delimiter(',');
   cmd->add_option("--ops", args->ops, "Only these ops")->delimiter(',');
-  cmd->add_option("--device", args->device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--device", args->device,
+                  "cpu or cuda (GPU 0): tunes the preset's ops that have tactics there (cuda: "
+                  "block_fp8_linear, moe_gpu_forward; cpu: block_fp8_linear, moe_expert_gemm, "
+                  "toy_gemm)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   cmd->add_option("--cache", args->cache,
                   "Cache file (default: MXQ_AUTOTUNE_CACHE, else the deployment's default path)");
   cmd->add_option("--budget", args->budget, "Seconds for all passes; 0 = no limit");

@@ -1,4 +1,4 @@
-// What this build of mxq is (version, CUDA support) and which GPUs the process can see.
+// What this build of mxq is (version, CUDA and NCCL support) and which GPUs the process can see.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,8 @@ struct BuildInfo {
   bool cuda = false;         // built with CUDA kernels
   std::string cuda_arch;     // e.g. "sm_90a"; empty without CUDA
   std::string cuda_toolkit;  // toolkit version mxq was compiled with; empty without CUDA
+  bool nccl = false;         // built with the NCCL communicator (mxq/dist/nccl.h)
+  std::string nccl_version;  // nccl.h version mxq was compiled with; empty without NCCL
   std::string compiler;
 };
 

@@ -2,12 +2,16 @@
 // and all-gather of bytes. Every rank calls the same collectives in the same order (the
 // autotuner's calls depend only on the tuning plan, never on what a rank has cached).
 // Implementations: SoloCommunicator (one rank), InProcessGroup (ranks as threads of one
-// process, for tests; in_process.h). An NCCL one comes with the distributed module.
+// process, for tests; in_process.h), NcclCommunicator (GPUs; nccl.h, built with NCCL). Setting
+// up a group of processes: rendezvous.h. Every implementation passes the checks in
+// tests/cpp/dist/communicator_contract.h.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "mxq/core/error.h"
 
 namespace mxq::dist {
 
@@ -33,7 +37,9 @@ class SoloCommunicator final : public Communicator {
   [[nodiscard]] int rank() const override { return 0; }
   [[nodiscard]] int size() const override { return 1; }
   void all_reduce(std::span<double> /*values*/, ReduceOp /*op*/) override {}
-  void broadcast(std::vector<std::uint8_t>& /*bytes*/, int /*root*/) override {}
+  void broadcast(std::vector<std::uint8_t>& /*bytes*/, int root) override {
+    if (root != 0) fail_argument(ErrorCode::kInvalidArgument, "broadcast root", "0..0", root);
+  }
   std::vector<std::vector<std::uint8_t>> all_gather(std::span<const std::uint8_t> bytes) override {
     return {std::vector<std::uint8_t>(bytes.begin(), bytes.end())};
   }

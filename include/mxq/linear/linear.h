@@ -19,13 +19,34 @@
 #include "mxq/linear/tactic.h"
 #include "mxq/linear/weight.h"
 
+namespace mxq::tune {
+class Autotuner;
+class Problem;
+}  // namespace mxq::tune
+
 namespace mxq::linear {
+
+// What a linear() call ran (LinearOptions::ran).
+struct LinearRun {
+  const LinearTactic* tactic = nullptr;
+  bool from_tuner = false;  // the autotuner's cache made the choice (see dispatch.h)
+};
 
 struct LinearOptions {
   std::string tactic = "auto";                     // "auto", "fast", "fallback" or a tactic name
   ScaleMode activation_scales = ScaleMode::kFp32;  // in-op quantization of bf16 x
   DType out_dtype = DType::kBF16;                  // bf16 or f32
   void* stream = nullptr;                          // cudaStream_t for CUDA (null: default)
+  // Optional: with tactic "auto", the tactic this autotuner's cache holds for the call's
+  // block_fp8_linear problem and M runs when it supports the call; otherwise the dispatch rule
+  // decides (mxq/linear/dispatch.h). Its backend must be the device's. Not owned; no global.
+  const tune::Autotuner* tuner = nullptr;
+  // Optional: that block_fp8_linear problem, built once by the caller
+  // (tune::block_fp8_linear_problem(N, K, block, activation_scales, out_dtype)) so that the
+  // lookup allocates nothing; must match the call. Null: built on each call.
+  const tune::Problem* tune_problem = nullptr;
+  // Optional out: the tactic that ran and whether the tuner's cache chose it.
+  LinearRun* ran = nullptr;
 };
 
 // x: bf16 [M, K] (M >= 1), contiguous, on the weight's device; bias: optional bf16 or f32 [N].

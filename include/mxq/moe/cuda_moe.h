@@ -55,6 +55,9 @@ struct MoeParams {
   float swiglu_alpha = 1.702F;
   float swiglu_limit = 7.0F;
   bool add_down_bias = true;  // only one TP rank adds b2
+  // Launch each kernel after the first as a programmatic dependent of the previous one (PDL:
+  // its launch and block scheduling overlap the predecessor's tail). Off: plain stream order.
+  bool programmatic_launch = true;
 };
 
 struct MoeRun {

@@ -3,6 +3,12 @@
 // rank order, rounded to bf16 once), exactly as the CPU reference does. Workspace and device
 // buffers are allocated up front for `max_tokens`, so forward() allocates nothing and can be
 // captured in a CUDA graph.
+//
+// Autotuner: given a tune::Autotuner of backend cuda at upload, forward() asks its cache, per rank
+// and per call, which GEMM variant to run for the call's token count (op moe_gpu_forward,
+// mxq/tune/moe_gpu_forward.h; the rank problems are built once at upload, and the lookup is
+// allocation-free and safe under graph capture). Without a cached decision the variant given at
+// upload runs. The tuner must outlive the layer.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,17 +21,38 @@
 #include "mxq/moe/cuda_moe.h"
 #include "mxq/moe/layer.h"
 
+namespace mxq::tune {
+class Autotuner;
+class Problem;
+}  // namespace mxq::tune
+
 namespace mxq::moe {
 
 class MoeGpuLayer {
  public:
-  // Copies every rank's current weights (prepared or not) and the router to `device`.
+  // Copies every rank's current weights (prepared or not) and the router to `device`. `gemm`:
+  // the variant that runs when `tuner` is null or its cache has no decision for a call.
   static MoeGpuLayer upload(const MoeLayer& layer, int max_tokens, Device device = Device::cuda(0),
-                            cuda::GemmVariant gemm = cuda::GemmVariant::kRegisterStream);
+                            cuda::GemmVariant gemm = cuda::GemmVariant::kRegisterStream,
+                            const tune::Autotuner* tuner = nullptr);
 
   [[nodiscard]] int max_tokens() const;
   [[nodiscard]] const MoeConfig& config() const;
+  [[nodiscard]] int num_ranks() const;
+  // The tactic of the variant given at upload, e.g. "cuda.moe.decode_w4a16_mma.register_stream".
   [[nodiscard]] std::string tactic_name() const;
+
+  // What forward() runs on `rank` for `tokens` tokens, and whether the tuner's cache chose it.
+  struct GemmChoice {
+    cuda::GemmVariant gemm = cuda::GemmVariant::kRegisterStream;
+    bool from_tuner = false;
+  };
+  [[nodiscard]] GemmChoice gemm_choice(std::int64_t tokens, int rank = 0) const noexcept;
+  // The tactic name of gemm_choice(tokens, rank).
+  [[nodiscard]] std::string tactic_name(std::int64_t tokens, int rank = 0) const;
+  // The moe_gpu_forward problem of `rank` (what the tuner is asked); null for a rank without
+  // channels.
+  [[nodiscard]] const tune::Problem* tune_problem(int rank) const;
 
   // x: bf16 [T, H] on the device; out: bf16 [T, H] on the device. topk_ids (i32 [T, k]) and
   // topk_weights (f32 [T, k]) on the device when routing is precomputed, else empty views.

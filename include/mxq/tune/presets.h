@@ -2,6 +2,9 @@
 // and the token counts it serves, for a given tensor/expert-parallel layout. The tuning plan of
 // a deployment is derived from these, not from whatever a warm-up forward happens to touch.
 //
+// A preset lists the problems of every backend (e.g. a MoE layer's CPU moe_expert_gemm and its
+// GPU moe_gpu_forward); `mxq tune --device D` tunes those whose op has tactics for D.
+//
 // Adding a model: one entry in the table in src/tune/presets.cpp.
 #pragma once
 

@@ -6,6 +6,7 @@
 // the candidates.
 #pragma once
 
+#include <any>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -106,6 +107,10 @@ struct Tactic {
   int version = 1;
   std::function<Support(const Problem&)> supports_fn;  // empty = supports every problem
   TacticRunner run;
+  // The op's own object behind this tactic (e.g. the linear::LinearTactic it adopts, or a kernel
+  // variant enum), so that an op serving a looked-up tactic can map it back to what it launches
+  // with std::any_cast<T>(&native): no allocation, type-checked. Not part of the registry hash.
+  std::any native;
 
   // "variant" or "variant[k=v,...]": how the tactic is named in cache files.
   [[nodiscard]] std::string id() const;

@@ -111,6 +111,56 @@ class WgmmaTactic final : public LinearTactic {
   std::string name_;
 };
 
+// The wgmma fallback: the fast path's kernel for other weight blocks (K extent 64 or 128; N extent
+// a multiple of the tile width, or 64 under 128-wide tiles) and ragged K (K % 16 == 0).
+class WgmmaAnyBlockTactic final : public LinearTactic {
+ public:
+  explicit WgmmaAnyBlockTactic(cuda::WgmmaShape shape)
+      : shape_(shape), name_("cuda.sm90_wgmma_any." + cuda::to_string(shape)) {}
+
+  [[nodiscard]] const std::string& name() const override { return name_; }
+  [[nodiscard]] TacticKind kind() const override { return TacticKind::kFallback; }
+  [[nodiscard]] std::vector<TacticParam> params() const override {
+    return {{"block_m", shape_.bm}, {"block_n", shape_.bn}, {"stages", shape_.stages}};
+  }
+  [[nodiscard]] Support check(const LinearProblem& p) const override {
+    if (Support common = common_cuda_checks(p); !common) return common;
+    if (p.sm != 90) {
+      return Support::no("needs an sm_90 GPU (H100/H200: wgmma and TMA); the device is " +
+                         sm_name(p.sm));
+    }
+    if (p.block.k != 64 && p.block.k != 128) {
+      return Support::no("needs a weight block K extent of 64 or 128; the block is " +
+                         to_string(p.block));
+    }
+    const bool n_fits = p.block.n % shape_.bn == 0 || (shape_.bn == 128 && p.block.n == 64);
+    if (!n_fits) {
+      return Support::no(detail::concat(
+          "needs a weight block N extent that is a multiple of the tile's ", shape_.bn,
+          shape_.bn == 128 ? " or 64" : "", "; the block is ", to_string(p.block)));
+    }
+    if (p.k % 16 != 0) {
+      return Support::no(detail::concat("needs K % 16 == 0 (16-byte TMA rows); K = ", p.k));
+    }
+    if (p.n % 16 != 0) {
+      return Support::no(detail::concat("needs N % 16 == 0; N = ", p.n));
+    }
+    if (p.out_dtype != DType::kBF16) {
+      return Support::no(detail::concat("needs bf16 output; the output is ", p.out_dtype));
+    }
+    return Support::yes();
+  }
+
+ protected:
+  void run_supported(const LinearOperands& ops, const LinearProblem& p) const override {
+    cuda::launch_wgmma_any_block(shape_, gemm_args(ops, p), as_stream(ops.stream));
+  }
+
+ private:
+  cuda::WgmmaShape shape_;
+  std::string name_;
+};
+
 // The general path: mma.sync e4m3 tensor cores (or, as an alternative for the tuner, the same
 // fragments unpacked to f16 for mma.sync f16), every block with bn, bk multiples of 16.
 class MmaSyncTactic final : public LinearTactic {
@@ -163,6 +213,9 @@ class MmaSyncTactic final : public LinearTactic {
 void append_cuda_tactics(std::vector<std::unique_ptr<LinearTactic>>& tactics) {
   for (const cuda::WgmmaShape& shape : cuda::kWgmmaShapes) {
     tactics.push_back(std::make_unique<WgmmaTactic>(shape));
+  }
+  for (const cuda::WgmmaShape& shape : cuda::kWgmmaAnyBlockShapes) {
+    tactics.push_back(std::make_unique<WgmmaAnyBlockTactic>(shape));
   }
   for (const cuda::MmaSyncShape& shape : cuda::kMmaSyncShapes) {
     tactics.push_back(std::make_unique<MmaSyncTactic>(shape));

@@ -49,6 +49,14 @@ inline constexpr std::array<WgmmaShape, 4> kWgmmaShapes = {{
     {64, 128, 8, true},  // one consumer warpgroup: 2 x 64 + 64 fp32 registers fit its 232
 }};
 
+// Tile shapes compiled for the wgmma kernel on other weight blocks (the wgmma fallback): block K
+// extent 64 or 128; block N extent a multiple of the tile width, or 64 with 128-wide tiles.
+inline constexpr std::array<WgmmaShape, 3> kWgmmaAnyBlockShapes = {{
+    {64, 64, 8, false},
+    {64, 128, 8, false},
+    {128, 128, 5, false},
+}};
+
 std::string to_string(const MmaSyncShape& shape);  // "m64n128k64"
 std::string to_string(const WgmmaShape& shape);    // "m128n128", "m128n128_overlap"
 
@@ -57,6 +65,8 @@ bool mma_sync_vector_loads(const BlockFp8GemmArgs& args);
 
 void launch_mma_sync(const MmaSyncShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream);
 void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream);
+void launch_wgmma_any_block(const WgmmaShape& shape, const BlockFp8GemmArgs& args,
+                            cudaStream_t stream);
 
 void launch_quantize_activation(const QuantizeActivationArgs& args, cudaStream_t stream);
 // f32 [mn, groups] row-major -> [groups, out_ld] (rows past mn are 0).

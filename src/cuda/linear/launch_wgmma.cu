@@ -63,7 +63,7 @@ void require(bool condition, const char* what) {
 template <typename Tile>
 void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  const int k_blocks = args.k / 128;
+  const int k_groups = (args.k + args.block_k - 1) / args.block_k;
   const CUtensorMap map_a = make_tensor_map(
       encode, CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a, static_cast<std::uint64_t>(args.m),
       static_cast<std::uint64_t>(args.k), static_cast<std::uint64_t>(args.lda), Tile::kBm, 128,
@@ -73,9 +73,9 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
       static_cast<std::uint64_t>(args.k), static_cast<std::uint64_t>(args.ldw), Tile::kBn, 128,
       CU_TENSOR_MAP_SWIZZLE_128B, "weights");
   const CUtensorMap map_a_scale = make_tensor_map(
-      encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, args.a_scale, static_cast<std::uint64_t>(k_blocks),
-      static_cast<std::uint64_t>(args.m), static_cast<std::uint64_t>(args.a_scale_ld) * 4, 1,
-      Tile::kBm, CU_TENSOR_MAP_SWIZZLE_NONE, "activation scales");
+      encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, args.a_scale, static_cast<std::uint64_t>(k_groups),
+      static_cast<std::uint64_t>(args.m), static_cast<std::uint64_t>(args.a_scale_ld) * 4,
+      Tile::kKSplit, Tile::kBm, CU_TENSOR_MAP_SWIZZLE_NONE, "activation scales");
   const CUtensorMap map_out = make_tensor_map(
       encode, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.out, static_cast<std::uint64_t>(args.m),
       static_cast<std::uint64_t>(args.n), static_cast<std::uint64_t>(args.ldo) * 2, 64, 64,
@@ -85,6 +85,8 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   kernel_args.m = args.m;
   kernel_args.n = args.n;
   kernel_args.k = args.k;
+  kernel_args.block_n = args.block_n;
+  kernel_args.block_k = args.block_k;
   kernel_args.w_scale = args.w_scale;
   kernel_args.w_scale_ld = args.w_scale_ld;
   kernel_args.bias_f32 = args.bias_f32;
@@ -106,16 +108,10 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   MXQ_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace
-
-std::string to_string(const WgmmaShape& shape) {
-  return detail::concat('m', shape.bm, 'n', shape.bn, shape.overlap ? "_overlap" : "");
-}
-
-void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream) {
-  require(args.block_n == 128 && args.block_k == 128, "block must be 128x128");
+// Facts every instantiation relies on (dispatch checks them first; see device_ops.cpp).
+void require_common(const BlockFp8GemmArgs& args) {
   require(args.out_bf16, "output must be bf16");
-  require(args.k % 128 == 0 && args.n % 16 == 0, "K % 128 == 0 and N % 16 == 0");
+  require(args.n % 16 == 0 && args.k % 16 == 0, "N % 16 == 0 and K % 16 == 0");
   require(args.lda % 16 == 0 && args.ldw % 16 == 0 && args.ldo % 8 == 0,
           "16-byte row strides of A, W and the output");
   require(args.a_scale_ld % 4 == 0 && args.a_scale_ld >= args.m,
@@ -123,6 +119,42 @@ void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStr
   require(aligned(args.a, 16) && aligned(args.w, 16) && aligned(args.out, 16) &&
               aligned(args.a_scale, 16),
           "16-byte aligned A, W, scales and output");
+}
+
+// One tile shape with the block-dependent template arguments chosen at run time.
+template <int kBm, int kBn, int kStages, bool kOverlap>
+void launch_any_block(const BlockFp8GemmArgs& args, cudaStream_t stream) {
+  const int n_split = args.block_n % kBn == 0 ? 1 : kBn / args.block_n;
+  require(n_split == 1 || (n_split == 2 && args.block_n * 2 == kBn),
+          "weight block N a multiple of the tile width or half of it");
+  if (args.block_k == 128) {
+    if (n_split == 1)
+      return launch_tile<device::WgmmaTile<kBm, kBn, kStages, kOverlap, 1, 1>>(args, stream);
+    if constexpr (kBn == 128) {
+      return launch_tile<device::WgmmaTile<kBm, kBn, kStages, kOverlap, 1, 2>>(args, stream);
+    }
+  }
+  if (args.block_k == 64) {
+    if (n_split == 1)
+      return launch_tile<device::WgmmaTile<kBm, kBn, kStages, kOverlap, 2, 1>>(args, stream);
+    if constexpr (kBn == 128) {
+      return launch_tile<device::WgmmaTile<kBm, kBn, kStages, kOverlap, 2, 2>>(args, stream);
+    }
+  }
+  fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: block ", args.block_n, "x", args.block_k,
+       " is not compiled for tile m", kBm, "n", kBn);
+}
+
+}  // namespace
+
+std::string to_string(const WgmmaShape& shape) {
+  return detail::concat('m', shape.bm, 'n', shape.bn, shape.overlap ? "_overlap" : "");
+}
+
+void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream) {
+  require_common(args);
+  require(args.block_n == 128 && args.block_k == 128, "block must be 128x128");
+  require(args.k % 128 == 0, "K % 128 == 0");
   if (args.m <= 0 || args.n <= 0 || args.k <= 0) return;
   if (shape.bm == 64 && shape.bn == 64 && !shape.overlap) {
     return launch_tile<device::WgmmaTile<64, 64, 8>>(args, stream);
@@ -137,6 +169,23 @@ void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStr
     return launch_tile<device::WgmmaTile<64, 128, 8, true>>(args, stream);
   }
   fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: tile ", to_string(shape),
+       " is not compiled");
+}
+
+void launch_wgmma_any_block(const WgmmaShape& shape, const BlockFp8GemmArgs& args,
+                            cudaStream_t stream) {
+  require_common(args);
+  if (args.m <= 0 || args.n <= 0 || args.k <= 0) return;
+  if (shape.bm == 64 && shape.bn == 64 && !shape.overlap) {
+    return launch_any_block<64, 64, 8, false>(args, stream);
+  }
+  if (shape.bm == 64 && shape.bn == 128 && !shape.overlap) {
+    return launch_any_block<64, 128, 8, false>(args, stream);
+  }
+  if (shape.bm == 128 && shape.bn == 128 && !shape.overlap) {
+    return launch_any_block<128, 128, 5, false>(args, stream);
+  }
+  fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM (any block): tile ", to_string(shape),
        " is not compiled");
 }
 

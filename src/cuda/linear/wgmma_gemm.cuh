@@ -1,17 +1,24 @@
-// The Hopper fast path for DeepSeek-V3 block-FP8 (weights 128x128 blocks, activations 1x128
-// groups; K % 128 == 0, N % 16 == 0, bf16 out). Persistent, warp-specialised:
+// The Hopper block-FP8 GEMM: the fast path for DeepSeek-V3 128x128 weight blocks with 1x128
+// activation groups, and (same kernel, other template arguments) the wgmma fallback for weight
+// blocks of 64 or 128 along K and 64 or a multiple of the tile width along N. bf16 out,
+// N % 16 == 0. Persistent, warp-specialised:
 //  * one producer warpgroup whose first thread streams A [kBm x 128], W [kBn x 128] and the
 //    activation scales of the tile's rows through a kStages-deep ring of shared-memory stages with
 //    TMA (cp.async.bulk.tensor, 128-byte swizzle), completion on "full" mbarriers;
-//  * kBm/64 consumer warpgroups, each owning 64 rows: per 128-wide K-block four wgmma
-//    m64n{kBn}k32 e4m3 into a fresh fp32 accumulator, then the promotion
+//  * kBm/64 consumer warpgroups, each owning 64 rows: per scale block of K (a "unit": the
+//    128-wide stage, or each of its kKSplit parts when the weight block is narrower along K)
+//    wgmma m64n{kBn}k32 e4m3 into a fresh fp32 accumulator, then the promotion
 //    result += accumulator * (a_scale[row] * w_scale[block]) on the CUDA cores (the fp32
 //    promotion per K-block that keeps the tensor cores' limited accumulation precision from
-//    growing with K), and an "empty" mbarrier arrival that hands the stage back;
+//    growing with K), and after a stage's last unit an "empty" mbarrier arrival that hands the
+//    stage back;
 //  * epilogue: bias, bf16 rounding, a 128-byte-swizzled staging buffer and TMA stores that
 //    clip the ragged M and N edges.
-// kBn divides 128, so a tile lies inside one weight block column and needs one weight scale per
-// K-block, read from global one K-block ahead.
+// Weight scales: with kNSplit == 1 a tile lies inside one weight block row (block_n % kBn == 0)
+// and needs one scale per unit; with kNSplit > 1 the tile spans kNSplit block rows of
+// kBn / kNSplit columns each, and each accumulator column takes the scale of its block row
+// (known at compile time from the fragment layout). Scales are read from global (L2) when the
+// unit's wgmma are issued, so the tensor-core time hides the load.
 #pragma once
 
 #include <cuda.h>
@@ -27,7 +34,9 @@ struct WgmmaGemmArgs {
   int m = 0;
   int n = 0;
   int k = 0;
-  const float* w_scale = nullptr;  // f32 [ceil(N/128), w_scale_ld]
+  int block_n = 128;
+  int block_k = 128;
+  const float* w_scale = nullptr;  // f32 [ceil(N/block_n), w_scale_ld]
   std::int64_t w_scale_ld = 0;
   const float* bias_f32 = nullptr;
   const std::uint16_t* bias_bf16 = nullptr;
@@ -37,12 +46,19 @@ struct WgmmaGemmArgs {
 
 namespace mxq::linear::device {
 
-template <int kBm_, int kBn_, int kStages_, bool kOverlap_ = false>
+template <int kBm_, int kBn_, int kStages_, bool kOverlap_ = false, int kKSplit_ = 1,
+          int kNSplit_ = 1>
 struct WgmmaTile {
   static constexpr int kBm = kBm_;
   static constexpr int kBn = kBn_;
-  static constexpr int kBk = 128;  // one scale block of K per stage
+  static constexpr int kBk = 128;  // K bytes per stage: the 128-byte swizzle span
   static constexpr int kStages = kStages_;
+  // Scale blocks of K per stage (weight block K extent = 128 / kKSplit) and weight block rows
+  // per tile (weight block N extent = kBn / kNSplit, or a multiple of kBn when kNSplit == 1).
+  static constexpr int kKSplit = kKSplit_;
+  static constexpr int kNSplit = kNSplit_;
+  static constexpr int kUnitK = kBk / kKSplit;
+  static constexpr int kWgmmaPerUnit = kUnitK / 32;
   // Overlap each K-block's promotion with the next block's wgmma (two accumulators).
   static constexpr bool kOverlap = kOverlap_;
   static constexpr int kConsumers = kBm / 64;  // consumer warpgroups
@@ -52,9 +68,9 @@ struct WgmmaTile {
 
   static constexpr int kABytes = kBm * kBk;
   static constexpr int kBBytes = kBn * kBk;
-  static constexpr int kScaleBytes = kBm * 4;
-  static constexpr int kStoreBoxCols = 64;         // 128 bytes of bf16: the swizzle span
-  static constexpr int kStoreBoxBytes = 64 * 128;  // 64 rows x 128 bytes
+  static constexpr int kScaleBytes = kBm * 4 * kKSplit;  // [kKSplit][kBm] activation scales
+  static constexpr int kStoreBoxCols = 64;               // 128 bytes of bf16: the swizzle span
+  static constexpr int kStoreBoxBytes = 64 * 128;        // 64 rows x 128 bytes
   static constexpr int kDBytes = kBm * kBn * 2;
   static constexpr int kTxBytes = kABytes + kBBytes + kScaleBytes;
 
@@ -67,7 +83,10 @@ struct WgmmaTile {
   static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + alignment slack
 
   static_assert(kBm == 64 || kBm == 128, "64 rows per consumer warpgroup, 1 or 2 of them");
-  static_assert(kBn == 64 || kBn == 128, "kBn must divide the 128-wide weight block");
+  static_assert(kBn == 64 || kBn == 128, "64- or 128-wide tiles");
+  static_assert(kKSplit == 1 || kKSplit == 2 || kKSplit == 4, "weight block K of 128, 64 or 32");
+  static_assert(kNSplit == 1 || kNSplit == 2, "a tile spans one or two weight block rows");
+  static_assert((kAccumulators / 4) % kNSplit == 0, "whole 8-column fragments per block row");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzle-128B atoms");
   static_assert(kScaleBytes % 128 == 0, "TMA destination alignment");
   static_assert(kSmemBytes <= 232448, "shared memory per block on sm_90");
@@ -107,7 +126,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int tiles_m = (args.m + Tile::kBm - 1) / Tile::kBm;
   const int tiles_n = (args.n + Tile::kBn - 1) / Tile::kBn;
   const int tiles = tiles_m * tiles_n;
-  const int k_blocks = args.k / Tile::kBk;
+  const int k_blocks = (args.k + Tile::kBk - 1) / Tile::kBk;  // TMA zero-fills a ragged K tail
+  const int k_units = k_blocks * Tile::kKSplit;
+  const int k_groups = (args.k + Tile::kUnitK - 1) / Tile::kUnitK;  // scale blocks along K
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -143,7 +164,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           tma_load_2d(smem + Tile::kBOffset + s * Tile::kBBytes, &map_w, &full[s], kb * Tile::kBk,
                       n_tile * Tile::kBn);
           tma_load_2d(smem + Tile::kScaleOffset + s * Tile::kScaleBytes, &map_a_scale, &full[s],
-                      m_tile * Tile::kBm, kb);
+                      m_tile * Tile::kBm, kb * Tile::kKSplit);
         }
       }
     }
@@ -164,106 +185,130 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       int m_tile = 0;
       int n_tile = 0;
       tile_coordinates<Tile>(tile, tiles_m, tiles_n, m_tile, n_tile);
-      const float* w_scale_row =
-          args.w_scale + static_cast<std::int64_t>(n_tile * Tile::kBn / 128) * args.w_scale_ld;
+      // The weight block rows this tile's columns take their scales from (clamped for a
+      // ragged N edge, whose columns are never stored).
+      const int block_rows = (args.n + args.block_n - 1) / args.block_n;
+      const float* w_scale_rows[Tile::kNSplit];
+#pragma unroll
+      for (int c = 0; c < Tile::kNSplit; ++c) {
+        const int row = Tile::kNSplit == 1 ? n_tile * Tile::kBn / args.block_n
+                                           : min(n_tile * Tile::kNSplit + c, block_rows - 1);
+        w_scale_rows[c] = args.w_scale + static_cast<std::int64_t>(row) * args.w_scale_ld;
+      }
 
       float result[Tile::kAccumulators];
 #pragma unroll
       for (int i = 0; i < Tile::kAccumulators; ++i) result[i] = 0.0F;
 
-      // Waits for the stage of K-block iteration `it`, reads the two activation scales this
-      // thread needs (everything read from a stage is read before it is handed back) and issues
-      // the block's four wgmma into `acc` as one commit group (the first overwrites acc).
-      auto issue_block = [&](float(&acc)[Tile::kAccumulators], int it, float& scale_lo,
-                             float& scale_hi) {
+      // The scales of one unit (scale block of K): activation scales of this thread's two rows
+      // and the weight scale of each block row of the tile, multiplied once per unit.
+      struct UnitScales {
+        float lo[Tile::kNSplit];
+        float hi[Tile::kNSplit];
+      };
+      const int first = iteration;
+      // Waits for the stage of unit `u`, reads its scales (everything read from a stage is
+      // read before it is handed back) and issues the unit's wgmma into `acc` as one commit
+      // group (the first overwrites acc).
+      auto issue_unit = [&](float(&acc)[Tile::kAccumulators], int u, UnitScales& scales) {
+        const int it = first + u / Tile::kKSplit;
+        const int part = u % Tile::kKSplit;
         const int s = it % Tile::kStages;
         const std::uint32_t phase = static_cast<std::uint32_t>(it / Tile::kStages) & 1U;
+        const int group = u;  // == kb * kKSplit + part
+        float w[Tile::kNSplit];
+#pragma unroll
+        for (int c = 0; c < Tile::kNSplit; ++c) {
+          // A unit past K (ragged K, kKSplit > 1) has zero operands; its scale is not read.
+          w[c] = group < k_groups ? __ldg(w_scale_rows[c] + group) : 0.0F;
+        }
         mbarrier_wait(&full[s], phase);
-        const float* a_scale =
-            reinterpret_cast<const float*>(smem + Tile::kScaleOffset + s * Tile::kScaleBytes);
-        scale_lo = a_scale[row_lo];
-        scale_hi = a_scale[row_hi];
+        const float* a_scale = reinterpret_cast<const float*>(
+            smem + Tile::kScaleOffset + s * Tile::kScaleBytes + part * Tile::kBm * 4);
+        const float a_lo = a_scale[row_lo];
+        const float a_hi = a_scale[row_hi];
+#pragma unroll
+        for (int c = 0; c < Tile::kNSplit; ++c) {
+          scales.lo[c] = a_lo * w[c];
+          scales.hi[c] = a_hi * w[c];
+        }
         const std::uint32_t a_base =
             smem_addr(smem + Tile::kAOffset + s * Tile::kABytes) + warpgroup * 64 * Tile::kBk;
         const std::uint32_t b_base = smem_addr(smem + Tile::kBOffset + s * Tile::kBBytes);
         wgmma_fence_operands(acc);
         wgmma_fence();
 #pragma unroll
-        for (int k = 0; k < Tile::kBk / 32; ++k) {
-          wgmma_m64k32_e4m3<Tile::kBn>(acc, wgmma_desc_k128_sw128(a_base + k * 32),
-                                       wgmma_desc_k128_sw128(b_base + k * 32), k > 0);
+        for (int k = 0; k < Tile::kWgmmaPerUnit; ++k) {
+          const int k_byte = part * Tile::kUnitK + k * 32;
+          wgmma_m64k32_e4m3<Tile::kBn>(acc, wgmma_desc_k128_sw128(a_base + k_byte),
+                                       wgmma_desc_k128_sw128(b_base + k_byte), k > 0);
         }
         wgmma_commit();
       };
-      // Hands the stage of iteration `it` back to the producer (one arrival per warp).
-      auto release_block = [&](int it) {
-        if (lane == 0) mbarrier_arrive(&empty[it % Tile::kStages]);
-      };
-      // result += acc * (a_scale[row] * w_scale): the fp32 promotion of one K-block.
-      auto promote = [&](float(&acc)[Tile::kAccumulators], float scale_lo, float scale_hi) {
-        wgmma_fence_operands(acc);
-#pragma unroll
-        for (int i = 0; i < Tile::kAccumulators / 4; ++i) {
-          result[4 * i + 0] += acc[4 * i + 0] * scale_lo;
-          result[4 * i + 1] += acc[4 * i + 1] * scale_lo;
-          result[4 * i + 2] += acc[4 * i + 2] * scale_hi;
-          result[4 * i + 3] += acc[4 * i + 3] * scale_hi;
+      // After a stage's last unit completed: hands the stage back (one arrival per warp).
+      auto release_unit = [&](int u) {
+        if (u % Tile::kKSplit == Tile::kKSplit - 1 && lane == 0) {
+          mbarrier_arrive(&empty[(first + u / Tile::kKSplit) % Tile::kStages]);
         }
       };
-      const auto w_scale_of = [&](int kb) { return __ldg(w_scale_row + kb); };
+      // result += acc * (a_scale[row] * w_scale[block row]): the fp32 promotion of one unit.
+      auto promote = [&](float(&acc)[Tile::kAccumulators], const UnitScales& scales) {
+        wgmma_fence_operands(acc);
+        constexpr int kFragmentsPerRow = Tile::kAccumulators / 4 / Tile::kNSplit;
+#pragma unroll
+        for (int i = 0; i < Tile::kAccumulators / 4; ++i) {
+          const int c = i / kFragmentsPerRow;  // 8-column fragment i -> weight block row
+          result[4 * i + 0] += acc[4 * i + 0] * scales.lo[c];
+          result[4 * i + 1] += acc[4 * i + 1] * scales.lo[c];
+          result[4 * i + 2] += acc[4 * i + 2] * scales.hi[c];
+          result[4 * i + 3] += acc[4 * i + 3] * scales.hi[c];
+        }
+      };
 
       if constexpr (!Tile::kOverlap) {
         float accumulator[Tile::kAccumulators];
-        float w_scale_next = w_scale_of(0);
-        for (int kb = 0; kb < k_blocks; ++kb, ++iteration) {
-          const float w_scale = w_scale_next;
-          if (kb + 1 < k_blocks) w_scale_next = w_scale_of(kb + 1);
-          float a_lo = 0.0F;
-          float a_hi = 0.0F;
-          issue_block(accumulator, iteration, a_lo, a_hi);
+        for (int u = 0; u < k_units; ++u) {
+          UnitScales scales;
+          issue_unit(accumulator, u, scales);
           wgmma_wait<0>();
           wgmma_fence_operands(accumulator);
-          release_block(iteration);
-          promote(accumulator, a_lo * w_scale, a_hi * w_scale);
+          release_unit(u);
+          promote(accumulator, scales);
         }
       } else {
-        // Software pipeline over two accumulators: K-block kb+1's wgmma run on the tensor
-        // cores while block kb is promoted on the CUDA cores. wgmma_wait<1> leaves the newer
-        // group in flight and guarantees the older one (the block being promoted) is complete.
+        // Software pipeline over two accumulators: unit u+1's wgmma run on the tensor cores
+        // while unit u is promoted on the CUDA cores. wgmma_wait<1> leaves the newer group in
+        // flight and guarantees the older one (the unit being promoted) is complete.
         float acc_even[Tile::kAccumulators];
         float acc_odd[Tile::kAccumulators];
-        float even_lo = 0.0F, even_hi = 0.0F, odd_lo = 0.0F, odd_hi = 0.0F;
-        float even_w = w_scale_of(0);
-        float odd_w = 0.0F;
-        const int first = iteration;
-        issue_block(acc_even, first, even_lo, even_hi);
-        for (int kb = 0; kb < k_blocks; kb += 2) {
-          // acc_even holds block kb.
-          if (kb + 1 < k_blocks) {
-            odd_w = w_scale_of(kb + 1);
-            issue_block(acc_odd, first + kb + 1, odd_lo, odd_hi);
+        UnitScales even_scales;
+        UnitScales odd_scales;
+        issue_unit(acc_even, 0, even_scales);
+        for (int u = 0; u < k_units; u += 2) {
+          // acc_even holds unit u.
+          if (u + 1 < k_units) {
+            issue_unit(acc_odd, u + 1, odd_scales);
             wgmma_wait<1>();
           } else {
             wgmma_wait<0>();
           }
           wgmma_fence_operands(acc_even);
-          release_block(first + kb);
-          promote(acc_even, even_lo * even_w, even_hi * even_w);
-          if (kb + 1 >= k_blocks) break;
-          // acc_odd holds block kb + 1.
-          if (kb + 2 < k_blocks) {
-            even_w = w_scale_of(kb + 2);
-            issue_block(acc_even, first + kb + 2, even_lo, even_hi);
+          release_unit(u);
+          promote(acc_even, even_scales);
+          if (u + 1 >= k_units) break;
+          // acc_odd holds unit u + 1.
+          if (u + 2 < k_units) {
+            issue_unit(acc_even, u + 2, even_scales);
             wgmma_wait<1>();
           } else {
             wgmma_wait<0>();
           }
           wgmma_fence_operands(acc_odd);
-          release_block(first + kb + 1);
-          promote(acc_odd, odd_lo * odd_w, odd_hi * odd_w);
+          release_unit(u + 1);
+          promote(acc_odd, odd_scales);
         }
-        iteration = first + k_blocks;
       }
+      iteration = first + k_blocks;
 
       // ---- epilogue: this warpgroup's 64 x kBn block ----
       const int named_barrier = 1 + warpgroup;

@@ -1,10 +1,13 @@
 #include "mxq/moe/gpu_layer.h"
 
+#include <any>
 #include <cstring>
 
 #include "mxq/core/cuda_check.h"
 #include "mxq/formats/bf16.h"
 #include "mxq/moe/cuda_moe.h"
+#include "mxq/tune/autotuner.h"
+#include "mxq/tune/moe_gpu_forward.h"
 
 namespace mxq::moe {
 
@@ -23,10 +26,12 @@ struct MoeGpuLayer::State {
   struct Rank {
     std::vector<Tensor> params;  // keeps the device copies alive
     cuda::MoeDeviceWeights weights;
-    bool active = true;  // false when the rank holds no valid channels
+    bool active = true;     // false when the rank holds no valid channels
+    tune::Problem problem;  // moe_gpu_forward of this rank (active ranks), built once
   };
   std::vector<Rank> ranks;
-  cuda::MoeParams params;
+  cuda::MoeParams params;  // params.gemm: the variant without a tuner's decision
+  const tune::Autotuner* tuner = nullptr;
   Tensor workspace;  // u8, shared by the ranks (they run one after another on the stream)
   Tensor partials;   // f32 [ranks, max_tokens, H] when there is more than one rank
 };
@@ -54,13 +59,18 @@ Tensor upload_view(const TensorView& view, Device device) {
 }  // namespace
 
 MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device device,
-                                cuda::GemmVariant gemm) {
+                                cuda::GemmVariant gemm, const tune::Autotuner* tuner) {
   MXQ_CHECK(device.is_cuda(), ErrorCode::kDeviceMismatch,
             "MoeGpuLayer::upload: device: expected a CUDA device, found ", device);
   MXQ_CHECK(max_tokens >= 1, ErrorCode::kInvalidArgument,
             "MoeGpuLayer::upload: max_tokens: expected >= 1, found ", max_tokens);
+  if (tuner != nullptr && tuner->backend() != tune::Backend::kCuda) {
+    fail_argument(ErrorCode::kInvalidArgument, "MoeGpuLayer::upload: tuner",
+                  "an autotuner of backend cuda", tune::to_string(tuner->backend()));
+  }
   MXQ_CUDA_CHECK(cudaSetDevice(device.index));
   auto state = std::make_shared<State>();
+  state->tuner = tuner;
   const MoeConfig& config = layer.config();
   state->config = config;
   state->device = device;
@@ -127,6 +137,13 @@ MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device de
       }
       workspace_bytes =
           std::max(workspace_bytes, cuda::moe_workspace_bytes(w, state->params, max_tokens));
+      // The workspace does not depend on the GEMM variant, so a tuner may pick either per call.
+      tune::MoeGpuForwardShape key;
+      key.rank = {config.num_experts, shape.experts_local(), shape.hidden,
+                  shape.tp.valid,     config.top_k,          rank.has(MoeParam::kW13Bias)};
+      key.intermediate_padded = shape.intermediate_per_partition;
+      key.activation = config.activation;
+      out.problem = tune::moe_gpu_forward_problem(key);
     }
     state->ranks.push_back(std::move(out));
   }
@@ -144,8 +161,35 @@ MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device de
 
 int MoeGpuLayer::max_tokens() const { return state_->max_tokens; }
 const MoeConfig& MoeGpuLayer::config() const { return state_->config; }
+int MoeGpuLayer::num_ranks() const { return static_cast<int>(state_->ranks.size()); }
 std::string MoeGpuLayer::tactic_name() const {
   return std::string("cuda.moe.decode_w4a16_mma.") + cuda::to_string(state_->params.gemm);
+}
+
+MoeGpuLayer::GemmChoice MoeGpuLayer::gemm_choice(std::int64_t tokens, int rank) const noexcept {
+  const State& s = *state_;
+  const GemmChoice fallback{s.params.gemm, false};
+  if (s.tuner == nullptr || rank < 0 || rank >= static_cast<int>(s.ranks.size())) return fallback;
+  const tune::Problem& problem = s.ranks[static_cast<std::size_t>(rank)].problem;
+  if (problem.empty()) return fallback;
+  const tune::Selection selection = s.tuner->lookup(problem, tokens);
+  if (selection.source != tune::SelectionSource::kTuned || selection.tactic == nullptr) {
+    return fallback;
+  }
+  const auto* variant = std::any_cast<cuda::GemmVariant>(&selection.tactic->native);
+  return variant == nullptr ? fallback : GemmChoice{*variant, true};
+}
+
+std::string MoeGpuLayer::tactic_name(std::int64_t tokens, int rank) const {
+  return std::string("cuda.moe.decode_w4a16_mma.") +
+         cuda::to_string(gemm_choice(tokens, rank).gemm);
+}
+
+const tune::Problem* MoeGpuLayer::tune_problem(int rank) const {
+  MXQ_CHECK(rank >= 0 && rank < num_ranks(), ErrorCode::kOutOfRange,
+            "MoeGpuLayer::tune_problem: rank: expected 0..", num_ranks() - 1, ", found ", rank);
+  const tune::Problem& problem = state_->ranks[static_cast<std::size_t>(rank)].problem;
+  return problem.empty() ? nullptr : &problem;
 }
 
 void MoeGpuLayer::forward(const TensorView& x, const TensorView& out, cudaStream_t stream,
@@ -194,7 +238,9 @@ void MoeGpuLayer::forward(const TensorView& x, const TensorView& out, cudaStream
     }
     run.out_f32 = partial;
     run.out_bf16 = single ? static_cast<std::uint16_t*>(out.data()) : nullptr;
-    cuda::moe_forward(s.ranks[r].weights, s.params, run, s.workspace.data(), s.workspace.nbytes(),
+    cuda::MoeParams params = s.params;
+    params.gemm = gemm_choice(tokens, static_cast<int>(r)).gemm;
+    cuda::moe_forward(s.ranks[r].weights, params, run, s.workspace.data(), s.workspace.nbytes(),
                       s.max_tokens, stream);
   }
   if (!single) {

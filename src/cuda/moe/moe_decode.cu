@@ -39,6 +39,38 @@ struct Workspace {
   float* y;            // [T*k, H]
 };
 
+// ---- programmatic dependent launch (PDL) ------------------------------------------------------
+// Each kernel after the first is launched as a programmatic dependent of its predecessor: its
+// blocks may be scheduled while the predecessor's last blocks run, and wait in
+// griddepcontrol.wait (before reading anything an earlier kernel wrote) until the predecessor
+// has completed and flushed its writes. A predecessor allows that early launch with
+// griddepcontrol.launch_dependents: the small routing kernels at once (their dependents then sit
+// resident and start the moment routing ends), the GEMMs after their main loop (so the next
+// GEMM's blocks do not take SM slots from this one's last wave). Without the launch attribute
+// both instructions are no-ops, so the kernels are correct either way.
+__device__ __forceinline__ void wait_for_predecessor() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void allow_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+template <typename... KernelArgs, typename... Args>
+void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, std::size_t smem,
+            cudaStream_t stream, bool dependent, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = dependent ? &attribute : nullptr;
+  config.numAttrs = dependent ? 1 : 0;
+  MXQ_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
 std::size_t align_up(std::size_t n) { return (n + 255) / 256 * 256; }
 
 int max_tiles_for(int pairs, int experts) {
@@ -113,6 +145,7 @@ __global__ void __launch_bounds__(kRouterWarps * 32)
                          const std::uint16_t* __restrict__ router_w,
                          const std::uint16_t* __restrict__ router_b, int hidden, int experts,
                          float* __restrict__ logits) {
+  allow_dependents();
   const int t = blockIdx.y;
   const int e = blockIdx.x * kRouterWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -176,6 +209,8 @@ __global__ void __launch_bounds__(kListThreads)
   int* offsets = counts + experts;            // [E+1]
   int* tile_offsets = offsets + experts + 1;  // [E+1]
   int* cursor = tile_offsets + experts + 1;   // [E]
+  wait_for_predecessor();
+  allow_dependents();
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int pairs = tokens * top_k;
@@ -438,6 +473,7 @@ struct GemmArgs {
 };
 
 __global__ void __launch_bounds__(kGemmWarps * 32) gemm1_swiglu_kernel(GemmArgs args) {
+  wait_for_predecessor();
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;
   __shared__ float red[(kGemmWarps - 1) * 2 * 4 * 32];
@@ -469,6 +505,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm1_swiglu_kernel(GemmArgs 
   }
   float acc[2][4] = {};
   stream_k<2>(rp, brow, hidden, warp, lane, acc);
+  allow_dependents();
   reduce_warps<2>(acc, red, warp, lane);
   if (warp != 0) return;
 
@@ -491,6 +528,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm1_swiglu_kernel(GemmArgs 
 }
 
 __global__ void __launch_bounds__(kGemmWarps * 32) gemm2_kernel(GemmArgs args) {
+  wait_for_predecessor();
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;
   __shared__ float red[(kGemmWarps - 1) * 1 * 4 * 32];
@@ -518,6 +556,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm2_kernel(GemmArgs args) {
   }
   float acc[1][4] = {};
   stream_k<1>(rp, brow, inter, warp, lane, acc);
+  allow_dependents();
   reduce_warps<1>(acc, red, warp, lane);
   if (warp != 0) return;
 
@@ -575,6 +614,7 @@ __host__ __device__ inline TileShape tile_shape(const MoeDeviceWeights& w, bool 
 template <bool kGemm1>
 __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
     gemm_tile_kernel(GemmArgs args) {
+  wait_for_predecessor();
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;
   extern __shared__ __align__(128) std::uint8_t tile_smem[];
@@ -675,6 +715,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
       detail::mma_mx_chunk<false>(wv, sc, xv, acc);
     }
   }
+  allow_dependents();
   // Split-K sum in warp order (deterministic).
   if (warp != 0) {
 #pragma unroll
@@ -734,13 +775,14 @@ void launch_gemm(const GemmArgs& args, int max_tiles, cudaStream_t stream) {
       MXQ_CUDA_CHECK(cudaFuncSetAttribute(
           gemm_tile_kernel<kGemm1>, cudaFuncAttributeMaxDynamicSharedMemorySize, shape.smem_bytes));
     }
-    gemm_tile_kernel<kGemm1><<<dim3(row_blocks, max_tiles), kGemmWarps * 32,
-                               static_cast<std::size_t>(shape.smem_bytes), stream>>>(args);
+    launch(gemm_tile_kernel<kGemm1>, dim3(row_blocks, max_tiles), dim3(kGemmWarps * 32),
+           static_cast<std::size_t>(shape.smem_bytes), stream, args.p.programmatic_launch, args);
   } else if (kGemm1) {
-    gemm1_swiglu_kernel<<<dim3(args.w.inter / kTileRows, max_tiles), kGemmWarps * 32, 0, stream>>>(
-        args);
+    launch(gemm1_swiglu_kernel, dim3(args.w.inter / kTileRows, max_tiles), dim3(kGemmWarps * 32), 0,
+           stream, args.p.programmatic_launch, args);
   } else {
-    gemm2_kernel<<<dim3(args.w.hidden / kTileRows, max_tiles), kGemmWarps * 32, 0, stream>>>(args);
+    launch(gemm2_kernel, dim3(args.w.hidden / kTileRows, max_tiles), dim3(kGemmWarps * 32), 0,
+           stream, args.p.programmatic_launch, args);
   }
   MXQ_CUDA_CHECK_LAUNCH();
 }
@@ -749,6 +791,7 @@ void launch_gemm(const GemmArgs& args, int max_tiles, cudaStream_t stream) {
 __global__ void combine_kernel(const float* __restrict__ y, const int* __restrict__ pair_slot,
                                const float* __restrict__ topk_w, int top_k, int hidden,
                                float* __restrict__ out_f32, std::uint16_t* __restrict__ out_bf16) {
+  wait_for_predecessor();
   const int t = blockIdx.y;
   const int h = blockIdx.x * blockDim.x + threadIdx.x;
   if (h >= hidden) return;
@@ -819,10 +862,11 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   }
   const int* ids = logits != nullptr ? ws.topk_ids : run.topk_ids;
   const float* weights = logits != nullptr ? ws.topk_w : run.topk_weights;
-  topk_lists_kernel<<<1, kListThreads, lists_smem_bytes(w.num_local_experts), stream>>>(
-      logits, w.num_global_experts, p.top_k, run.tokens, ids, ws.topk_ids, ws.topk_w,
-      w.first_local_expert, w.num_local_experts, ws);
-  MXQ_CUDA_CHECK_LAUNCH();
+  // The lists kernel follows the router as a programmatic dependent; with precomputed routing it
+  // is the first kernel and waits for whatever the caller enqueued before.
+  launch(topk_lists_kernel, dim3(1), dim3(kListThreads), lists_smem_bytes(w.num_local_experts),
+         stream, p.programmatic_launch && logits != nullptr, logits, w.num_global_experts, p.top_k,
+         run.tokens, ids, ws.topk_ids, ws.topk_w, w.first_local_expert, w.num_local_experts, ws);
 
   mark(1);
   const int max_tiles = max_tiles_for(pairs, w.num_local_experts);
@@ -831,9 +875,9 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   mark(2);
   launch_gemm<false>(args, max_tiles, stream);
   mark(3);
-  combine_kernel<<<dim3((w.hidden + 255) / 256, run.tokens), 256, 0, stream>>>(
-      ws.y, ws.pair_slot, weights, p.top_k, w.hidden, run.out_f32, run.out_bf16);
-  MXQ_CUDA_CHECK_LAUNCH();
+  launch(combine_kernel, dim3((w.hidden + 255) / 256, run.tokens), dim3(256), 0, stream,
+         p.programmatic_launch, ws.y, ws.pair_slot, weights, p.top_k, w.hidden, run.out_f32,
+         run.out_bf16);
   mark(4);
 }
 

@@ -58,6 +58,17 @@ TEST_F(EnvTest, BadValuesAreErrorsNamingTheVariable) {
   EXPECT_THROW((void)env_spec("MXQ_NOT_A_VARIABLE"), Error);
 }
 
+TEST_F(EnvTest, AnUnsetVariableWithoutDefaultIsValidUntilSetBadly) {
+  // MXQ_RANK has no default: unset means "not a multi-process launch", not a bad value.
+  EXPECT_EQ(env_raw("MXQ_RANK"), std::nullopt);
+  EXPECT_EQ(env_validate("MXQ_RANK"), "");
+  setenv("MXQ_RANK", "first", 1);
+  EXPECT_EQ(env_validate("MXQ_RANK"),
+            "environment variable MXQ_RANK: expected an integer, found 'first'");
+  setenv("MXQ_RANK", "2", 1);
+  EXPECT_EQ(env_int("MXQ_RANK"), 2);
+}
+
 TEST_F(EnvTest, UnknownVariablesAreReported) {
   setenv("MXQ_NOT_A_VARIABLE", "1", 1);
   const auto unknown = env_unknown_variables();

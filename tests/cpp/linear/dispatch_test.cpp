@@ -60,11 +60,19 @@ TEST(Dispatch, DeepSeekBlocksTakeTheFastPathOnSm90) {
     EXPECT_EQ(e.chosen->kind(), TacticKind::kFast) << e.str();
     EXPECT_EQ(e.chosen->name().rfind("cuda.sm90_wgmma.", 0), 0U) << e.str();
   }
-  // Large M picks the 128x128 tile; decode-size M a 64-row tile.
+  // Many waves of 128x128 tiles: the large tile. Otherwise the tile filling the SMs best, the
+  // larger of near-equal fills (the winners measured in docs/PERF.md).
   EXPECT_EQ(explain(h200_problem(4096, 7168, 2048, {128, 128})).chosen->name(),
             "cuda.sm90_wgmma.m128n128");
+  // 112 64x128 tiles and 224 64x64 tiles both fill 85%: the larger tile.
+  EXPECT_EQ(explain(h200_problem(128, 7168, 16384, {128, 128})).chosen->name(),
+            "cuda.sm90_wgmma.m64n128_overlap");
+  // 512 64x128 tiles fill 97%, the 256 128x128 tiles fill 97% too: the 128x128 tile.
+  EXPECT_EQ(explain(h200_problem(128, 32768, 512, {128, 128})).chosen->name(),
+            "cuda.sm90_wgmma.m128n128");
+  // 384 64x64 tiles fill 97%, 192 64x128 tiles 73%.
   EXPECT_EQ(explain(h200_problem(64, 24576, 1536, {128, 128})).chosen->name(),
-            "cuda.sm90_wgmma.m64n128");
+            "cuda.sm90_wgmma.m64n64");
   EXPECT_EQ(explain(h200_problem(64, 2112, 7168, {128, 128})).chosen->name(),
             "cuda.sm90_wgmma.m64n64");
 }
@@ -91,7 +99,10 @@ TEST(Dispatch, OtherBlockShapesTakeTheFallbackAndSayWhy) {
     const Explanation e = explain(h200_problem(64, 4096, 7168, block));
     ASSERT_NE(e.chosen, nullptr) << e.str();
     EXPECT_EQ(e.chosen->kind(), TacticKind::kFallback) << e.str();
-    EXPECT_EQ(e.chosen->name().rfind("cuda.mma_sync.", 0), 0U) << e.str();
+    // Block K extents of 64 and 128 keep the wgmma kernel; others take mma.sync.
+    const bool wgmma = block.k == 64 || block.k == 128;
+    EXPECT_EQ(e.chosen->name().rfind(wgmma ? "cuda.sm90_wgmma_any." : "cuda.mma_sync.", 0), 0U)
+        << e.str();
     const std::string reason = reason_for(e, "cuda.sm90_wgmma.m128n128");
     EXPECT_NE(reason.find("needs 128x128 weight blocks; the block is " + to_string(block)),
               std::string::npos)
@@ -99,12 +110,27 @@ TEST(Dispatch, OtherBlockShapesTakeTheFallbackAndSayWhy) {
     EXPECT_NE(e.chosen_because.find("no fast tactic supports the problem"), std::string::npos)
         << e.chosen_because;
   }
-  // Blocks whose K extent is not a multiple of 64 use 32-byte K chunks.
+  // The wgmma fallback picks its tile like the fast path.
+  EXPECT_EQ(explain(h200_problem(8, 4096, 7168, {64, 64})).chosen->name(),
+            "cuda.sm90_wgmma_any.m64n64");
+  EXPECT_EQ(explain(h200_problem(4096, 4096, 7168, {64, 64})).chosen->name(),
+            "cuda.sm90_wgmma_any.m128n128");
+  // A block N extent that no 128-wide tile can split takes the 64-wide tile.
+  EXPECT_EQ(explain(h200_problem(4096, 4096, 7168, {192, 128})).chosen->name(),
+            "cuda.sm90_wgmma_any.m64n64");
+  EXPECT_EQ(reason_for(explain(h200_problem(4096, 4096, 7168, {192, 128})),
+                       "cuda.sm90_wgmma_any.m128n128"),
+            "needs a weight block N extent that is a multiple of the tile's 128 or 64; the block "
+            "is 192x128");
+  // Blocks whose K extent is not 64 or 128 take mma.sync; not a multiple of 64: 32-byte chunks.
   EXPECT_EQ(explain(h200_problem(256, 4096, 7168, {32, 32})).chosen->name(),
             "cuda.mma_sync.m64n128k32");
-  EXPECT_EQ(explain(h200_problem(8, 4096, 7168, {64, 64})).chosen->name(),
+  EXPECT_EQ(
+      reason_for(explain(h200_problem(256, 4096, 7168, {32, 32})), "cuda.sm90_wgmma_any.m64n64"),
+      "needs a weight block K extent of 64 or 128; the block is 32x32");
+  EXPECT_EQ(explain(h200_problem(8, 4096, 7168, {128, 256})).chosen->name(),
             "cuda.mma_sync.m16n64k64");
-  EXPECT_EQ(explain(h200_problem(4096, 4096, 7168, {64, 64})).chosen->name(),
+  EXPECT_EQ(explain(h200_problem(4096, 4096, 7168, {128, 256})).chosen->name(),
             "cuda.mma_sync.m128n128k64");
 }
 
@@ -187,6 +213,8 @@ TEST(Dispatch, ForcedTacticsRunOnlyWhereSupported) {
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(select_tactic(p64, "fallback").kind(), TacticKind::kFallback);
   EXPECT_EQ(select_tactic(p64, "cuda.mma_sync.m128n128k64").name(), "cuda.mma_sync.m128n128k64");
+  EXPECT_EQ(select_tactic(p64, "cuda.sm90_wgmma_any.m64n128").name(),
+            "cuda.sm90_wgmma_any.m64n128");
 
   // Forcing the fallback where the fast path applies is allowed.
   const LinearProblem p128 = h200_problem(64, 4096, 7168, {128, 128});

@@ -108,6 +108,7 @@ TEST_P(EveryCudaTactic, MatchesTheReferenceOnIdenticalInputs) {
 
   int ran = 0;
   int ran_fast = 0;
+  int ran_wgmma_fallback = 0;
   for (const DType out_dtype : {DType::kBF16, DType::kF32}) {
     LinearOptions options;
     options.out_dtype = out_dtype;
@@ -127,11 +128,15 @@ TEST_P(EveryCudaTactic, MatchesTheReferenceOnIdenticalInputs) {
           << ": first unwritten or NaN element " << result.first_bad;
       ++ran;
       if (tactic->kind() == TacticKind::kFast) ++ran_fast;
+      if (tactic->name().starts_with("cuda.sm90_wgmma_any.")) ++ran_wgmma_fallback;
     }
   }
   EXPECT_GT(ran, 0) << "no CUDA tactic supports " << describe(c);
   const bool fast_eligible = c.block == BlockShape{128, 128} && c.k % 128 == 0 && c.n % 16 == 0;
   EXPECT_EQ(ran_fast > 0, fast_eligible) << describe(c);
+  const bool wgmma_fallback_eligible = (c.block.k == 64 || c.block.k == 128) &&
+                                       c.block.n % 64 == 0 && c.k % 16 == 0 && c.n % 16 == 0;
+  EXPECT_EQ(ran_wgmma_fallback > 0, wgmma_fallback_eligible) << describe(c);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -154,7 +159,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{9, 70, 96, {32, 32}, false}, Case{200, 257, 160, {32, 32}, true},
         Case{33, 250, 512, {128, 64}, false}, Case{1, 130, 300, {128, 64}, true},
         Case{16, 520, 768, {256, 128}, false}, Case{300, 300, 260, {256, 128}, true},
-        Case{12, 40, 80, {16, 48}, false}, Case{129, 96, 176, {48, 16}, false}));
+        Case{12, 40, 80, {16, 48}, false}, Case{129, 96, 176, {48, 16}, false},
+        // The wgmma fallback (K, N multiples of 16): two 64-wide block rows under a 128-wide
+        // tile, the last tile's second row past N (clamped), an odd count of 64-wide K blocks
+        // (the last stage's second unit past K), 128x64 and 64x128 blocks, ragged K with 128x128
+        // blocks, wide blocks, and more tiles than SMs.
+        Case{1, 208, 1088, {64, 64}, true}, Case{130, 400, 640, {64, 64}, true},
+        Case{64, 256, 1024, {128, 64}, false}, Case{70, 192, 384, {64, 128}, true},
+        Case{5, 256, 1040, {128, 128}, false}, Case{9, 512, 576, {256, 128}, false},
+        Case{1040, 2048, 2048, {64, 64}, false}));
 
 TEST(QuantizeActivationsOnGpu, BitExactWithTheHostQuantizer) {
   struct Shape2 {

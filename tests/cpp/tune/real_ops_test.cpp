@@ -10,6 +10,7 @@
 #include "mxq/tune/autotuner.h"
 #include "mxq/tune/block_fp8_linear.h"
 #include "mxq/tune/moe_expert_gemm.h"
+#include "mxq/tune/moe_gpu_forward.h"
 #include "mxq/tune/presets.h"
 #include "mxq/tune/registry.h"
 #include "tune/tune_test_util.h"
@@ -41,7 +42,8 @@ TEST(BlockFp8LinearTactics, EveryTacticMatchesTheReference) {
   const OpSpec& op = op_named(kBlockFp8LinearOp);
   for (const Problem& problem :
        {block_fp8_linear_problem(256, 384), block_fp8_linear_problem(200, 130, {64, 64}),
-        block_fp8_linear_problem(96, 256, {128, 128}, ScaleMode::kUe8m0)}) {
+        block_fp8_linear_problem(96, 256, {128, 128}, ScaleMode::kUe8m0),
+        block_fp8_linear_problem(64, 256, {128, 128}, ScaleMode::kFp32, DType::kF32)}) {
     for (const std::int64_t tokens : {1, 7, 32}) {
       const auto workload = op.make_workload(problem, tokens);
       for (const Tactic* tactic : builtin_tactics().tactics(op)) {
@@ -56,6 +58,14 @@ TEST(BlockFp8LinearTactics, EveryTacticMatchesTheReference) {
       }
     }
   }
+}
+
+TEST(BlockFp8LinearTactics, TheOutputDtypeIsPartOfTheKey) {
+  EXPECT_NE(block_fp8_linear_problem(64, 256),
+            block_fp8_linear_problem(64, 256, {128, 128}, ScaleMode::kFp32, DType::kF32));
+  EXPECT_EQ(block_fp8_linear_problem(64, 256).dtype("out"), "bf16");
+  EXPECT_THROW((void)block_fp8_linear_problem(64, 256, {128, 128}, ScaleMode::kFp32, DType::kE4M3),
+               Error);
 }
 
 TEST(MoeExpertGemmTactics, OfferRealAlternativesWithTheReferenceAsDefault) {
@@ -110,24 +120,52 @@ std::vector<Problem> problems_of(const std::string& preset, ParallelLayout layou
   return problems;
 }
 
-TEST(Presets, MoePresetsHoldOneRanksExpertShape) {
+// A MoE preset lists one rank's CPU expert computation and the same rank's GPU forward, whose
+// width is padded to the layer's default alignment (128) as `mxq run` / `mxq moe` prepare it.
+TEST(Presets, MoePresetsHoldOneRanksExpertShapeForTheCpuAndTheGpu) {
   const auto moe = [](std::int64_t e, std::int64_t e_local, std::int64_t h, std::int64_t i,
                       std::int64_t k) {
     return moe_expert_gemm_problem({e, e_local, h, i, k, true});
   };
-  EXPECT_EQ(problems_of("gpt-oss-20b"), (std::vector<Problem>{moe(32, 32, 2880, 2880, 4)}));
-  EXPECT_EQ(problems_of("gpt-oss-120b"), (std::vector<Problem>{moe(128, 128, 2880, 2880, 4)}));
-  // TP splits I (2880 / 2), EP splits the experts (128 / 4).
+  const auto gpu = [](std::int64_t e, std::int64_t e_local, std::int64_t h, std::int64_t i,
+                      std::int64_t p, std::int64_t k) {
+    MoeGpuForwardShape shape;
+    shape.rank = {e, e_local, h, i, k, true};
+    shape.intermediate_padded = p;
+    shape.activation = moe::Activation::kSwigluOai;
+    return moe_gpu_forward_problem(shape);
+  };
+  EXPECT_EQ(problems_of("gpt-oss-20b"),
+            (std::vector<Problem>{moe(32, 32, 2880, 2880, 4), gpu(32, 32, 2880, 2880, 2944, 4)}));
+  EXPECT_EQ(
+      problems_of("gpt-oss-120b"),
+      (std::vector<Problem>{moe(128, 128, 2880, 2880, 4), gpu(128, 128, 2880, 2880, 2944, 4)}));
+  // TP splits I (2880 / 2, padded to 1536), EP splits the experts (128 / 4).
   EXPECT_EQ(problems_of("gpt-oss-120b", {2, 4}),
-            (std::vector<Problem>{moe(128, 32, 2880, 1440, 4)}));
+            (std::vector<Problem>{moe(128, 32, 2880, 1440, 4), gpu(128, 32, 2880, 1440, 1536, 4)}));
   const std::vector<Problem> tiny = problems_of("tiny-moe");
-  ASSERT_EQ(tiny.size(), 1U);
+  ASSERT_EQ(tiny.size(), 2U);
   EXPECT_EQ(tiny[0].op(), kMoeExpertGemmOp);
+  EXPECT_EQ(tiny[1].op(), kMoeGpuForwardOp);
   EXPECT_LE(tiny[0].dim("H") * tiny[0].dim("I") * tiny[0].dim("E"), 256 * 256 * 16);
   // An uneven EP split tunes the largest rank's shape (rank 0 holds ceil(32 / 3) experts), as
   // the layer shards them; more EP ranks than experts is refused.
-  EXPECT_EQ(problems_of("gpt-oss-20b", {1, 3}), (std::vector<Problem>{moe(32, 11, 2880, 2880, 4)}));
+  EXPECT_EQ(problems_of("gpt-oss-20b", {1, 3}),
+            (std::vector<Problem>{moe(32, 11, 2880, 2880, 4), gpu(32, 11, 2880, 2880, 2944, 4)}));
   EXPECT_THROW(problems_of("gpt-oss-20b", {1, 33}), Error);
+}
+
+TEST(Presets, MoeGpuForwardProblemsRefuseAWidthBelowTheValidChannels) {
+  MoeGpuForwardShape shape;
+  shape.rank = {8, 8, 128, 128, 2, true};
+  shape.intermediate_padded = 96;  // < I
+  EXPECT_THROW((void)moe_gpu_forward_problem(shape), Error);
+  shape.intermediate_padded = 144;  // not a multiple of 32
+  EXPECT_THROW((void)moe_gpu_forward_problem(shape), Error);
+  shape.intermediate_padded = 256;
+  EXPECT_EQ(moe_gpu_forward_problem(shape).canonical(),
+            "moe_gpu_forward[E=8,E_local=8,H=128,I=128,P=256,bias=1,top_k=2|act=swiglu_oai,"
+            "out=bf16,w=mxfp4,x=bf16]");
 }
 
 TEST(Presets, DeepseekV3LinearHoldsTheSixShapesAndSplitsThemOverTp) {

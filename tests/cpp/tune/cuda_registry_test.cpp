@@ -1,0 +1,88 @@
+// The CUDA tactics in the built-in registry (builds with CUDA; checked without a GPU, since
+// registering touches no device): block_fp8_linear adopts every cuda.* linear tactic, each
+// mapping back to its linear tactic, with the dispatch rule "auto" as the predicate-free default;
+// moe_gpu_forward offers the two GEMM variants with register_stream as the default. Timing and
+// checking them needs a GPU: tests/cpp/tune/cuda_tactics_gpu_test.cu.
+#include <gtest/gtest.h>
+
+#include <any>
+#include <set>
+#include <string>
+
+#include "mxq/linear/dispatch.h"
+#include "mxq/tune/block_fp8_linear.h"
+#include "mxq/tune/moe_gpu_forward.h"
+#include "mxq/tune/registry.h"
+
+namespace mxq::tune {
+namespace {
+
+TEST(CudaRegistry, BlockFp8LinearAdoptsEveryCudaLinearTactic) {
+#if !MXQ_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA: no CUDA tactics are registered";
+#else
+  const OpSpec* op = builtin_tactics().find_op(kBlockFp8LinearOp, Backend::kCuda);
+  ASSERT_NE(op, nullptr);
+  EXPECT_EQ(op->default_tactic, "auto");
+  const Tactic& fallback = builtin_tactics().default_tactic(*op);
+  EXPECT_FALSE(fallback.supports_fn) << "the default must support every problem";
+  EXPECT_TRUE(fallback.tokens.full());
+  const auto* rule = std::any_cast<const linear::LinearTactic*>(&fallback.native);
+  ASSERT_NE(rule, nullptr);
+  EXPECT_EQ(*rule, nullptr) << "auto maps to the dispatch rule, not to one tactic";
+
+  std::set<const linear::LinearTactic*> adopted;
+  std::set<std::string> ids;
+  for (const Tactic* t : builtin_tactics().tactics(*op)) {
+    EXPECT_TRUE(ids.insert(t->id()).second) << t->id();
+    const auto* native = std::any_cast<const linear::LinearTactic*>(&t->native);
+    ASSERT_NE(native, nullptr) << t->id();
+    if (*native == nullptr) continue;
+    EXPECT_TRUE((*native)->name().starts_with("cuda.")) << (*native)->name();
+    EXPECT_TRUE(t->supports_fn) << t->id();
+    EXPECT_TRUE((*native)->name().find(t->variant.substr(0, t->variant.find('.'))) !=
+                std::string::npos)
+        << t->id() << " adopts " << (*native)->name();
+    adopted.insert(*native);
+  }
+  std::size_t cuda_tactics = 0;
+  for (const auto& tactic : linear::linear_tactics()) {
+    if (!tactic->name().starts_with("cuda.")) continue;
+    ++cuda_tactics;
+    EXPECT_EQ(adopted.count(tactic.get()), 1U) << tactic->name() << " is not adopted";
+  }
+  EXPECT_GT(cuda_tactics, 0U);
+  EXPECT_EQ(adopted.size(), cuda_tactics);
+#endif
+}
+
+TEST(CudaRegistry, MoeGpuForwardOffersBothGemmVariants) {
+#if !MXQ_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA: no CUDA tactics are registered";
+#else
+  const OpSpec* op = builtin_tactics().find_op(kMoeGpuForwardOp, Backend::kCuda);
+  ASSERT_NE(op, nullptr);
+  EXPECT_EQ(op->default_tactic, "register_stream");
+  std::set<std::string> ids;
+  for (const Tactic* t : builtin_tactics().tactics(*op)) {
+    ids.insert(t->id());
+    EXPECT_TRUE(t->native.has_value()) << t->id();
+  }
+  EXPECT_EQ(ids, (std::set<std::string>{"register_stream", "shared_tile"}));
+  // shared_tile's predicate is the kernels' own (top-k at most 8); it needs no device.
+  const Tactic* shared =
+      builtin_tactics().find_tactic(kMoeGpuForwardOp, Backend::kCuda, "shared_tile");
+  ASSERT_NE(shared, nullptr);
+  MoeGpuForwardShape shape;
+  shape.rank = {32, 32, 2880, 2880, 4, true};
+  shape.intermediate_padded = 2944;
+  EXPECT_TRUE(shared->supports(moe_gpu_forward_problem(shape)).ok);
+  shape.rank = {32, 32, 2880, 2880, 9, true};
+  const Support nine = shared->supports(moe_gpu_forward_problem(shape));
+  EXPECT_FALSE(nine.ok);
+  EXPECT_NE(nine.reason.find("top-k"), std::string::npos) << nine.reason;
+#endif
+}
+
+}  // namespace
+}  // namespace mxq::tune
