@@ -114,28 +114,26 @@ class BlockFp8Linear:
         (a cudaStream_t as an integer; default: x's framework's current stream), without a host
         synchronization. Inside :func:`mxq.autotune`, ``tactic="auto"`` runs the tuner's choice.
         """
-        device, _ = _device.device_of(x)
-        if tactic == "auto":
-            tactic = self._tuned_tactic(device, x, activation_scales, out_dtype) or tactic
+        device, index = _device.device_of(x)
+        tuner = self._tuner_for(device, index, x, tactic, activation_scales, out_dtype)
         if device == "cpu":
-            return self._weight.linear(x, self.bias, tactic, activation_scales, out_dtype)
+            return self._weight.linear(x, self.bias, tactic, activation_scales, out_dtype, 0, tuner)
         with _device.device_scope(x):
             if stream is None:
                 stream = _device.current_stream(x)
-            y = self._weight.linear(x, self.bias, tactic, activation_scales, out_dtype, stream)
+            y = self._weight.linear(x, self.bias, tactic, activation_scales, out_dtype, stream,
+                                    tuner)
             return _device.to_framework(y, x, out_dtype)
 
-    def _tuned_tactic(self, device: str, x: ArrayLike, activation_scales: str,
-                      out_dtype: str) -> Optional[str]:
-        tuner = _tune.current()
-        # The autotuner's block_fp8_linear problem is the bf16-output, fp32-weight-scale one.
-        if tuner is None or out_dtype != "bf16" or self.scale_layout != "fp32":
-            return None
+    def _tuner_for(self, device: str, index: int, x: ArrayLike, tactic: str,
+                   activation_scales: str, out_dtype: str) -> Optional[Any]:
+        """The current autotuner when it serves this call (tuning its problem first)."""
+        current = _tune.current()
         shape = getattr(x, "shape", None)
-        if shape is None or len(shape) != 2:
-            return None  # the op names the problem with x
-        return tuner.linear_tactic(device, self.n, self.k, tuple(self.block), activation_scales,
-                                   int(shape[0]))
+        if current is None or tactic != "auto" or shape is None or len(shape) != 2:
+            return None
+        return current.linear_tuner(device, index, self.n, self.k, tuple(self.block),
+                                    activation_scales, out_dtype, int(shape[0]))
 
     __call__ = forward
 
@@ -144,9 +142,17 @@ class BlockFp8Linear:
         """Which tactic runs for M = ``m`` tokens and, for every other tactic, why not.
 
         Returns a dict: problem, requested, chosen (None if nothing supports it),
-        chosen_because, rejected [(tactic, reason)], text (the human-readable form).
+        chosen_because, rejected [(tactic, reason)], text (the human-readable form), and
+        from_tuner / tuner_note: whether the current :func:`mxq.autotune` cache made the choice.
         """
-        return self._weight.explain(m, self.bias is not None, tactic, activation_scales, out_dtype)
+        device, _, index = self.device.partition(":")
+        tuner = None
+        current = _tune.current()
+        if current is not None and tactic == "auto":
+            tuner = current.linear_tuner(device, int(index or 0), self.n, self.k,
+                                         tuple(self.block), activation_scales, out_dtype, m)
+        return self._weight.explain(m, self.bias is not None, tactic, activation_scales, out_dtype,
+                                    tuner)
 
     def __repr__(self) -> str:
         return (f"BlockFp8Linear(N={self.n}, K={self.k}, block={self.block!r}, "

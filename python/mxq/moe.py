@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from . import _device, _mxq
+from . import tune as _tune
 
 ArrayLike = Any
 
@@ -133,7 +134,8 @@ class MoELayer:
     def __init__(self, core: "_mxq.MoeLayer") -> None:
         self._core = core
         self._handle: Optional[int] = None
-        self._device_copies: Dict[int, Any] = {}  # CUDA device index -> _mxq.MoeGpuLayer
+        # CUDA device index -> (_mxq.MoeGpuLayer, the mxq.autotune() context it consults or None)
+        self._device_copies: Dict[int, Any] = {}
         self._device_lock = threading.Lock()
 
     @classmethod
@@ -246,25 +248,54 @@ class MoELayer:
         ``max_tokens`` tokens per call (the workspace is sized for it). :meth:`forward` with
         CUDA arrays does this by itself on first use and again, larger, when a call has more
         tokens; call it first so that no upload (which allocates and synchronizes) happens
-        inside a timed region or a CUDA graph capture. Prepare, restore and weight updates drop
-        the device copies (the next CUDA call uploads again: re-capture graphs after an update).
+        inside a timed region or a CUDA graph capture. Inside :func:`mxq.autotune` with
+        ``device="cuda:N"`` the copy consults that tuner (for good: the tuner lives as long as
+        the copy). An upload replaces the previous copy, and prepare, restore and weight updates
+        drop it: capture CUDA graphs again after any of them.
         """
         if not _mxq.with_cuda:
             raise RuntimeError("MoELayer.cuda: this build of mxq has no CUDA support "
                                "(install it where nvcc is found, or with MXQ_CUDA=ON)")
         if max_tokens < 1:
             raise ValueError(f"max_tokens: expected >= 1, found {max_tokens}")
-        with self._device_lock:
-            self._device_copies[device] = _mxq.MoeGpuLayer.upload(self._core, max_tokens, device)
+        self._upload(device, max_tokens, self._serving_tuner(device))
         return self
 
+    @staticmethod
+    def _serving_tuner(device: int) -> Optional[Any]:
+        current = _tune.current()
+        return current if current is not None and current.serves("cuda", device) else None
+
+    def _upload(self, device: int, max_tokens: int, tuner: Optional[Any]) -> None:
+        copy = _mxq.MoeGpuLayer.upload(self._core, max_tokens, device, "register_stream",
+                                       None if tuner is None else tuner._tuner)
+        with self._device_lock:
+            self._device_copies[device] = (copy, tuner)
+
     def _device_copy(self, device: int, tokens: int) -> Any:
-        copy = self._device_copies.get(device)
-        if copy is None or copy.max_tokens < tokens:
-            grown = max(tokens, 2 * copy.max_tokens if copy is not None else 1024)
-            self.cuda(device, grown)
-            copy = self._device_copies[device]
+        tuner = self._serving_tuner(device)
+        entry = self._device_copies.get(device)
+        if entry is None or entry[0].max_tokens < tokens or (
+                tuner is not None and entry[1] is not tuner):
+            size = 1024 if entry is None else entry[0].max_tokens
+            if size < tokens:
+                size = max(tokens, 2 * size)
+            # A copy made under a tuner keeps it; a new tuning context gets a copy of its own.
+            self._upload(device, size, tuner if tuner is not None or entry is None else entry[1])
+            entry = self._device_copies[device]
+        copy = entry[0]
+        if tuner is not None:
+            for problem in copy.tune_problems():
+                tuner.tune(problem, tokens)
         return copy
+
+    def device_tactic(self, device: int, tokens: int, rank: int = 0) -> Dict[str, Any]:
+        """What a CUDA forward of ``tokens`` tokens runs on ``rank`` of the copy on ``device``
+        (after :meth:`cuda` or a CUDA forward): tactic name and whether the tuner chose it."""
+        entry = self._device_copies.get(device)
+        if entry is None:
+            raise ValueError(f"device: no copy of this layer on cuda:{device} yet (call cuda())")
+        return entry[0].tactic_for(tokens, rank)
 
     def _drop_device_copies(self) -> None:
         with self._device_lock:

@@ -33,8 +33,8 @@ modules calling them (dynamic shapes included), and passes ``torch.library.opche
   weakly and never reuses a handle, so a freed layer's handle fails clearly. (A
   ``torch.classes`` custom class would make the layer a graph input but needs a C++ torch
   extension; a handle keeps mxq free of a libtorch build dependency.) :class:`MoE` wraps it.
-* Inside :func:`mxq.autotune`, ``block_fp8_linear(..., tactic="auto")`` on the CPU runs the
-  tuner's decision (tuning the problem first in tune mode).
+* Inside :func:`mxq.autotune`, ``block_fp8_linear(..., tactic="auto")`` and ``moe_forward``
+  on the tuner's device run the tuner's decisions (tuning the problem first in tune mode).
 """
 
 from __future__ import annotations
@@ -358,15 +358,14 @@ def block_fp8_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, block_n: i
         return x.new_empty((*lead, n), dtype=_OUT_DTYPES[out_dtype])
     with torch.cuda.device(x.device) if x.device.type == "cuda" else _no_scope():
         w = _mxq.BlockFp8Weight.borrow(_codes(weight), weight_scale, (block_n, block_k))
-    if tactic == "auto":
-        tactic = _tuned_linear_tactic(x2, w, activation_scales, out_dtype) or tactic
+    tuner = _linear_tuner(x2, n, k, block_n, block_k, activation_scales, out_dtype, tactic)
     if x.device.type == "cpu":
-        y = _from_numpy(w.linear(x2, bias, tactic, activation_scales, out_dtype),
+        y = _from_numpy(w.linear(x2, bias, tactic, activation_scales, out_dtype, 0, tuner),
                         _OUT_DTYPES[out_dtype])
     else:
         with torch.cuda.device(x.device):  # torch exports CUDA tensors of the current device only
-            y = _from_device(w.linear(x2, bias, tactic, activation_scales, out_dtype, _stream(x)),
-                             _OUT_DTYPES[out_dtype])
+            y = _from_device(w.linear(x2, bias, tactic, activation_scales, out_dtype, _stream(x),
+                                      tuner), _OUT_DTYPES[out_dtype])
     return y.reshape(*lead, n)
 
 
@@ -377,12 +376,14 @@ def _(x, weight, weight_scale, block_n=128, block_k=128, bias=None, activation_s
     return x.new_empty((*x.shape[:-1], weight.shape[0]), dtype=_OUT_DTYPES[out_dtype])
 
 
-def _tuned_linear_tactic(x: Tensor, w: Any, activation_scales: str, out_dtype: str) -> Optional[str]:
-    tuner = _tune.current()
-    if tuner is None or out_dtype != "bf16" or w.scale_layout != "fp32":
+def _linear_tuner(x: Tensor, n: int, k: int, block_n: int, block_k: int, activation_scales: str,
+                  out_dtype: str, tactic: str) -> Optional[Any]:
+    """The current mxq.autotune() tuner when it serves this call (its problem tuned first)."""
+    current = _tune.current()
+    if current is None or tactic != "auto":
         return None
-    return tuner.linear_tactic(x.device.type, w.n, w.k, tuple(w.block), activation_scales,
-                               int(x.shape[0]))
+    return current.linear_tuner(x.device.type, x.device.index or 0, n, k, (block_n, block_k),
+                                activation_scales, out_dtype, int(x.shape[0]))
 
 
 # --- MoE --------------------------------------------------------------------------------------

@@ -11,9 +11,11 @@ decisions serve and nothing is measured; ``"off"`` serves the defaults. Leaving 
 the tuning pass (saves, also after an exception). Outside any block the ops use their own
 dispatch (``tactic="auto"``).
 
-Today the tuner serves the CPU block-FP8 linear op (``BlockFp8Linear.forward`` and
-``torch.ops.mxq.block_fp8_linear`` on host tensors): the autotuner's registry has no other op
-these Python ops can take a tactic for yet.
+Which ops consult it: the block-FP8 linear (``BlockFp8Linear.forward``,
+``torch.ops.mxq.block_fp8_linear``) with ``tactic="auto"`` on the tuner's device (CPU tactics
+for ``device="cpu"``, CUDA tactics for ``device="cuda[:N]"``), and the MoE layer on a GPU
+(``MoELayer.forward`` / ``torch.ops.mxq.moe_forward`` with CUDA input, ``device="cuda[:N]"``:
+its GEMM variant per rank and token count). The CPU MoE reference runs its own tiling.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ class Autotune:
         self.phase = phase
         self.device = device
         self._backend, _, index = device.partition(":")
+        self._index = int(index or 0)
         self._tuner = _mxq.Autotuner(mode, None if cache is None else str(cache), self._backend,
-                                     int(index or 0), budget_seconds,
+                                     self._index, budget_seconds,
                                      None if skip_ops is None else list(skip_ops))
         self._session: Optional[Any] = None
         self._problems: Dict[Tuple[Any, ...], Any] = {}
@@ -99,23 +102,37 @@ class Autotune:
         return self._tuner.warnings
 
     # --- what the ops call ---
-    def linear_tactic(self, device: str, n: int, k: int, block: Tuple[int, int],
-                      activation_scales: str, tokens: int) -> Optional[str]:
-        """The linear tactic to run for this problem and token count on ``device`` ("cpu" or
-        "cuda"), tuning it first in tune/fresh mode; None when this tuner does not serve it."""
-        if device != self._backend or tokens < 1:
+    def serves(self, device: str, index: int = 0) -> bool:
+        """Whether this tuner's tactics are for ``device`` ("cpu" or "cuda") ``index``."""
+        return device == self._backend and (device == "cpu" or index == self._index)
+
+    def tune(self, problem: Any, tokens: int) -> None:
+        """In tune/fresh mode, measures what the cache lacks for ``problem`` at ``tokens``
+        (its token bucket) and publishes a new winner at once; otherwise nothing."""
+        if self._session is None or tokens < 1:
+            return
+        key = (problem.canonical, tokens)
+        if key in self._visited:
+            return
+        records = self._session.tune_tokens(problem, [tokens])
+        self._visited.add(key)
+        if any(r["status"] == "tuned" for r in records):
+            self._tuner.publish()  # serve the new winner now, not only when the pass ends
+
+    def linear_tuner(self, device: str, index: int, n: int, k: int, block: Tuple[int, int],
+                     activation_scales: str, out_dtype: str, tokens: int) -> Optional[Any]:
+        """The autotuner the block-FP8 linear op should consult for this call (after tuning its
+        problem in tune mode), or None when this tuner is not for ``device``."""
+        if not self.serves(device, index):
             return None
-        key = (n, k, tuple(block), activation_scales)
+        key = (n, k, tuple(block), activation_scales, out_dtype)
         problem = self._problems.get(key)
         if problem is None:
-            problem = _mxq.TuneProblem.block_fp8_linear(n, k, tuple(block), activation_scales)
+            problem = _mxq.TuneProblem.block_fp8_linear(n, k, tuple(block), activation_scales,
+                                                        out_dtype)
             self._problems[key] = problem
-        if self._session is not None and (key, tokens) not in self._visited:
-            records = self._session.tune_tokens(problem, [tokens])
-            self._visited.add((key, tokens))
-            if any(r["status"] == "tuned" for r in records):
-                self._tuner.publish()  # serve the new winner now, not only when the pass ends
-        return self._tuner.lookup(problem, tokens)["linear_tactic"]
+        self.tune(problem, tokens)
+        return self._tuner
 
     def __repr__(self) -> str:
         return (f"Autotune(mode={self.mode!r}, phase={self.phase!r}, device={self.device!r}, "
@@ -131,8 +148,8 @@ def autotune(cache: Optional[str] = None, mode: str = "tune", phase: str = "targ
     ``mode``: "tune" (serve the cache, measure what it lacks), "load" (serve the cache only),
     "fresh" (measure everything into a new file next to the cache), "off" (defaults).
     ``phase``: the tuning pass's name ("target", "draft", ...); passes merge in one cache, none
-    erases another's decisions. ``device``: which backend's tactics ("cpu"; "cuda[:N]" once the
-    registry has CUDA ops). ``budget_seconds`` bounds the pass; ``skip_ops`` always run their
+    erases another's decisions. ``device``: whose tactics, "cpu" or "cuda[:N]" (measured on that
+    GPU). ``budget_seconds`` bounds the pass; ``skip_ops`` always run their
     default. Unset options come from MXQ_AUTOTUNE_* (docs/autotune.md).
     """
     return Autotune(cache, mode, phase, device=device, budget_seconds=budget_seconds,

@@ -14,6 +14,7 @@
 #include "mxq/linear/dispatch.h"
 #include "mxq/linear/linear.h"
 #include "mxq/linear/weight.h"
+#include "mxq/tune/autotuner.h"
 
 namespace mxq::python {
 namespace {
@@ -136,38 +137,51 @@ void bind_linear(nb::module_& m) {
           "linear",
           [](const BlockFp8Weight& w, nb::handle x, nb::handle bias, const std::string& tactic,
              const std::string& activation_scales, const std::string& out_dtype,
-             std::uintptr_t stream) {
+             std::uintptr_t stream, const tune::Autotuner* tuner, bool report) -> nb::object {
             const ArrayArg xa = array_arg(x, "x", {{DType::kBF16}, 2, true, kAnyDevice});
             std::optional<ArrayArg> ba;
             if (!bias.is_none()) {
               ba = array_arg(bias, "bias", {{DType::kBF16, DType::kF32}, 1, true, kAnyDevice});
             }
-            const linear::LinearOptions options =
+            linear::LinearOptions options =
                 options_arg(tactic, activation_scales, out_dtype, stream);
+            linear::LinearRun ran;
+            options.tuner = tuner;
+            options.ran = &ran;
             Tensor out;
             {
               nb::gil_scoped_release release;
               out = linear::linear(xa.view, w, ba ? &ba->view : nullptr, options);
             }
-            return to_python(std::move(out));
+            nb::object y = to_python(std::move(out));
+            if (!report) return y;
+            nb::dict run;
+            run["tactic"] = ran.tactic != nullptr ? nb::cast(ran.tactic->name()) : nb::none();
+            run["from_tuner"] = ran.from_tuner;
+            return nb::make_tuple(y, run);
           },
           nb::arg("x"), nb::arg("bias") = nb::none(), nb::arg("tactic") = "auto",
           nb::arg("activation_scales") = "fp32", nb::arg("out_dtype") = "bf16",
-          nb::arg("stream") = 0,
+          nb::arg("stream") = 0, nb::arg("tuner").none() = nb::none(), nb::arg("report") = false,
           "y [M, N]: a NumPy array for host operands; for CUDA operands a DLPack array (bf16 as "
-          "uint16 bits) computed in the order of `stream` (a cudaStream_t; 0 = default stream).")
+          "uint16 bits) computed in the order of `stream` (a cudaStream_t; 0 = default stream). "
+          "With tactic \"auto\", `tuner` (an Autotuner of the operands' backend) picks the tactic "
+          "its cache holds. report=True returns (y, {tactic, from_tuner}).")
       .def(
           "explain",
           [](const BlockFp8Weight& w, std::int64_t tokens, bool has_bias, const std::string& tactic,
-             const std::string& activation_scales, const std::string& out_dtype) {
-            // make_problem reads only the shape and dtype of x and bias, never their data.
-            const TensorView x(nullptr, DType::kBF16, Shape{tokens, w.k()});
-            const TensorView bias(nullptr, DType::kF32, Shape{w.n()});
+             const std::string& activation_scales, const std::string& out_dtype,
+             const tune::Autotuner* tuner) {
+            // make_problem reads only the shape, dtype and device of x and bias, never their data.
+            const TensorView x(nullptr, DType::kBF16, Shape{tokens, w.k()}, w.device());
+            const TensorView bias(nullptr, DType::kF32, Shape{w.n()}, w.device());
             const linear::LinearOptions options = options_arg(tactic, activation_scales, out_dtype);
             const linear::LinearProblem problem =
                 linear::make_problem(x, w, has_bias ? &bias : nullptr, options);
-            const linear::Explanation e = linear::explain(problem, tactic);
+            const linear::Explanation e = linear::explain(problem, tactic, tuner);
             nb::dict d;
+            d["from_tuner"] = e.from_tuner;
+            d["tuner_note"] = e.tuner_note;
             d["problem"] = problem.str();
             d["requested"] = e.requested;
             d["chosen"] = e.chosen ? nb::cast(e.chosen->name()) : nb::none();
@@ -181,7 +195,8 @@ void bind_linear(nb::module_& m) {
             return d;
           },
           nb::arg("m"), nb::arg("has_bias") = false, nb::arg("tactic") = "auto",
-          nb::arg("activation_scales") = "fp32", nb::arg("out_dtype") = "bf16");
+          nb::arg("activation_scales") = "fp32", nb::arg("out_dtype") = "bf16",
+          nb::arg("tuner").none() = nb::none());
 
   m.def(
       "quantize_activations",

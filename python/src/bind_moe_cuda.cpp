@@ -2,10 +2,13 @@
 // the caller's stream. Bound only when mxq is built with CUDA; `_mxq.with_cuda` says which.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "array_bridge.h"
 #include "bindings.h"
@@ -16,6 +19,8 @@
 #include "moe_layer_type.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/moe/gpu_layer.h"
+#include "mxq/tune/autotuner.h"
+#include "mxq/tune/problem.h"
 #endif
 
 namespace mxq::python {
@@ -62,17 +67,52 @@ void bind_moe_cuda(nb::module_& m) {
       "stream, or streams the caller orders).")
       .def_static(
           "upload",
-          [](const moe::MoeLayer& layer, int max_tokens, int device, const std::string& gemm) {
+          [](const moe::MoeLayer& layer, int max_tokens, int device, const std::string& gemm,
+             const tune::Autotuner* tuner) {
             const moe::cuda::GemmVariant variant = gemm_arg(gemm);
             const nb::gil_scoped_release release;
             const CurrentDevice current(device);
-            return moe::MoeGpuLayer::upload(layer, max_tokens, Device::cuda(device), variant);
+            return moe::MoeGpuLayer::upload(layer, max_tokens, Device::cuda(device), variant,
+                                            tuner);
           },
           nb::arg("layer"), nb::arg("max_tokens"), nb::arg("device") = 0,
-          nb::arg("gemm") = "register_stream",
-          "Copies the layer's current weights (every rank) to CUDA device `device`.")
+          nb::arg("gemm") = "register_stream", nb::arg("tuner").none() = nb::none(),
+          nb::keep_alive<0, 5>(),  // the layer consults the tuner on every forward
+          "Copies the layer's current weights (every rank) to CUDA device `device`. With a "
+          "`tuner` (an Autotuner of backend cuda), forward() runs the GEMM variant its cache "
+          "holds for each rank and token count; `gemm` otherwise.")
       .def_prop_ro("max_tokens", &moe::MoeGpuLayer::max_tokens)
-      .def_prop_ro("tactic_name", &moe::MoeGpuLayer::tactic_name)
+      .def_prop_ro("num_ranks", &moe::MoeGpuLayer::num_ranks)
+      .def_prop_ro("tactic_name", [](const moe::MoeGpuLayer& l) { return l.tactic_name(); })
+      .def(
+          "tactic_for",
+          [](const moe::MoeGpuLayer& l, std::int64_t tokens, int rank) {
+            if (rank < 0 || rank >= l.num_ranks()) {
+              fail_argument(ErrorCode::kOutOfRange, "rank",
+                            detail::concat("a rank id in [0, ", l.num_ranks(), ")"), rank);
+            }
+            nb::dict d;
+            d["tactic"] = l.tactic_name(tokens, rank);
+            d["from_tuner"] = l.gemm_choice(tokens, rank).from_tuner;
+            return d;
+          },
+          nb::arg("tokens"), nb::arg("rank") = 0,
+          "What forward() runs on `rank` for `tokens` tokens, and whether the tuner chose it.")
+      .def(
+          "tune_problems",
+          [](const moe::MoeGpuLayer& l) {
+            // One per distinct rank problem (ranks of equal shape share theirs).
+            std::vector<tune::Problem> out;
+            for (int r = 0; r < l.num_ranks(); ++r) {
+              const tune::Problem* p = l.tune_problem(r);
+              if (p != nullptr && std::find(out.begin(), out.end(), *p) == out.end()) {
+                out.push_back(*p);
+              }
+            }
+            return out;
+          },
+          "The moe_gpu_forward problems the layer's ranks ask the tuner (what a tuning pass "
+          "must measure for this layer).")
       .def_prop_ro("hidden_size", [](const moe::MoeGpuLayer& l) { return l.config().hidden_size; })
       .def(
           "forward",

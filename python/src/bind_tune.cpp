@@ -13,7 +13,6 @@
 #include "bindings.h"
 #include "block_shape_arg.h"
 #include "mxq/core/error.h"
-#include "mxq/linear/dispatch.h"
 #include "mxq/tune/autotuner.h"
 #include "mxq/tune/block_fp8_linear.h"
 
@@ -44,22 +43,6 @@ nb::dict record_dict(const tune::TuneRecord& r) {
   return d;
 }
 
-// The linear module's tactic behind an autotuner tactic of op block_fp8_linear: the registry
-// adopts each "<backend>.<variant>[.<suffix>]" linear tactic with its parameters
-// (src/cpu/linear/block_fp8_linear_autotune.cpp). Until linear::LinearOptions carries the
-// tuner itself, mxq.autotune() passes this name as the op's `tactic`.
-const linear::LinearTactic* linear_tactic_of(const tune::Tactic& tactic) {
-  const std::string prefix = std::string(tune::to_string(tactic.backend)) + "." + tactic.variant;
-  for (const auto& candidate : linear::linear_tactics()) {
-    const std::string& name = candidate->name();
-    if (name != prefix && name.rfind(prefix + ".", 0) != 0) continue;
-    tune::TacticParams params;
-    for (const linear::TacticParam& p : candidate->params()) params.set(p.name, p.value);
-    if (params.canonical() == tactic.params.canonical()) return candidate.get();
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 void bind_tune(nb::module_& m) {
@@ -68,14 +51,22 @@ void bind_tune(nb::module_& m) {
                             "the key of autotuner decisions, with a token bucket.")
       .def_static(
           "block_fp8_linear",
-          [](std::int64_t n, std::int64_t k, nb::handle block,
-             const std::string& activation_scales) {
+          [](std::int64_t n, std::int64_t k, nb::handle block, const std::string& activation_scales,
+             const std::string& out_dtype) {
+            DType out = DType::kBF16;
+            if (out_dtype == "f32" || out_dtype == "float32") {
+              out = DType::kF32;
+            } else if (out_dtype != "bf16" && out_dtype != "bfloat16") {
+              fail_argument(ErrorCode::kInvalidArgument, "out_dtype", "\"bf16\" or \"f32\"",
+                            "\"" + out_dtype + "\"");
+            }
             return tune::block_fp8_linear_problem(
                 n, k, block_shape_arg(block, "block"),
-                parse_scale_mode(activation_scales, "activation_scales"));
+                parse_scale_mode(activation_scales, "activation_scales"), out);
           },
           nb::arg("n"), nb::arg("k"), nb::arg("block") = nb::make_tuple(128, 128),
-          nb::arg("activation_scales") = "fp32")
+          nb::arg("activation_scales") = "fp32", nb::arg("out_dtype") = "bf16",
+          "The block_fp8_linear problem (N, K, block, activation scales, output dtype).")
       .def_prop_ro("op", &tune::Problem::op)
       .def_prop_ro("canonical", &tune::Problem::canonical)
       .def("__repr__", [](const tune::Problem& p) { return "TuneProblem(" + p.canonical() + ")"; });
@@ -118,16 +109,11 @@ void bind_tune(nb::module_& m) {
             nb::dict d;
             d["tactic"] = s.tactic != nullptr ? nb::cast(s.tactic->id()) : nb::none();
             d["source"] = std::string(tune::to_string(s.source));
-            const linear::LinearTactic* lt =
-                s.tactic != nullptr && problem.op() == tune::kBlockFp8LinearOp
-                    ? linear_tactic_of(*s.tactic)
-                    : nullptr;
-            d["linear_tactic"] = lt != nullptr ? nb::cast(lt->name()) : nb::none();
             return d;
           },
           nb::arg("problem"), nb::arg("tokens"),
-          "The tactic served for `tokens` tokens: tactic id, source (tuned, default, ...) and, "
-          "for block_fp8_linear, the linear tactic's name (the op's `tactic` argument).")
+          "The tactic served for `tokens` tokens: its id and source (tuned, default, ...).")
+
       .def("publish", &tune::Autotuner::publish, nb::call_guard<nb::gil_scoped_release>())
       .def("decisions", [](const tune::Autotuner& t) {
         nb::list out;

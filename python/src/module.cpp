@@ -14,8 +14,8 @@ NB_MODULE(_mxq, m) {
   mxq::python::bind_errors(m);
   mxq::python::bind_array_bridge(m);
   mxq::python::bind_formats(m);
+  mxq::python::bind_tune(m);  // before the ops that take an Autotuner
   mxq::python::bind_moe(m);
   mxq::python::bind_linear(m);
   mxq::python::bind_moe_cuda(m);
-  mxq::python::bind_tune(m);
 }

@@ -23,27 +23,40 @@ def no_autotune_environment(monkeypatch, tmp_path):
 
 
 class SpyWeight:
-    """Records the tactic each forward passes to the C++ op."""
+    """Records what each forward ran in the C++ op: (tactic, whether the tuner chose it)."""
 
-    def __init__(self, weight, tactics):
+    def __init__(self, weight, runs):
         self._weight = weight
-        self.tactics = tactics
+        self.runs = runs
 
     def __getattr__(self, name):
         return getattr(self._weight, name)
 
-    def linear(self, x, bias, tactic, *rest):
-        self.tactics.append(tactic)
-        return self._weight.linear(x, bias, tactic, *rest)
+    def linear(self, x, bias, tactic, scales, out, stream, tuner):
+        y, run = self._weight.linear(x, bias, tactic, scales, out, stream, tuner, True)
+        self.runs.append((run["tactic"], run["from_tuner"]))
+        return y
 
 
 @pytest.fixture
 def linear():
     w = np.random.default_rng(0).standard_normal((256, 512)).astype(np.float32)
     lin = mxq.BlockFp8Linear.quantize(w, (128, 128))
-    lin.tactics = []
-    lin._weight = SpyWeight(lin._weight, lin.tactics)
+    lin.runs = []
+    lin._weight = SpyWeight(lin._weight, lin.runs)
     return lin
+
+
+DEFAULT = ("cpu.reference", False)  # the dispatch rule's CPU choice
+
+
+def linear_name(tactic_id: str) -> str:
+    """The linear op's tactic behind an autotuner tactic id: "blocked_f32[tile_n=64]" is
+    cpu.blocked_f32.n64, "reference" is cpu.reference."""
+    if tactic_id == "reference":
+        return "cpu.reference"
+    variant, params = tactic_id.rstrip("]").split("[")
+    return f"cpu.{variant}.n{params.split('=')[1]}"
 
 
 def tokens(m: int) -> np.ndarray:
@@ -58,6 +71,7 @@ def test_tune_mode_measures_saves_and_serves_the_winner(linear, tmp_path):
         inside = linear.forward(tokens(8))
         again = linear.forward(tokens(7))  # bucket 8 again: nothing new to measure
         assert cache.is_file()  # each winner is saved as soon as it is measured
+        explained = linear.explain(8)
     assert mxq.tune.current() is None
     record, hit = tuner.records
     assert (hit["status"], hit["bucket"], hit["tactic"]) == ("hit", 8, record["tactic"])
@@ -65,14 +79,16 @@ def test_tune_mode_measures_saves_and_serves_the_winner(linear, tmp_path):
     assert record["status"] == "tuned" and len(record["candidates"]) >= 2
     winner = tuner._tuner.lookup(_mxq.TuneProblem.block_fp8_linear(256, 512), 8)
     assert winner["source"] == "tuned" and winner["tactic"] == record["tactic"]
-    assert linear.tactics == ["auto", winner["linear_tactic"], winner["linear_tactic"]]
-    assert winner["linear_tactic"].startswith("cpu.")
-    # whatever tactic won, the result is the op's answer (every CPU tactic is checked against it)
+    ran = (linear_name(record["tactic"]), True)
+    assert linear.runs == [DEFAULT, ran, ran]
+    assert explained["from_tuner"] and explained["chosen"] == ran[0]
+    assert "token bucket 8" in explained["tuner_note"]
     assert inside.shape == outside.shape == (8, 256) and again.shape == (7, 256)
     entries = json.loads(cache.read_text())["entries"]
     assert [(e["op"], e["shape"]["N"], e["shape"]["K"], e["bucket"], e["pass"], e["tactic"])
             for e in entries] == [("block_fp8_linear", 256, 512, 8, "target", record["tactic"])]
-    assert linear.forward(tokens(8)) is not None and linear.tactics[-1] == "auto"  # outside again
+    linear.forward(tokens(8))
+    assert linear.runs[-1] == DEFAULT  # outside the block: the op's own dispatch again
 
 
 def test_load_mode_serves_the_cache_without_measuring(linear, tmp_path):
@@ -83,12 +99,10 @@ def test_load_mode_serves_the_cache_without_measuring(linear, tmp_path):
     before = (tmp_path / "tactics.json").read_text()
     with mxq.autotune(cache=cache, mode="load") as loaded:
         linear.forward(tokens(5))  # bucket 8: served from the cache
-        linear.forward(tokens(64))  # not in the cache: the default, nothing measured
+        linear.forward(tokens(64))  # not in the cache: the dispatch rule, nothing measured
     assert loaded.records == [] and loaded._tuner.measured_count == 0
     assert [d["tactic"] for d in loaded.decisions()] == [tuned]
-    assert linear.tactics[-2] == loaded._tuner.lookup(
-        _mxq.TuneProblem.block_fp8_linear(256, 512), 5)["linear_tactic"]
-    assert linear.tactics[-1] == "cpu.reference"  # the op's default tactic
+    assert linear.runs[-2:] == [(linear_name(tuned), True), DEFAULT]
     assert (tmp_path / "tactics.json").read_text() == before
 
 
@@ -99,9 +113,10 @@ def test_passes_merge_and_an_exception_still_saves(linear, tmp_path):
             linear.forward(tokens(8))
             raise KeyError("model failed")
     with mxq.autotune(cache=cache, phase="draft"):
-        linear.forward(tokens(2))
+        linear.forward(tokens(2), out_dtype="f32")  # another problem: f32 output
     entries = json.loads((tmp_path / "tactics.json").read_text())["entries"]
-    assert sorted((e["bucket"], e["pass"]) for e in entries) == [(2, "draft"), (8, "target")]
+    assert sorted((e["bucket"], e["pass"], e["dtypes"]["out"]) for e in entries) == [
+        (2, "draft", "f32"), (8, "target", "bf16")]
 
 
 def test_nested_contexts_and_off_mode(linear, tmp_path):
@@ -110,7 +125,7 @@ def test_nested_contexts_and_off_mode(linear, tmp_path):
             assert mxq.tune.current() is inner and inner.cache_path == ""
             linear.forward(tokens(4))
         assert mxq.tune.current() is outer
-    assert linear.tactics == ["cpu.reference"]  # off: the default, nothing tuned
+    assert linear.runs == [DEFAULT]  # off: the dispatch rule, nothing tuned
     assert not (tmp_path / "a.json").exists() and outer.records == []
 
 
@@ -123,11 +138,12 @@ def test_fresh_mode_writes_a_new_runs_file(linear, tmp_path):
     assert json.loads(open(tuner.cache_path).read())["entries"][0]["bucket"] == 4
 
 
-def test_only_matching_problems_consult_the_tuner(linear, tmp_path):
+def test_only_calls_the_tuner_serves_consult_it(linear, tmp_path):
     with mxq.autotune(cache=str(tmp_path / "t.json")) as tuner:
-        linear.forward(tokens(8), out_dtype="f32")  # the tuner's problem has bf16 output
+        assert tuner.serves("cpu") and not tuner.serves("cuda", 0)  # CPU tactics only
         linear.forward(tokens(8), tactic="cpu.reference")  # an explicit tactic is kept
-    assert linear.tactics == ["auto", "cpu.reference"] and tuner.records == []
+        assert tuner.linear_tuner("cuda", 0, 256, 512, (128, 128), "fp32", "bf16", 8) is None
+    assert linear.runs == [("cpu.reference", False)] and tuner.records == []
 
 
 def test_bad_arguments():

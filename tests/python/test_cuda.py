@@ -287,3 +287,31 @@ def test_cuda_errors_name_the_argument(moe_checkpoint):
         mxq.BlockFp8Linear.from_arrays(q.view(torch.uint8).numpy(), s.numpy(), (128, 128)).forward(x)
     with pytest.raises(ValueError, match=r"^x: expected a host"):
         mxq.formats.quantize_mxfp4(torch.randn(4, 64, device=DEV))
+
+
+# --- autotuning on the GPU ----------------------------------------------------------------
+
+def test_autotune_cuda_linear_and_moe(moe_checkpoint, tmp_path, monkeypatch):
+    for name in ("MXQ_AUTOTUNE", "MXQ_AUTOTUNE_CACHE", "MXQ_AUTOTUNE_SKIP_OPS", "MXQ_AUTOTUNE_BUDGET"):
+        monkeypatch.delenv(name, raising=False)
+    cache = str(tmp_path / "tactics.json")
+    q, s = torch.ops.mxq.quantize_fp8_block(torch.randn(256, 512), 128, 128)
+    lin = mxq.BlockFp8Linear.from_arrays(q.view(torch.uint8).numpy(), s.numpy(), (128, 128)).cuda(0)
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2)
+    x = torch.randn(16, 512, device=DEV).bfloat16()
+    xm = torch.from_numpy(tokens(16, 128, seed=11)).to(DEV).bfloat16()
+    with mxq.autotune(cache=cache, mode="tune", device="cuda:0") as tuner:
+        y = lin.forward(x)
+        explained = lin.explain(16)
+        ym = torch.ops.mxq.moe_forward(xm, moe.handle)
+        assert moe.device_tactic(0, 16)["from_tuner"]
+    ops_tuned = {r["op"] for r in tuner.records}
+    assert ops_tuned == {"block_fp8_linear", "moe_gpu_forward"}, tuner.records
+    assert all(r["status"] in ("tuned", "hit") for r in tuner.records), tuner.records
+    assert explained["from_tuner"], explained["tuner_note"]
+    ref = lin.to("cpu").forward(x.cpu().view(torch.int16).numpy().view(ml_dtypes.bfloat16),
+                                tactic="cpu.reference")
+    assert normalized_error(y.float().cpu().numpy(), ref.astype(np.float32)) <= 4e-3
+    assert normalized_error(ym.float().cpu().numpy(), moe.forward(xm.float().cpu().numpy())) <= 4e-3
+    with mxq.autotune(cache=cache, mode="load", device="cuda:0") as served:
+        assert lin.explain(16)["from_tuner"] and served.records == []

@@ -370,7 +370,7 @@ def test_mxq_errors_from_cpp_keep_their_classes():
 def test_block_fp8_linear_runs_the_tuned_tactic(tmp_path, monkeypatch):
     for name in ("MXQ_AUTOTUNE", "MXQ_AUTOTUNE_CACHE", "MXQ_AUTOTUNE_SKIP_OPS", "MXQ_AUTOTUNE_BUDGET"):
         monkeypatch.delenv(name, raising=False)
-    tactics = []
+    runs = []
 
     class SpyWeight:
         def __init__(self, weight):
@@ -379,9 +379,10 @@ def test_block_fp8_linear_runs_the_tuned_tactic(tmp_path, monkeypatch):
         def __getattr__(self, name):
             return getattr(self._weight, name)
 
-        def linear(self, x, bias, tactic, *rest):
-            tactics.append(tactic)
-            return self._weight.linear(x, bias, tactic, *rest)
+        def linear(self, x, bias, tactic, scales, out, stream, tuner):
+            y, run = self._weight.linear(x, bias, tactic, scales, out, stream, tuner, True)
+            runs.append((run["tactic"], run["from_tuner"]))
+            return y
 
     spy = types.SimpleNamespace(
         BlockFp8Weight=types.SimpleNamespace(
@@ -396,6 +397,6 @@ def test_block_fp8_linear_runs_the_tuned_tactic(tmp_path, monkeypatch):
                                                 "cpu.reference")
     (record,) = tuner.records
     assert record["status"] == "tuned" and record["bucket"] == 8
-    winner = tuner._tuner.lookup(_mxq.TuneProblem.block_fp8_linear(256, 512), 8)["linear_tactic"]
-    assert tactics == ["auto", winner, "cpu.reference"]  # an explicit tactic is never replaced
-    assert inside.shape == outside.shape
+    assert runs[0] == ("cpu.reference", False) and runs[2] == ("cpu.reference", False)
+    assert runs[1][1] and runs[1][0].startswith("cpu.") and record["tactic"].split("[")[0] in runs[1][0]
+    assert inside.shape == outside.shape == forced.shape
