@@ -220,7 +220,7 @@ def test_cupy_arrays_in_and_out(moe_checkpoint):
     lin = mxq.BlockFp8Linear.from_arrays(q.view(torch.uint8).numpy(), s.numpy(), (128, 128)).cuda(0)
     want = lin.forward(x)
     x_cupy = cupy.from_dlpack(x.view(torch.int16)).view(cupy.uint16)  # CuPy has no bfloat16
-    assert _mxq._inspect_array(x_cupy)["data"] == x.data_ptr()
+    assert _mxq._inspect_array(x_cupy.view(cupy.uint8))["data"] == x.data_ptr()
     y = lin.forward(x_cupy)
     assert isinstance(y, cupy.ndarray) and y.dtype == cupy.uint16
     cupy.cuda.get_current_stream().synchronize()
