@@ -93,12 +93,12 @@ class BlockFp8Linear:
 
     @property
     def q(self) -> np.ndarray:
-        """Read-only view of the E4M3 codes [N, K] (no copy)."""
+        """Read-only view of the E4M3 codes [N, K] (no copy; a DLPack array for a CUDA weight)."""
         return self._weight.q
 
     @property
     def scale(self) -> np.ndarray:
-        """Read-only view of the scales (no copy)."""
+        """Read-only view of the scales (no copy; a DLPack array for a CUDA weight)."""
         return self._weight.scale
 
     def with_packed_ue8m0_scales(self) -> "BlockFp8Linear":
