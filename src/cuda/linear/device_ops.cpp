@@ -78,7 +78,8 @@ class WgmmaTactic final : public LinearTactic {
     return {{"block_m", shape_.bm},
             {"block_n", shape_.bn},
             {"block_k", 128},
-            {"stages", shape_.stages}};
+            {"stages", shape_.stages},
+            {"overlap", shape_.overlap ? 1 : 0}};
   }
   [[nodiscard]] Support check(const LinearProblem& p) const override {
     if (Support common = common_cuda_checks(p); !common) return common;
