@@ -185,11 +185,13 @@ ArrayArg array_arg(nb::handle array, std::string_view argument,
   }
   std::optional<DType> dtype = dtype_override ? dtype_override : dtype_from_dlpack(a.dtype());
   // CuPy (and NumPy without ml_dtypes) have no bfloat16: uint16 bit patterns are read as bf16
-  // where bf16 is accepted, as uint8 codes are where E4M3 / E8M0 are.
+  // where bf16 is accepted (an empty list accepts every mxq dtype), as uint8 codes are where
+  // E4M3 / E8M0 are.
   const nb::dlpack::dtype u16 = nb::dtype<std::uint16_t>();
   if (!dtype && a.dtype() == u16 &&
-      std::find(requirements.dtypes.begin(), requirements.dtypes.end(), DType::kBF16) !=
-          requirements.dtypes.end()) {
+      (requirements.dtypes.empty() ||
+       std::find(requirements.dtypes.begin(), requirements.dtypes.end(), DType::kBF16) !=
+           requirements.dtypes.end())) {
     dtype = DType::kBF16;
   }
   if (!dtype) {
