@@ -206,9 +206,12 @@ def test_cuda_tensors_cross_the_boundary_without_copies():
     assert torch.from_dlpack(w.q).data_ptr() == q.data_ptr()
     assert torch.from_dlpack(w.scale).data_ptr() == s.data_ptr()
     y = w.linear(x, None, "auto", "fp32", "bf16", torch.cuda.current_stream().cuda_stream)
-    pointer = _mxq._inspect_array(y)["data"]
+    # y is a one-shot DLPack capsule of mxq's output (bf16 bits as uint16): torch adopts it in
+    # place (a capsule cannot be copied from), on the input's device.
     t = torch.from_dlpack(y)
-    assert t.data_ptr() == pointer and t.device == x.device and t.dtype == torch.uint16
+    assert t.device == x.device and t.dtype == torch.uint16 and tuple(t.shape) == (8, 128)
+    with pytest.raises(RuntimeError):
+        torch.from_dlpack(y)  # consumed: nothing else holds the output
 
 
 # --- CuPy -----------------------------------------------------------------------------------
