@@ -374,6 +374,18 @@ std::vector<std::vector<std::uint8_t>> NcclCommunicator::all_gather(
   return out;
 }
 
+void NcclCommunicator::all_reduce_device(float* data, std::size_t count, ReduceOp op,
+                                         void* stream) {
+  State& s = *state_;
+  s.check_usable();
+  if (count == 0) return;
+  const ncclRedOp_t nccl_op = to_nccl(op);
+  DeviceScope scope(s.device);
+  s.enqueued(ncclAllReduce(data, data, count, ncclFloat, nccl_op, s.comm,
+                           static_cast<cudaStream_t>(stream)),
+             "ncclAllReduce (device, " + std::to_string(count) + " floats)");
+}
+
 std::unique_ptr<NcclCommunicator> make_nccl_communicator(Rendezvous& rendezvous, int device,
                                                          std::chrono::milliseconds timeout) {
   const RankInfo& ranks = rendezvous.ranks();

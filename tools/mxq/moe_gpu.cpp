@@ -9,6 +9,7 @@
 
 #if MXQ_WITH_CUDA
 #include "mxq/core/cuda_check.h"
+#include "mxq/moe/dist_layer.h"
 #include "mxq/moe/gpu_layer.h"
 #include "mxq/tune/problem.h"
 #endif
@@ -74,6 +75,74 @@ GpuMoeRun run_moe_on_gpu(const moe::MoeLayer& layer, const Tensor& x,
 #else
   (void)layer;
   (void)x;
+  (void)tuner;
+  return {};
+#endif
+}
+
+GpuMoeRun run_moe_distributed(const moe::MoeLayer& layer, const Tensor& x, dist::Communicator& comm,
+                              int device, const tune::Autotuner* tuner) {
+  require_gpu_for_device_cuda();
+#if MXQ_WITH_CUDA
+  const GpuQuery query = query_gpus();
+  require_rank(x, "--input", 2);
+  const int tokens = static_cast<int>(x.shape()[0]);
+  MXQ_CUDA_CHECK(cudaSetDevice(device));
+  const moe::MoeDistLayer dist =
+      moe::MoeDistLayer::upload(layer, comm, std::max(tokens, 1), Device::cuda(device),
+                                moe::cuda::GemmVariant::kRegisterStream, tuner);
+  GpuMoeRun run;
+  run.world = comm.size();
+  run.ranks.resize(static_cast<std::size_t>(layer.num_ranks()));
+  for (int r = 0; r < layer.num_ranks(); ++r) {
+    run.ranks[static_cast<std::size_t>(r)].tactic = "(in rank " + std::to_string(r) + "'s process)";
+  }
+  const moe::MoeGpuLayer& local = dist.local();
+  const tune::Problem* problem = local.tune_problem(0);
+  run.ranks[static_cast<std::size_t>(comm.rank())] = {
+      local.tactic_name(tokens, 0), local.gemm_choice(tokens, 0).from_tuner,
+      problem != nullptr ? problem->canonical() : std::string()};
+  run.tactic = run.ranks[static_cast<std::size_t>(comm.rank())].tactic;
+  run.from_tuner = run.ranks[static_cast<std::size_t>(comm.rank())].from_tuner;
+  run.gpu = query.gpus.at(static_cast<std::size_t>(device)).name;
+  run.output = dist.forward_host(x);
+  // Device time: the whole forward (expert computation + all-reduce + rounding) and the
+  // all-reduce + rounding alone, events around each; the same number of calls on every rank.
+  Tensor xb = Tensor::empty(DType::kBF16, x.shape());
+  auto* xh = static_cast<std::uint16_t*>(xb.data());
+  for (std::int64_t i = 0; i < x.numel(); ++i) xh[i] = float_to_bf16(x.data_as<float>()[i]);
+  const Tensor x_dev = xb.to(Device::cuda(device));
+  const Tensor out_dev = Tensor::empty(DType::kBF16, x.shape(), Device::cuda(device));
+  cudaEvent_t events[3];
+  for (cudaEvent_t& e : events) MXQ_CUDA_CHECK(cudaEventCreate(&e));
+  cudaStream_t stream = nullptr;
+  MXQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::vector<float> total;
+  std::vector<float> reduce;
+  for (int i = 0; i < 13; ++i) {
+    dist.forward(x_dev, out_dev, stream, {}, {}, events);
+    MXQ_CUDA_CHECK(cudaEventSynchronize(events[2]));
+    float all_ms = 0.0F;
+    float reduce_ms = 0.0F;
+    MXQ_CUDA_CHECK(cudaEventElapsedTime(&all_ms, events[0], events[2]));
+    MXQ_CUDA_CHECK(cudaEventElapsedTime(&reduce_ms, events[1], events[2]));
+    if (i >= 3) {
+      total.push_back(all_ms);
+      reduce.push_back(reduce_ms);
+    }
+  }
+  MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
+  for (cudaEvent_t& e : events) MXQ_CUDA_CHECK(cudaEventDestroy(e));
+  std::sort(total.begin(), total.end());
+  std::sort(reduce.begin(), reduce.end());
+  run.forward_ms = total[total.size() / 2];
+  run.allreduce_ms = reduce[reduce.size() / 2];
+  return run;
+#else
+  (void)layer;
+  (void)x;
+  (void)comm;
+  (void)device;
   (void)tuner;
   return {};
 #endif

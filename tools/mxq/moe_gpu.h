@@ -12,6 +12,9 @@
 namespace mxq::tune {
 class Autotuner;
 }  // namespace mxq::tune
+namespace mxq::dist {
+class Communicator;
+}  // namespace mxq::dist
 
 namespace mxq::cli {
 
@@ -25,8 +28,12 @@ struct GpuMoeRun {
     bool from_tuner = false;
     std::string problem;  // the moe_gpu_forward problem the tuner was asked (empty: no channels)
   };
-  std::vector<RankTactic> ranks;
+  std::vector<RankTactic> ranks;  // distributed: only this process's rank is filled in
   std::string gpu;
+  // Distributed (one rank per process): device time of the all-reduce + bf16 rounding within
+  // forward_ms (median of repeats); 0 when the ranks were simulated in one process.
+  double allreduce_ms = 0.0;
+  int world = 1;  // processes the forward ran on
 };
 
 // Throws mxq::Error(kUnsupported) naming --device cuda in builds without CUDA or without a
@@ -37,5 +44,11 @@ void require_gpu_for_device_cuda();
 // moe::MoeGpuLayer.
 GpuMoeRun run_moe_on_gpu(const moe::MoeLayer& layer, const Tensor& x,
                          const tune::Autotuner* tuner = nullptr);
+
+// Collective over `comm` (one rank of the layer per process, comm.size() == layer.num_ranks()):
+// this process uploads rank comm.rank() to GPU `device` and the ranks' partials are all-reduced
+// (moe::MoeDistLayer). Every rank returns the same output.
+GpuMoeRun run_moe_distributed(const moe::MoeLayer& layer, const Tensor& x, dist::Communicator& comm,
+                              int device, const tune::Autotuner* tuner = nullptr);
 
 }  // namespace mxq::cli

@@ -1,5 +1,6 @@
 // The collectives mxq needs from a process group: rank, size, all-reduce of doubles, broadcast
-// and all-gather of bytes. Every rank calls the same collectives in the same order (the
+// and all-gather of bytes, and for the distributed layers an all-reduce of fp32 device memory
+// enqueued on a CUDA stream. Every rank calls the same collectives in the same order (the
 // autotuner's calls depend only on the tuning plan, never on what a rank has cached).
 // Implementations: SoloCommunicator (one rank), InProcessGroup (ranks as threads of one
 // process, for tests; in_process.h), NcclCommunicator (GPUs; nccl.h, built with NCCL). Setting
@@ -7,6 +8,7 @@
 // tests/cpp/dist/communicator_contract.h.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -29,7 +31,19 @@ class Communicator {
   // Every rank's bytes (any length per rank), indexed by rank.
   virtual std::vector<std::vector<std::uint8_t>> all_gather(
       std::span<const std::uint8_t> bytes) = 0;
+  // The hot path of TP/EP layers: in place on `count` floats of device memory, enqueued on
+  // `stream` (a cudaStream_t; void* keeps this header free of CUDA) without waiting for it.
+  // `count` must be the same on every rank (not checked: checking would synchronize). Only
+  // communicators of GPUs can do it; the default throws ErrorCode::kUnsupported.
+  virtual void all_reduce_device(float* data, std::size_t count, ReduceOp op, void* stream);
 };
+
+inline void Communicator::all_reduce_device(float* /*data*/, std::size_t /*count*/, ReduceOp /*op*/,
+                                            void* /*stream*/) {
+  fail(ErrorCode::kUnsupported,
+       "all_reduce_device: this communicator has no device collectives (use NcclCommunicator, "
+       "or SoloCommunicator for one rank)");
+}
 
 // A group of one: every collective is the identity.
 class SoloCommunicator final : public Communicator {
@@ -43,6 +57,9 @@ class SoloCommunicator final : public Communicator {
   std::vector<std::vector<std::uint8_t>> all_gather(std::span<const std::uint8_t> bytes) override {
     return {std::vector<std::uint8_t>(bytes.begin(), bytes.end())};
   }
+  // One rank's data is already the result.
+  void all_reduce_device(float* /*data*/, std::size_t /*count*/, ReduceOp /*op*/,
+                         void* /*stream*/) override {}
 };
 
 }  // namespace mxq::dist

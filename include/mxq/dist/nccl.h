@@ -58,6 +58,9 @@ class NcclCommunicator final : public Communicator {
   void broadcast(std::vector<std::uint8_t>& bytes, int root) override;
   // Lengths first, then every rank's bytes padded to the longest, then trimmed.
   std::vector<std::vector<std::uint8_t>> all_gather(std::span<const std::uint8_t> bytes) override;
+  // ncclAllReduce (ncclFloat) in place on `stream`; returns once it is enqueued. The device of
+  // `data` must be this communicator's. A failure shows up as an error of a later call.
+  void all_reduce_device(float* data, std::size_t count, ReduceOp op, void* stream) override;
 
  private:
   struct State;

@@ -26,6 +26,7 @@ struct MoeGpuLayer::State {
   struct Rank {
     std::vector<Tensor> params;  // keeps the device copies alive
     cuda::MoeDeviceWeights weights;
+    int layer_rank = 0;     // index in the MoeLayer's TP x EP grid
     bool active = true;     // false when the rank holds no valid channels
     tune::Problem problem;  // moe_gpu_forward of this rank (active ranks), built once
   };
@@ -60,6 +61,22 @@ Tensor upload_view(const TensorView& view, Device device) {
 
 MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device device,
                                 cuda::GemmVariant gemm, const tune::Autotuner* tuner) {
+  std::vector<int> all(static_cast<std::size_t>(layer.num_ranks()));
+  for (int r = 0; r < layer.num_ranks(); ++r) all[static_cast<std::size_t>(r)] = r;
+  return upload_ranks(layer, all, max_tokens, device, gemm, tuner);
+}
+
+MoeGpuLayer MoeGpuLayer::upload_rank(const MoeLayer& layer, int rank, int max_tokens, Device device,
+                                     cuda::GemmVariant gemm, const tune::Autotuner* tuner) {
+  MXQ_CHECK(rank >= 0 && rank < layer.num_ranks(), ErrorCode::kOutOfRange,
+            "MoeGpuLayer::upload_rank: rank: expected 0..", layer.num_ranks() - 1, ", found ",
+            rank);
+  return upload_ranks(layer, {rank}, max_tokens, device, gemm, tuner);
+}
+
+MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<int>& rank_ids,
+                                      int max_tokens, Device device, cuda::GemmVariant gemm,
+                                      const tune::Autotuner* tuner) {
   MXQ_CHECK(device.is_cuda(), ErrorCode::kDeviceMismatch,
             "MoeGpuLayer::upload: device: expected a CUDA device, found ", device);
   MXQ_CHECK(max_tokens >= 1, ErrorCode::kInvalidArgument,
@@ -86,10 +103,11 @@ MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device de
     if (layer.router_bias().defined()) state->router_b = upload_view(layer.router_bias(), device);
   }
   std::size_t workspace_bytes = 0;
-  for (int r = 0; r < layer.num_ranks(); ++r) {
+  for (const int r : rank_ids) {
     const MoeRankWeights& rank = layer.rank(r);
     const MoeRankShape& shape = rank.shape();
     State::Rank out;
+    out.layer_rank = r;
     out.active = shape.tp.valid > 0;
     cuda::MoeDeviceWeights& w = out.weights;
     for (const MoeParam param : kAllMoeParams) {
@@ -192,56 +210,84 @@ const tune::Problem* MoeGpuLayer::tune_problem(int rank) const {
   return problem.empty() ? nullptr : &problem;
 }
 
-void MoeGpuLayer::forward(const TensorView& x, const TensorView& out, cudaStream_t stream,
-                          const TensorView& topk_ids, const TensorView& topk_weights) const {
-  const State& s = *state_;
-  const std::int64_t hidden = s.config.hidden_size;
+namespace {
+
+// The checks forward() and forward_partial() share: x bf16 [T, H] and routing on the layer's
+// device. Returns T.
+std::int64_t check_forward_inputs(const MoeConfig& config, Device device, int max_tokens,
+                                  bool has_router, const TensorView& x, const TensorView& topk_ids,
+                                  const TensorView& topk_weights) {
+  const std::int64_t hidden = config.hidden_size;
   require_rank(x, "x", 2);
   require_dtype(x, "x", DType::kBF16);
-  require_device(x, "x", s.device);
+  require_device(x, "x", device);
   require_contiguous(x, "x");
   const std::int64_t tokens = x.size(0);
   MXQ_CHECK(x.size(1) == hidden, ErrorCode::kShapeMismatch, "x: expected [T, ", hidden, "], found ",
             x.shape());
-  MXQ_CHECK(tokens <= s.max_tokens, ErrorCode::kOutOfRange, "x: at most ", s.max_tokens,
+  MXQ_CHECK(tokens <= max_tokens, ErrorCode::kOutOfRange, "x: at most ", max_tokens,
             " tokens (the layer's max_tokens), found ", tokens);
+  if (topk_ids.data() != nullptr) {
+    require_shape(topk_ids, "topk_ids", {tokens, config.top_k});
+    require_dtype(topk_ids, "topk_ids", DType::kI32);
+    require_device(topk_ids, "topk_ids", device);
+    require_shape(topk_weights, "topk_weights", {tokens, config.top_k});
+    require_dtype(topk_weights, "topk_weights", DType::kF32);
+    require_device(topk_weights, "topk_weights", device);
+  } else {
+    MXQ_CHECK(has_router, ErrorCode::kInvalidArgument,
+              "topk_ids: this layer has no router; pass precomputed routing");
+  }
+  return tokens;
+}
+
+}  // namespace
+
+void MoeGpuLayer::run_rank(std::size_t r, const TensorView& x, float* partial,
+                           std::uint16_t* out_bf16, cudaStream_t stream, const TensorView& topk_ids,
+                           const TensorView& topk_weights) const {
+  const State& s = *state_;
+  const std::int64_t tokens = x.size(0);
+  const std::size_t elements = static_cast<std::size_t>(tokens * s.config.hidden_size);
+  if (!s.ranks[r].active) {  // no channels: an exact zero partial (or output)
+    if (partial != nullptr) {
+      MXQ_CUDA_CHECK(cudaMemsetAsync(partial, 0, elements * sizeof(float), stream));
+    }
+    if (out_bf16 != nullptr) {
+      MXQ_CUDA_CHECK(cudaMemsetAsync(out_bf16, 0, elements * sizeof(std::uint16_t), stream));
+    }
+    return;
+  }
+  const bool precomputed = topk_ids.data() != nullptr;
+  cuda::MoeRun run;
+  run.x = static_cast<const std::uint16_t*>(x.data());
+  run.tokens = static_cast<int>(tokens);
+  run.topk_ids = precomputed ? static_cast<const int*>(topk_ids.data()) : nullptr;
+  run.topk_weights = precomputed ? static_cast<const float*>(topk_weights.data()) : nullptr;
+  run.out_f32 = partial;
+  run.out_bf16 = out_bf16;
+  cuda::MoeParams params = s.params;
+  params.gemm = gemm_choice(tokens, static_cast<int>(r)).gemm;
+  cuda::moe_forward(s.ranks[r].weights, params, run, s.workspace.data(), s.workspace.nbytes(),
+                    s.max_tokens, stream);
+}
+
+void MoeGpuLayer::forward(const TensorView& x, const TensorView& out, cudaStream_t stream,
+                          const TensorView& topk_ids, const TensorView& topk_weights) const {
+  const State& s = *state_;
+  const std::int64_t hidden = s.config.hidden_size;
+  const std::int64_t tokens = check_forward_inputs(s.config, s.device, s.max_tokens,
+                                                   s.router_w.defined(), x, topk_ids, topk_weights);
   require_shape(out, "out", {tokens, hidden});
   require_dtype(out, "out", DType::kBF16);
   require_device(out, "out", s.device);
   require_contiguous(out, "out");
-  const bool precomputed = topk_ids.data() != nullptr;
-  if (precomputed) {
-    require_shape(topk_ids, "topk_ids", {tokens, s.config.top_k});
-    require_dtype(topk_ids, "topk_ids", DType::kI32);
-    require_device(topk_ids, "topk_ids", s.device);
-    require_shape(topk_weights, "topk_weights", {tokens, s.config.top_k});
-    require_dtype(topk_weights, "topk_weights", DType::kF32);
-    require_device(topk_weights, "topk_weights", s.device);
-  } else {
-    MXQ_CHECK(s.router_w.defined(), ErrorCode::kInvalidArgument,
-              "topk_ids: this layer has no router; pass precomputed routing");
-  }
   const bool single = s.ranks.size() == 1;
   const std::size_t elements = static_cast<std::size_t>(tokens * hidden);
   for (std::size_t r = 0; r < s.ranks.size(); ++r) {
-    cuda::MoeRun run;
-    run.x = static_cast<const std::uint16_t*>(x.data());
-    run.tokens = static_cast<int>(tokens);
-    run.topk_ids = precomputed ? static_cast<const int*>(topk_ids.data()) : nullptr;
-    run.topk_weights = precomputed ? static_cast<const float*>(topk_weights.data()) : nullptr;
     float* partial = single ? nullptr : s.partials.data_as<float>() + r * elements;
-    if (!s.ranks[r].active) {  // no channels: an exact zero partial
-      if (partial != nullptr) {
-        MXQ_CUDA_CHECK(cudaMemsetAsync(partial, 0, elements * sizeof(float), stream));
-      }
-      continue;
-    }
-    run.out_f32 = partial;
-    run.out_bf16 = single ? static_cast<std::uint16_t*>(out.data()) : nullptr;
-    cuda::MoeParams params = s.params;
-    params.gemm = gemm_choice(tokens, static_cast<int>(r)).gemm;
-    cuda::moe_forward(s.ranks[r].weights, params, run, s.workspace.data(), s.workspace.nbytes(),
-                      s.max_tokens, stream);
+    run_rank(r, x, partial, single ? static_cast<std::uint16_t*>(out.data()) : nullptr, stream,
+             topk_ids, topk_weights);
   }
   if (!single) {
     // The partials of all ranks are laid out [rank][T*H] with stride `elements`.
@@ -249,6 +295,31 @@ void MoeGpuLayer::forward(const TensorView& x, const TensorView& out, cudaStream
                             static_cast<std::uint16_t*>(out.data()), stream);
   }
 }
+
+void MoeGpuLayer::forward_partial(const TensorView& x, const TensorView& partial,
+                                  cudaStream_t stream, const TensorView& topk_ids,
+                                  const TensorView& topk_weights) const {
+  const State& s = *state_;
+  MXQ_CHECK(
+      s.ranks.size() == 1, ErrorCode::kUnsupported,
+      "MoeGpuLayer::forward_partial: needs a layer of one rank (upload_rank), this one holds ",
+      s.ranks.size());
+  const std::int64_t tokens = check_forward_inputs(s.config, s.device, s.max_tokens,
+                                                   s.router_w.defined(), x, topk_ids, topk_weights);
+  require_shape(partial, "partial", {tokens, s.config.hidden_size});
+  require_dtype(partial, "partial", DType::kF32);
+  require_device(partial, "partial", s.device);
+  require_contiguous(partial, "partial");
+  run_rank(0, x, static_cast<float*>(partial.data()), nullptr, stream, topk_ids, topk_weights);
+}
+
+int MoeGpuLayer::layer_rank(int rank) const {
+  MXQ_CHECK(rank >= 0 && rank < num_ranks(), ErrorCode::kOutOfRange,
+            "MoeGpuLayer::layer_rank: rank: expected 0..", num_ranks() - 1, ", found ", rank);
+  return state_->ranks[static_cast<std::size_t>(rank)].layer_rank;
+}
+
+Device MoeGpuLayer::device() const { return state_->device; }
 
 Tensor MoeGpuLayer::forward_host(const TensorView& x, const Routing* routing) const {
   const State& s = *state_;
