@@ -13,8 +13,8 @@ namespace mxq::cli {
 
 struct RankSetup {
   dist::LaunchPlan plan;
-  dist::RankInfo rank;                          // rank 0 of 1 unless joined
-  std::unique_ptr<dist::Communicator> comm;     // kJoin: the NCCL group; else null
+  dist::RankInfo rank;                       // rank 0 of 1 unless joined
+  std::unique_ptr<dist::Communicator> comm;  // kJoin: the NCCL group; else null
   [[nodiscard]] bool spawned() const { return plan.mode == dist::LaunchMode::kSpawn; }
   [[nodiscard]] bool joined() const { return plan.mode == dist::LaunchMode::kJoin; }
   // Rank 0 (or the one process) prints the command's output.

@@ -8,6 +8,7 @@
 #include "autotune_cli.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "launch.h"
 #include "moe_gpu.h"
 #include "moe_report.h"
 #include "mxq/core/error.h"
@@ -46,6 +47,13 @@ void run_moe(const MoeOptions& options) {
   const moe::MoeConfig config = checkpoint.resolve_config(options.layer, overrides);
   const Tensor x = io::read_npy(options.input);
   require_dtype(x, "--input", DType::kF32);
+  if (options.tp < 1 || options.ep < 1) {
+    fail_argument(ErrorCode::kInvalidArgument, "--tp/--ep", ">= 1",
+                  std::to_string(options.tp) + "/" + std::to_string(options.ep));
+  }
+  const bool on_gpu = options.device == "cuda";
+  const RankSetup group = launch_ranks("moe", options.tp * options.ep, on_gpu);
+  if (group.spawned()) return;  // rank 0 wrote the output and printed the report
 
   moe::ShardOptions shards;
   shards.tp_size = options.tp;
@@ -59,19 +67,21 @@ void run_moe(const MoeOptions& options) {
   const double prepare_seconds = seconds_since(prepare_start);
   const moe::PaddingSummary padding = layer.padding_summary();
 
-  const bool on_gpu = options.device == "cuda";
   GpuMoeRun gpu_run;
   ServingTuner serving;
   moe::MoeForwardResult result;
   if (on_gpu) {
-    serving = serving_tuner(tune::Backend::kCuda, std::nullopt);
-    gpu_run = run_moe_on_gpu(layer, x, serving.tuner.get());
+    serving = serving_tuner(tune::Backend::kCuda, std::nullopt, group.rank.local_rank);
+    gpu_run = group.joined() ? run_moe_distributed(layer, x, *group.comm, group.rank.local_rank,
+                                                   serving.tuner.get())
+                             : run_moe_on_gpu(layer, x, serving.tuner.get());
     result.output = gpu_run.output;
     result.total_seconds = gpu_run.forward_ms * 1e-3;
     result.rank_seconds.assign(static_cast<std::size_t>(layer.num_ranks()), 0.0);
   } else {
     result = layer.forward(x);
   }
+  if (!group.prints()) return;  // every rank got the same output; rank 0 writes it
   io::write_npy(options.output, result.output);
   const std::int64_t tokens = x.shape()[0];
 
@@ -113,6 +123,11 @@ void run_moe(const MoeOptions& options) {
         {"tactic_from_cache", on_gpu && gpu_run.from_tuner},
         {"autotune", on_gpu ? serving.json() : nlohmann::json(nullptr)},
         {"device", on_gpu ? "cuda (" + gpu_run.gpu + ")" : "cpu"},
+        {"launch",
+         {{"mode", dist::to_string(group.plan.mode)},
+          {"reason", group.plan.reason},
+          {"processes", on_gpu ? gpu_run.world : 1},
+          {"allreduce_ms", gpu_run.allreduce_ms}}},
         {"tokens", tokens},
         {"timings",
          {{"load_seconds", load_seconds},
@@ -139,6 +154,8 @@ void run_moe(const MoeOptions& options) {
       std::printf("tactic: %s (%s); autotune: %s\n", gpu_run.tactic.c_str(),
                   gpu_run.from_tuner ? "from the autotune cache" : "default: no cache decision",
                   serving.note.c_str());
+      std::printf("launch: %s (%s)\n", std::string(dist::to_string(group.plan.mode)).c_str(),
+                  group.plan.reason.c_str());
     }
     std::printf("%lld tokens: forward %.3f s (%.2f ms/token), load %.3f s; wrote %s\n",
                 static_cast<long long>(tokens), result.total_seconds,
@@ -153,7 +170,8 @@ void register_moe(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "moe",
       "Run one MXFP4 MoE layer of a checkpoint on an f32 .npy input [T, H] (rounded to "
-      "bf16 on entry), simulating every TP x EP rank; writes the f32 output [T, H]");
+      "bf16 on entry), over TP x EP ranks (--device cuda with at least TPxEP GPUs: one process per "
+      "GPU over NCCL; else simulated in this process); writes the f32 output [T, H]");
   auto options = std::make_shared<MoeOptions>();
   cmd->add_option("--checkpoint", options->checkpoint,
                   "Directory of .safetensors files (+ config.json), or one .safetensors file")

@@ -12,6 +12,7 @@
 #include "autotune_cli.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "launch.h"
 #include "moe_gpu.h"
 #include "moe_report.h"
 #include "mxq/core/env.h"
@@ -47,6 +48,10 @@ void run_main(const RunOptions& options) {
   progress("checkpoint: " + cache_dir() + "/synth/" + moe::synthetic_checkpoint_name(spec));
   const std::string path = moe::ensure_synthetic_checkpoint(spec, cache_dir(), progress);
   const double synth_seconds = seconds_since(start);
+  const bool on_gpu = options.device == "cuda";
+  // After the checkpoint exists, so that spawned ranks only read it.
+  const RankSetup group = launch_ranks("run", options.tp, on_gpu);
+  if (group.spawned()) return;  // rank 0 printed the result
   const moe::MoeCheckpoint checkpoint = moe::MoeCheckpoint::open(path);
   const moe::MoeConfig config = checkpoint.resolve_config(0);
   const Tensor x = moe::synthetic_tokens(options.tokens, config.hidden_size, 1);
@@ -60,7 +65,6 @@ void run_main(const RunOptions& options) {
   const nlohmann::json before = rank_shapes_json(layer);
   const moe::PaddingSummary padding = layer.prepare(moe::kDefaultAlignment);
   const double load_seconds = seconds_since(phase);
-  const bool on_gpu = options.device == "cuda";
   progress("forward: " + std::to_string(options.tokens) + " tokens on " + options.device);
   const std::clock_t cpu_start = std::clock();  // process CPU time: all threads together
   GpuMoeRun gpu_run;
@@ -70,15 +74,19 @@ void run_main(const RunOptions& options) {
     // The deployment this layer belongs to: its cache file is what `mxq tune` wrote for it.
     serving = serving_tuner(tune::Backend::kCuda,
                             preset_deployment("gpt-oss-20b", {options.tp, 1}, tune::Backend::kCuda,
-                                              tune::AutotuneOptions::from_env().skip_ops));
+                                              tune::AutotuneOptions::from_env().skip_ops),
+                            group.rank.local_rank);
     progress("autotune: " + serving.note);
-    gpu_run = run_moe_on_gpu(layer, x, serving.tuner.get());
+    gpu_run = group.joined() ? run_moe_distributed(layer, x, *group.comm, group.rank.local_rank,
+                                                   serving.tuner.get())
+                             : run_moe_on_gpu(layer, x, serving.tuner.get());
     result.output = gpu_run.output;
     result.total_seconds = gpu_run.forward_ms * 1e-3;
   } else {
     result = layer.forward(x);
   }
   const double cpu_seconds = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+  if (!group.prints()) return;  // every rank got the same output; rank 0 checks and prints it
 
   // The independent reference: one rank, no padding.
   progress("reference: TP=1, unpadded");
@@ -116,6 +124,11 @@ void run_main(const RunOptions& options) {
         {"tactic", on_gpu ? gpu_run.tactic : "cpu-reference"},
         {"tactic_from_cache", on_gpu && gpu_run.from_tuner},
         {"autotune", on_gpu ? serving.json() : nlohmann::json(nullptr)},
+        {"launch",
+         {{"mode", dist::to_string(group.plan.mode)},
+          {"reason", group.plan.reason},
+          {"processes", on_gpu ? gpu_run.world : 1},
+          {"allreduce_ms", gpu_run.allreduce_ms}}},
         {"checkpoint", path},
         {"config",
          {{"num_experts", config.num_experts},
@@ -164,6 +177,11 @@ void run_main(const RunOptions& options) {
                   gpu_run.gpu.c_str(), gpu_run.tactic.c_str(),
                   gpu_run.from_tuner ? "from the autotune cache" : "default: no cache decision");
       std::printf("autotune: %s\n", serving.note.c_str());
+      std::printf("launch: %s (%s)", std::string(dist::to_string(group.plan.mode)).c_str(),
+                  group.plan.reason.c_str());
+      if (gpu_run.world > 1)
+        std::printf("; all-reduce + rounding %.1f us", gpu_run.allreduce_ms * 1e3);
+      std::printf("\n");
       std::printf(
           "vs TP=1 unpadded CPU reference: normalized error %.2e (tolerance 4e-3), "
           "%lld NaN mismatches\n",
@@ -212,7 +230,10 @@ void register_run(CLI::App& app) {
   cmd->add_option("--device", options->device, "Where to run")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  cmd->add_option("--tp", options->tp, "Tensor-parallel ranks (simulated)")->capture_default_str();
+  cmd->add_option("--tp", options->tp,
+                  "Tensor-parallel ranks: with --device cuda and at least that many GPUs one "
+                  "process per GPU (NCCL), else simulated in this process")
+      ->capture_default_str();
   cmd->add_option("--tokens", options->tokens, "Tokens in the batch")->capture_default_str();
   cmd->add_flag("--json", options->json, "Print machine-readable JSON");
   cmd->callback([options] { run_main(*options); });

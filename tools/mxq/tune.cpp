@@ -13,6 +13,7 @@
 #include "autotune_cli.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "launch.h"
 #include "moe_gpu.h"
 #include "mxq/core/env.h"
 #include "mxq/core/error.h"
@@ -150,6 +151,11 @@ void run_tune(const TuneArgs& args) {
   for (std::int64_t t : args.tokens) {
     if (t < 1) fail_argument(ErrorCode::kInvalidArgument, "--tokens", "counts >= 1", t);
   }
+  // --tp x --ep ranks on as many GPUs: one process each, tuning together over NCCL (pooled
+  // timings, one decision table); else this process tunes alone.
+  const RankSetup group = launch_ranks("tune", args.tp * args.ep, backend == tune::Backend::kCuda);
+  if (group.spawned()) return;  // rank 0 printed the result
+  const bool prints = group.prints();
   std::vector<PlannedPass> passes;
   passes.push_back({"target", args.preset, select_problems(args.preset, args, backend)});
   if (!args.draft_preset.empty()) {
@@ -177,12 +183,14 @@ void run_tune(const TuneArgs& args) {
   tune::AutotunerConfig config;
   config.options = options;
   config.backend = backend;
+  config.device = group.rank.local_rank;
   config.deployment = deployment;
+  config.communicator = group.comm.get();  // null: a single rank
   tune::Autotuner tuner(config);
 
   std::size_t total = 0;
   for (const PlannedPass& pass : passes) total += count_keys(pass, tuner);
-  if (!args.json) {
+  if (!args.json && prints) {
     std::printf("tuning %zu key(s) of %s%s on %s %s into %s\n", total, args.preset.c_str(),
                 args.draft_preset.empty() ? "" : (" + draft " + args.draft_preset).c_str(),
                 tuner.fingerprint().backend.c_str(), tuner.fingerprint().device.c_str(),
@@ -192,7 +200,7 @@ void run_tune(const TuneArgs& args) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<TuneRecord> records;
   {
-    Progress progress(total, stderr_is_terminal());
+    Progress progress(total, prints && stderr_is_terminal());
     for (const PlannedPass& pass : passes) {
       double budget = 0;
       if (args.budget > 0) {
@@ -214,7 +222,15 @@ void run_tune(const TuneArgs& args) {
   std::map<std::string, int> counts;
   for (const char* s : {"tuned", "hit", "skipped", "not_tuned", "budget", "failed"}) counts[s] = 0;
   for (const TuneRecord& r : records) ++counts[std::string(tune::to_string(r.status))];
-  if (args.json) {
+  char digest[17];
+  std::snprintf(digest, sizeof digest, "%016llx",
+                static_cast<unsigned long long>(tuner.decisions_digest()));
+  if (!prints) {
+    // The other ranks: one line on stderr, so a launcher's log shows they agreed.
+    std::fprintf(stderr, "mxq tune: rank %d of %d: %zu decision(s), digest %s, cache %s\n",
+                 group.rank.rank, group.rank.size, tuner.decisions().size(), digest,
+                 tuner.cache_path().c_str());
+  } else if (args.json) {
     nlohmann::json out;
     out["cache"] = tuner.cache_path();
     out["mode"] = tune::to_string(tuner.mode());
@@ -225,6 +241,9 @@ void run_tune(const TuneArgs& args) {
     out["draft_preset"] = args.draft_preset;
     out["seconds"] = seconds;
     out["summary"] = counts;
+    out["ranks"] = group.rank.size;
+    out["launch"] = {{"mode", dist::to_string(group.plan.mode)}, {"reason", group.plan.reason}};
+    out["digest"] = digest;
     nlohmann::json list = nlohmann::json::array();
     for (const TuneRecord& r : records) list.push_back(record_json(r));
     out["records"] = list;
@@ -239,6 +258,8 @@ void run_tune(const TuneArgs& args) {
     std::printf("%d tuned, %d hit, %d skipped, %d over budget, %d failed in %.1f s; cache %s\n",
                 counts["tuned"], counts["hit"], counts["skipped"], counts["budget"],
                 counts["failed"], seconds, tuner.cache_path().c_str());
+    std::printf("%d rank(s) (%s); decisions digest %s\n", group.rank.size,
+                std::string(dist::to_string(group.plan.mode)).c_str(), digest);
   }
   if (counts["failed"] > 0) {
     fail(ErrorCode::kInternal, counts["failed"], " key(s) could not be tuned (see above)");
@@ -257,7 +278,10 @@ void register_tune(CLI::App& app) {
   }
   cmd->add_option("--preset", args->preset, "Deployment preset (" + presets + ")")->required();
   cmd->add_option("--draft-preset", args->draft_preset, "Draft model preset (second pass)");
-  cmd->add_option("--tp", args->tp, "Tensor-parallel size")->capture_default_str();
+  cmd->add_option("--tp", args->tp,
+                  "Tensor-parallel size (--device cuda with at least TPxEP GPUs: one tuning "
+                  "process per GPU, timings pooled over NCCL)")
+      ->capture_default_str();
   cmd->add_option("--ep", args->ep, "Expert-parallel size")->capture_default_str();
   cmd->add_option("--tokens", args->tokens, "Token counts to tune (default: the preset's)")
       ->delimiter(',');
