@@ -49,7 +49,7 @@ std::vector<Tensor> run_ranks_in_threads(const MoeLayer& layer, const Tensor& x)
         EXPECT_EQ(cudaSetDevice(r), cudaSuccess);
         dist::NcclCommunicator comm(r, n, id, r, std::chrono::seconds(120));
         const MoeDistLayer dist =
-            MoeDistLayer::upload(layer, comm, static_cast<int>(x.size(0)), Device::cuda(r));
+            MoeDistLayer::upload(layer, comm, static_cast<int>(x.shape()[0]), Device::cuda(r));
         out[static_cast<std::size_t>(r)] = dist.forward_host(x);
       } catch (const std::exception& e) {
         ADD_FAILURE() << "rank " << r << ": " << e.what();
