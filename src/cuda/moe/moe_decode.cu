@@ -24,6 +24,7 @@ constexpr int kTileRows = 16;   // mma m
 constexpr int kGemmWarps = 4;   // split-K warps per block
 constexpr int kChunk = 128;     // K elements per lane-quad per iteration (4 MX blocks)
 constexpr int kMaxTopK = 8;
+constexpr int kMaxRouterExperts = 1024;  // router width limit (moe_decode_unsupported_reason)
 
 struct Workspace {
   int* topk_ids;       // [T*k] (router output)
@@ -133,12 +134,13 @@ __device__ __forceinline__ float bf16_bits_to_float(std::uint16_t bits) {
 }
 
 // ---- 1. routing: logits = x . Wr^T + br (fp32), one warp per (token, expert) --------------
-// Each lane issues kRouterUnroll pairs of 16-byte loads before its first FMA (a 2880-wide row is
-// 3 rounds instead of 12 dependent ones); lane l still visits v = l, l+32, ... in increasing
-// order, so the sum (and the routing decisions) are bitwise those of one load per round.
+// Each lane issues kRouterUnroll pairs of 16-byte loads before its first FMA (a 2880-wide row
+// is one round of 12 loads instead of 12 dependent ones: the kernel is one DRAM latency long);
+// lane l still visits v = l, l+32, ... in increasing order, so the sum (and the routing
+// decisions) are bitwise those of one load per round.
 // 4 warps per block spread the router weights over twice as many SMs as 8 did.
 constexpr int kRouterWarps = 4;
-constexpr int kRouterUnroll = 4;
+constexpr int kRouterUnroll = 12;
 
 __global__ void __launch_bounds__(kRouterWarps * 32)
     router_logits_kernel(const std::uint16_t* __restrict__ x,
@@ -216,9 +218,23 @@ __global__ void __launch_bounds__(kListThreads)
   const int pairs = tokens * top_k;
   if (logits != nullptr) {
     // Warp per token: k rounds of an argmax (larger logit first; ties: lower expert id; NaN
-    // never wins), then the softmax over the k chosen logits.
+    // never wins), then the softmax over the k chosen logits. The row is read once into
+    // registers (lane l holds experts l, l+32, ...; fully unrolled so the array stays in
+    // registers) and a chosen expert is struck from its lane's mask, so the rounds touch no
+    // memory.
+    constexpr int kPerLane = kMaxRouterExperts / 32;
     for (int t = warp; t < tokens; t += kListThreads / 32) {
       const float* row = logits + static_cast<std::size_t>(t) * router_experts;
+      float values[kPerLane];
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int e = lane + 32 * i;
+        values[i] = e < router_experts ? row[e] : 0.0F;
+      }
+      std::uint32_t available = 0;  // bit i: expert lane + 32 i exists and is not chosen yet
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i)
+        available |= (lane + 32 * i < router_experts ? 1U : 0U) << i;
       float chosen[kMaxTopK];
       int chosen_id[kMaxTopK];
 #pragma unroll
@@ -226,12 +242,11 @@ __global__ void __launch_bounds__(kListThreads)
         if (j >= top_k) break;
         float best = 0.0F;
         int best_id = -1;
-        for (int e = lane; e < router_experts; e += 32) {
-          bool taken = false;
 #pragma unroll
-          for (int q = 0; q < kMaxTopK; ++q) taken = taken || (q < j && chosen_id[q] == e);
-          if (!taken && ranks_above(row[e], e, best, best_id)) {
-            best = row[e];
+        for (int i = 0; i < kPerLane; ++i) {
+          const int e = lane + 32 * i;
+          if (((available >> i) & 1U) != 0U && ranks_above(values[i], e, best, best_id)) {
+            best = values[i];
             best_id = e;
           }
         }
@@ -245,6 +260,7 @@ __global__ void __launch_bounds__(kListThreads)
         }
         chosen[j] = best;
         chosen_id[j] = best_id;
+        if (best_id >= 0 && best_id % 32 == lane) available &= ~(1U << (best_id / 32));
       }
       if (lane == 0) {
         float sum = 0.0F;
@@ -821,7 +837,8 @@ const char* moe_decode_unsupported_reason(const MoeDeviceWeights& w, const MoePa
     return "padded intermediate size must be a multiple of 32 and >= the intermediate size";
   if (p.top_k < 1 || p.top_k > kMaxTopK) return "top-k must be in [1, 8]";
   if (w.num_local_experts < 1 || w.num_local_experts > 1024) return "experts must be in [1, 1024]";
-  if (w.router_w != nullptr && (w.num_global_experts < p.top_k || w.num_global_experts > 1024))
+  if (w.router_w != nullptr &&
+      (w.num_global_experts < p.top_k || w.num_global_experts > kMaxRouterExperts))
     return "router width must be in [top-k, 1024]";
   return nullptr;
 }
