@@ -862,7 +862,10 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   if (run.tokens == 0) return;
   const auto mark = [&](int phase) {
     if (run.phase_events != nullptr)
-      MXQ_CUDA_CHECK(cudaEventRecord(run.phase_events[phase], stream));
+      // External: under stream capture a plain record only orders work inside the graph; this
+      // one becomes an event record node that the caller can synchronize on and time.
+      MXQ_CUDA_CHECK(
+          cudaEventRecordWithFlags(run.phase_events[phase], stream, cudaEventRecordExternal));
   };
   mark(0);
   const Workspace ws = carve(w, p, max_tokens, workspace);
