@@ -19,11 +19,10 @@
 namespace mxq::moe::cuda {
 namespace {
 
-constexpr int kTileTokens = 8;      // mma n
-constexpr int kTileRows = 16;       // mma m
-constexpr int kGemmWarps = 4;       // split-K warps per block
-constexpr int kChunk = 128;         // K elements per lane-quad per iteration (4 MX blocks)
-constexpr int kPrefetchChunks = 2;  // chunks per warp requested into L2 ahead of the registers
+constexpr int kTileTokens = 8;  // mma n
+constexpr int kTileRows = 16;   // mma m
+constexpr int kGemmWarps = 4;   // split-K warps per block
+constexpr int kChunk = 128;     // K elements per lane-quad per iteration (4 MX blocks)
 constexpr int kMaxTopK = 8;
 constexpr int kMaxRouterExperts = 1024;  // router width limit (moe_decode_unsupported_reason)
 
@@ -443,19 +442,6 @@ __device__ __forceinline__ void stream_k(const RowPair<kAcc>& rp, const std::uin
   ChunkRegs<kAcc> cur;
   load_chunk(rp, brow, chunk * kChunk + 32 * c, chunk * kChunk + 32 * c < k_total, cur);
   for (; chunk < chunks; chunk += kGemmWarps) {
-    // The warp's weight chunks kPrefetchChunks beyond the register-prefetched one go to L2 now,
-    // so their DRAM latency overlaps this chunk's and the next one's instead of following it.
-#pragma unroll
-    for (int d = 2; d < 2 + kPrefetchChunks; ++d) {
-      const int ahead_k0 = (chunk + d * kGemmWarps) * kChunk + 32 * c;
-      if (ahead_k0 < k_total) {
-#pragma unroll
-        for (int a = 0; a < kAcc; ++a) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) detail::prefetch_l2(rp.row[a][h] + ahead_k0 / 2);
-        }
-      }
-    }
     ChunkRegs<kAcc> next;
     const int next_k0 = (chunk + kGemmWarps) * kChunk + 32 * c;
     load_chunk(rp, brow, next_k0, chunk + kGemmWarps < chunks && next_k0 < k_total, next);

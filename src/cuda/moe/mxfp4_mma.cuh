@@ -149,12 +149,6 @@ __device__ __forceinline__ uint4 load_stream_16(const void* p) {
   return v;
 }
 
-// Asks the memory system to bring the line holding `p` into L2 without a register destination:
-// lets a warp keep more weight bytes in flight than its registers can hold.
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
 // Halfword s (0..7) of a 16-byte chunk; s is a compile-time constant after unrolling.
 __device__ __forceinline__ std::uint32_t halfword(const uint4& v, int s) {
   const std::uint32_t word = (s >> 1) == 0 ? v.x : (s >> 1) == 1 ? v.y : (s >> 1) == 2 ? v.z : v.w;
