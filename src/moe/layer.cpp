@@ -1,5 +1,6 @@
 #include "mxq/moe/layer.h"
 
+#include <any>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -11,6 +12,8 @@
 #include "mxq/core/log.h"
 #include "mxq/core/parallel.h"
 #include "mxq/formats/bf16.h"
+#include "mxq/tune/autotuner.h"
+#include "mxq/tune/moe_expert_gemm.h"
 
 namespace mxq::moe {
 namespace {
@@ -166,11 +169,24 @@ void MoeLayer::end_update() {
   if (alignment_before_update_ != 0) (void)prepare(alignment_before_update_);
 }
 
-MoeForwardResult MoeLayer::forward(const TensorView& x, const Routing* routing) const {
+tune::Problem MoeLayer::tune_problem(int rank) const {
+  MXQ_CHECK(rank >= 0 && rank < num_ranks(), ErrorCode::kOutOfRange,
+            "MoeLayer::tune_problem: rank: expected 0..", num_ranks() - 1, ", found ", rank);
+  const MoeRankShape& shape = ranks_[static_cast<std::size_t>(rank)].shape();
+  return tune::moe_expert_gemm_problem({config_.num_experts, shape.ep.count, shape.hidden,
+                                        shape.tp.width, config_.top_k, shape.has_bias});
+}
+
+MoeForwardResult MoeLayer::forward(const TensorView& x, const Routing* routing,
+                                   const tune::Autotuner* tuner) const {
   const auto start = std::chrono::steady_clock::now();
   if (updating_) {
     fail(ErrorCode::kInvalidArgument, "MoE layer ", layer_,
          ": forward() during a weight update; call end_update() first");
+  }
+  if (tuner != nullptr && tuner->backend() != tune::Backend::kCpu) {
+    fail_argument(ErrorCode::kInvalidArgument, "tuner", "an autotuner of the cpu backend",
+                  detail::concat("one of the ", tune::to_string(tuner->backend()), " backend"));
   }
   require_rank(x, "x", 2);
   require_device(x, "x", Device::cpu());
@@ -237,10 +253,28 @@ MoeForwardResult MoeLayer::forward(const TensorView& x, const Routing* routing) 
   input.weights = result.routing.weights.data_as<float>();
   input.top_k = top_k;
   auto* accumulator = result.accumulator.data_as<float>();
-  for (const MoeRankWeights& rank : ranks_) {
+  for (std::size_t r = 0; r < ranks_.size(); ++r) {
+    const MoeRankWeights& rank = ranks_[r];
+    // The tuner's tiling for this rank and token count, when its cache holds one.
+    cpu::ExpertTiling tiling;
+    std::string tactic = "reference";
+    bool from_cache = false;
+    if (tuner != nullptr) {
+      const tune::Selection selection = tuner->lookup(tune_problem(static_cast<int>(r)), tokens);
+      const auto* tuned = selection.tactic != nullptr
+                              ? std::any_cast<cpu::ExpertTiling>(&selection.tactic->native)
+                              : nullptr;
+      if (selection.source == tune::SelectionSource::kTuned && tuned != nullptr) {
+        tiling = *tuned;
+        tactic = selection.tactic->id();
+        from_cache = true;
+      }
+    }
+    result.rank_tactics.push_back(tactic);
+    result.rank_tactics_from_cache.push_back(from_cache);
     const auto rank_start = std::chrono::steady_clock::now();
     cpu::rank_expert_forward(rank, config_, input, partial.data(),
-                             result.magnitude.data_as<float>());
+                             result.magnitude.data_as<float>(), tiling);
     for (std::size_t i = 0; i < partial.size(); ++i) accumulator[i] += partial[i];
     result.rank_seconds.push_back(seconds_since(rank_start));
   }

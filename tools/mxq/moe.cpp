@@ -1,6 +1,7 @@
 // `mxq moe`: runs one MoE layer of a checkpoint on an .npy input, simulating every TP x EP rank.
-// On the GPU an autotuner's cache (MXQ_AUTOTUNE_CACHE, read when MXQ_AUTOTUNE is load or tune)
-// picks each rank's GEMM variant.
+// An autotuner's cache (MXQ_AUTOTUNE_CACHE, read when MXQ_AUTOTUNE is load or tune)
+// picks each rank's GEMM variant (GPU) or expert tiling (CPU).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -79,12 +80,16 @@ void run_moe(const MoeOptions& options) {
     result.total_seconds = gpu_run.forward_ms * 1e-3;
     result.rank_seconds.assign(static_cast<std::size_t>(layer.num_ranks()), 0.0);
   } else {
-    result = layer.forward(x);
+    serving = serving_tuner(tune::Backend::kCpu, std::nullopt);
+    result = layer.forward(x, nullptr, serving.tuner.get());
   }
   if (!group.prints()) return;  // every rank got the same output; rank 0 writes it
   io::write_npy(options.output, result.output);
   const std::int64_t tokens = x.shape()[0];
 
+  const bool cpu_from_cache =
+      std::any_of(result.rank_tactics_from_cache.begin(), result.rank_tactics_from_cache.end(),
+                  [](bool from_cache) { return from_cache; });
   if (options.json) {
     nlohmann::json ranks = rank_shapes_json(layer);
     for (std::size_t r = 0; r < ranks.size(); ++r) {
@@ -97,6 +102,10 @@ void run_moe(const MoeOptions& options) {
         ranks[r]["tactic"] = gpu_run.ranks[r].tactic;
         ranks[r]["tactic_from_cache"] = gpu_run.ranks[r].from_tuner;
         ranks[r]["tune_problem"] = gpu_run.ranks[r].problem;
+      } else {
+        ranks[r]["tactic"] = "moe_expert_gemm " + result.rank_tactics[r];
+        ranks[r]["tactic_from_cache"] = static_cast<bool>(result.rank_tactics_from_cache[r]);
+        ranks[r]["tune_problem"] = layer.tune_problem(static_cast<int>(r)).canonical();
       }
     }
     nlohmann::json out = {
@@ -120,8 +129,8 @@ void run_moe(const MoeOptions& options) {
         {"tactic", on_gpu ? gpu_run.tactic
                           : "cpu-reference (MXFP4 decoded to fp64, fp64 dot products, bf16 "
                             "intermediate)"},
-        {"tactic_from_cache", on_gpu && gpu_run.from_tuner},
-        {"autotune", on_gpu ? serving.json() : nlohmann::json(nullptr)},
+        {"tactic_from_cache", on_gpu ? gpu_run.from_tuner : cpu_from_cache},
+        {"autotune", serving.json()},
         {"device", on_gpu ? "cuda (" + gpu_run.gpu + ")" : "cpu"},
         {"launch",
          {{"mode", dist::to_string(group.plan.mode)},
@@ -156,6 +165,10 @@ void run_moe(const MoeOptions& options) {
                   serving.note.c_str());
       std::printf("launch: %s (%s)\n", std::string(dist::to_string(group.plan.mode)).c_str(),
                   group.plan.reason.c_str());
+    } else {
+      std::printf("expert tiling: %s (%s); autotune: %s\n", result.rank_tactics[0].c_str(),
+                  cpu_from_cache ? "from the autotune cache" : "the layer's own",
+                  serving.note.c_str());
     }
     std::printf("%lld tokens: forward %.3f s (%.2f ms/token), load %.3f s; wrote %s\n",
                 static_cast<long long>(tokens), result.total_seconds,
@@ -188,8 +201,8 @@ void register_moe(CLI::App& app) {
                   "Force the per-rank intermediate width (a multiple of 32; 0 = automatic)")
       ->capture_default_str();
   cmd->add_option("--device", options->device,
-                  "Where to run (cuda: GPU 0; the GEMM variant comes from the autotune cache "
-                  "MXQ_AUTOTUNE_CACHE when set, and MXQ_AUTOTUNE is load or tune)")
+                  "Where to run (cuda: GPU 0). With MXQ_AUTOTUNE=load|tune and MXQ_AUTOTUNE_CACHE "
+                  "set, the cache chooses the GEMM variant (cuda) or the expert tiling (cpu)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--activation", options->activation, "Override the activation")

@@ -14,6 +14,11 @@
 #include "mxq/moe/rank_weights.h"
 #include "mxq/moe/routing.h"
 #include "mxq/moe/sharding.h"
+#include "mxq/tune/problem.h"
+
+namespace mxq::tune {
+class Autotuner;
+}  // namespace mxq::tune
 
 namespace mxq::moe {
 
@@ -26,6 +31,10 @@ struct MoeForwardResult {
   Routing routing;  // the routing used (computed, or a copy of the caller's)
   double routing_seconds = 0.0;
   std::vector<double> rank_seconds;  // expert computation per rank
+  // Per rank: the moe_expert_gemm tactic that ran ("reference": the layer's own tiling) and
+  // whether the tuner's cache chose it.
+  std::vector<std::string> rank_tactics;
+  std::vector<bool> rank_tactics_from_cache;
   double total_seconds = 0.0;
 };
 
@@ -61,8 +70,15 @@ class MoeLayer {
   // expert ids and weights (required for RouterKind::kPrecomputed), else the router's.
   // A token whose input row holds a NaN or an infinity is not routed and gets NaN in every
   // output element; other tokens are unaffected.
-  [[nodiscard]] MoeForwardResult forward(const TensorView& x,
-                                         const Routing* routing = nullptr) const;
+  // tuner: optional, CPU backend; each rank runs the moe_expert_gemm tiling its cache holds for
+  // the rank's problem (tune_problem) and the token count, else the layer's own tiling. Every
+  // tiling gives bit-identical output.
+  [[nodiscard]] MoeForwardResult forward(const TensorView& x, const Routing* routing = nullptr,
+                                         const tune::Autotuner* tuner = nullptr) const;
+  // The autotuner's key of rank `rank`'s expert computation (op moe_expert_gemm): the global and
+  // local expert counts, H, the rank's TP shard width, top-k, biases. `mxq tune` presets list
+  // the same key for rank 0.
+  [[nodiscard]] tune::Problem tune_problem(int rank) const;
 
   // Weight updates. begin_update() restores the checkpoint layout; load() takes full
   // checkpoint tensors (either layout's names, router included) in any order and in any

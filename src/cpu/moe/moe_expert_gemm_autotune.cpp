@@ -161,6 +161,7 @@ Tactic make(std::string variant, TacticParams params, const moe::cpu::ExpertTili
   t.backend = Backend::kCpu;
   t.variant = std::move(variant);
   t.params = std::move(params);
+  t.native = tiling;  // what MoeLayer::forward runs when a tuner serves this tactic
   t.run = TacticRunner::of<MoeExpertGemmArgs>(
       [tiling](const MoeExpertGemmArgs& args) { run_forward(args, tiling); });
   return t;
