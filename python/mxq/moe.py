@@ -61,6 +61,10 @@ class ForwardResult:
     routing_seconds: float
     rank_seconds: List[float]
     total_seconds: float
+    # Per rank: the moe_expert_gemm tiling that ran ("reference": the layer's own) and whether
+    # the current mxq.autotune() cache chose it.
+    rank_tactics: List[str]
+    rank_tactics_from_cache: List[bool]
 
 
 class MoERank:
@@ -355,7 +359,16 @@ class MoELayer:
         """
         if _device.is_cuda(x):
             return self.forward_cuda(x, expert_ids=expert_ids, expert_weights=expert_weights)
-        return self._core.forward(x, expert_ids, expert_weights)["output"]
+        return self._core.forward(x, expert_ids, expert_weights, self._cpu_tuner(x))["output"]
+
+    def _cpu_tuner(self, x: ArrayLike) -> Optional[Any]:
+        """The current mxq.autotune() tuner when it serves the CPU (each rank's expert-tiling
+        problem tuned first in tune mode), else None."""
+        current = _tune.current()
+        if current is None:
+            return None
+        tokens = int(x.shape[0]) if len(x.shape) > 0 else 0
+        return current.moe_cpu_tuner(self._core, self.num_ranks, tokens)
 
     def forward_details(
         self,
@@ -364,7 +377,8 @@ class MoELayer:
         expert_weights: Optional[ArrayLike] = None,
     ) -> ForwardResult:
         """Like :meth:`forward`, with the fp32 accumulator, routing and timings."""
-        return ForwardResult(**self._core.forward(x, expert_ids, expert_weights))
+        return ForwardResult(**self._core.forward(x, expert_ids, expert_weights,
+                                                  self._cpu_tuner(x)))
 
     def update(self) -> MoEUpdate:
         """A weight-update session: ``with layer.update() as u: u.load(name, array)``."""

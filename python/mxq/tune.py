@@ -134,6 +134,15 @@ class Autotune:
         self.tune(problem, tokens)
         return self._tuner
 
+    def moe_cpu_tuner(self, core: Any, num_ranks: int, tokens: int) -> Optional[Any]:
+        """The autotuner the CPU MoE forward should consult (each rank's moe_expert_gemm
+        problem tuned first in tune mode), or None when this tuner is not for the CPU."""
+        if not self.serves("cpu"):
+            return None
+        for rank in range(num_ranks):
+            self.tune(core.tune_problem(rank), tokens)
+        return self._tuner
+
     def __repr__(self) -> str:
         return (f"Autotune(mode={self.mode!r}, phase={self.phase!r}, device={self.device!r}, "
                 f"cache={self.cache_path!r})")

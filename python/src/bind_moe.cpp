@@ -14,6 +14,7 @@
 #include "moe_layer_type.h"
 #include "mxq/moe/checkpoint.h"
 #include "mxq/moe/layer.h"
+#include "mxq/tune/autotuner.h"
 
 namespace mxq::python {
 namespace {
@@ -118,7 +119,8 @@ void bind_moe(nb::module_& m) {
            nb::call_guard<nb::gil_scoped_release>())
       .def(
           "forward",
-          [](const MoeLayer& l, nb::handle x, nb::handle ids, nb::handle weights) {
+          [](const MoeLayer& l, nb::handle x, nb::handle ids, nb::handle weights,
+             const tune::Autotuner* tuner) {
             const ArrayArg xa = array_arg(x, "x", {{DType::kF32, DType::kBF16}, 2, true, true});
             std::optional<moe::Routing> routing;
             if (!ids.is_none() || !weights.is_none()) {
@@ -138,7 +140,7 @@ void bind_moe(nb::module_& m) {
             moe::MoeForwardResult r;
             {
               nb::gil_scoped_release release;
-              r = l.forward(xa.view, routing ? &*routing : nullptr);
+              r = l.forward(xa.view, routing ? &*routing : nullptr, tuner);
             }
             nb::dict d;
             d["output"] = to_numpy(std::move(r.output));
@@ -149,9 +151,18 @@ void bind_moe(nb::module_& m) {
             d["routing_seconds"] = r.routing_seconds;
             d["rank_seconds"] = r.rank_seconds;
             d["total_seconds"] = r.total_seconds;
+            d["rank_tactics"] = r.rank_tactics;
+            d["rank_tactics_from_cache"] = std::vector<bool>(r.rank_tactics_from_cache.begin(),
+                                                             r.rank_tactics_from_cache.end());
             return d;
           },
-          nb::arg("x"), nb::arg("expert_ids") = nb::none(), nb::arg("expert_weights") = nb::none())
+          nb::arg("x"), nb::arg("expert_ids") = nb::none(), nb::arg("expert_weights") = nb::none(),
+          nb::arg("tuner").none() = nb::none(),
+          "The CPU reference forward; `tuner` (a cpu Autotuner) picks each rank's expert tiling "
+          "from its cache (bit-identical output).")
+      .def(
+          "tune_problem", [](const MoeLayer& l, int rank) { return l.tune_problem(rank); },
+          nb::arg("rank"), "The autotuner's moe_expert_gemm key of rank `rank`.")
       .def("begin_update", &MoeLayer::begin_update)
       .def(
           "load",

@@ -155,3 +155,32 @@ def test_bad_arguments():
     with context:
         with pytest.raises(RuntimeError, match="already active"):
             context.__enter__()
+
+
+def test_cpu_moe_forward_tunes_and_serves_expert_tilings(moe_checkpoint, tmp_path):
+    """Inside mxq.autotune() the CPU MoE forward tunes each rank's moe_expert_gemm problem for
+    its token bucket, then serves the winner; every tiling gives bit-identical output."""
+    layer = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2, align=128)
+    x = np.random.default_rng(3).standard_normal((5, layer.config["hidden_size"]))
+    x = x.astype(np.float32)
+    plain = layer.forward_details(x)
+    assert plain.rank_tactics == ["reference", "reference"]
+    assert plain.rank_tactics_from_cache == [False, False]
+    cache = tmp_path / "moe.json"
+    keys = [layer._core.tune_problem(r).canonical for r in range(2)]
+    with mxq.autotune(cache=str(cache), mode="tune") as tuner:
+        tuned = layer.forward_details(x)
+        assert {r["problem"] for r in tuner.records} == set(keys)
+        decisions = {(d["problem"], d["bucket"]): d["tactic"] for d in tuner.decisions()}
+    assert np.array_equal(tuned.output, plain.output)
+    assert np.array_equal(tuned.accumulator, plain.accumulator)
+    # What the cache holds for bucket 8 (5 tokens) is what a load-mode forward runs.
+    expected = [decisions[(key, 8)] for key in keys]
+    with mxq.autotune(cache=str(cache), mode="load"):
+        served = layer.forward_details(x)
+    assert served.rank_tactics == expected
+    assert served.rank_tactics_from_cache == [True, True]
+    assert np.array_equal(served.output, plain.output)
+    # Off mode serves nothing: the layer's own tiling.
+    with mxq.autotune(cache=str(cache), mode="off"):
+        assert layer.forward_details(x).rank_tactics == ["reference", "reference"]
