@@ -32,6 +32,27 @@ Support common_cuda_checks(const LinearProblem& p) {
   return Support::yes();
 }
 
+// What both wgmma kernels (fast path and fallback) need of the device: TMA and wgmma.
+Support wgmma_device_checks(const LinearProblem& p) {
+  if (Support common = common_cuda_checks(p); !common) return common;
+  if (p.sm != 90) {
+    return Support::no("needs an sm_90 GPU (H100/H200: wgmma and TMA); the device is " +
+                       sm_name(p.sm));
+  }
+  return Support::yes();
+}
+
+// What both wgmma kernels need of the output: bf16 column pairs and 16-byte TMA store rows.
+Support wgmma_output_checks(const LinearProblem& p) {
+  if (p.n % 16 != 0) {
+    return Support::no(detail::concat("needs N % 16 == 0; N = ", p.n));
+  }
+  if (p.out_dtype != DType::kBF16) {
+    return Support::no(detail::concat("needs bf16 output; the output is ", p.out_dtype));
+  }
+  return Support::yes();
+}
+
 cuda::BlockFp8GemmArgs gemm_args(const LinearOperands& ops, const LinearProblem& p) {
   if (ops.a_scale_row_stride != 1 || ops.a_scale_group_stride < p.m) {
     fail(ErrorCode::kInternal,
@@ -82,24 +103,14 @@ class WgmmaTactic final : public LinearTactic {
             {"overlap", shape_.overlap ? 1 : 0}};
   }
   [[nodiscard]] Support check(const LinearProblem& p) const override {
-    if (Support common = common_cuda_checks(p); !common) return common;
-    if (p.sm != 90) {
-      return Support::no("needs an sm_90 GPU (H100/H200: wgmma and TMA); the device is " +
-                         sm_name(p.sm));
-    }
+    if (Support device = wgmma_device_checks(p); !device) return device;
     if (!(p.block == BlockShape{128, 128})) {
       return Support::no("needs 128x128 weight blocks; the block is " + to_string(p.block));
     }
     if (p.k % 128 != 0) {
       return Support::no(detail::concat("needs K % 128 == 0; K = ", p.k));
     }
-    if (p.n % 16 != 0) {
-      return Support::no(detail::concat("needs N % 16 == 0; N = ", p.n));
-    }
-    if (p.out_dtype != DType::kBF16) {
-      return Support::no(detail::concat("needs bf16 output; the output is ", p.out_dtype));
-    }
-    return Support::yes();
+    return wgmma_output_checks(p);
   }
 
  protected:
@@ -125,11 +136,7 @@ class WgmmaAnyBlockTactic final : public LinearTactic {
     return {{"block_m", shape_.bm}, {"block_n", shape_.bn}, {"stages", shape_.stages}};
   }
   [[nodiscard]] Support check(const LinearProblem& p) const override {
-    if (Support common = common_cuda_checks(p); !common) return common;
-    if (p.sm != 90) {
-      return Support::no("needs an sm_90 GPU (H100/H200: wgmma and TMA); the device is " +
-                         sm_name(p.sm));
-    }
+    if (Support device = wgmma_device_checks(p); !device) return device;
     if (p.block.k != 64 && p.block.k != 128) {
       return Support::no("needs a weight block K extent of 64 or 128; the block is " +
                          to_string(p.block));
@@ -143,13 +150,7 @@ class WgmmaAnyBlockTactic final : public LinearTactic {
     if (p.k % 16 != 0) {
       return Support::no(detail::concat("needs K % 16 == 0 (16-byte TMA rows); K = ", p.k));
     }
-    if (p.n % 16 != 0) {
-      return Support::no(detail::concat("needs N % 16 == 0; N = ", p.n));
-    }
-    if (p.out_dtype != DType::kBF16) {
-      return Support::no(detail::concat("needs bf16 output; the output is ", p.out_dtype));
-    }
-    return Support::yes();
+    return wgmma_output_checks(p);
   }
 
  protected:

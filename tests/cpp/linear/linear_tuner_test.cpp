@@ -20,6 +20,7 @@
 #include "mxq/tune/cache_file.h"
 #include "mxq/tune/fingerprint.h"
 #include "mxq/tune/registry.h"
+#include "tune/tune_test_util.h"
 
 namespace mxq::linear {
 namespace {
@@ -30,33 +31,9 @@ constexpr std::int64_t kN = 96;
 constexpr std::int64_t kK = 256;
 const BlockShape kBlock{64, 64};
 
-tune::CacheEntry entry(const tune::Problem& problem, std::int64_t bucket, std::string tactic) {
-  tune::CacheEntry e;
-  e.problem = problem;
-  e.bucket = bucket;
-  e.tactic = std::move(tactic);
-  e.median_us = 1.0;
-  e.default_us = 2.0;
-  e.pass = "hand-written";
-  e.tuned_at = "2026-01-01T00:00:00Z";
-  return e;
-}
-
-// A cache file at `path` holding `entries`, fingerprinted for this machine and `registry`.
-void write_cache(const std::string& path, const tune::TacticRegistry& registry,
-                 const std::vector<tune::CacheEntry>& entries) {
-  tune::CacheStore store(path, tune::cpu_fingerprint(registry));
-  ASSERT_TRUE(store.save(entries).ok);
-}
-
-std::unique_ptr<tune::Autotuner> load_tuner(const std::string& path,
-                                            const tune::TacticRegistry* registry = nullptr) {
-  tune::AutotunerConfig config;
-  config.options.mode = tune::AutotuneMode::kLoad;
-  config.options.cache_path = path;
-  config.registry = registry;
-  return std::make_unique<tune::Autotuner>(config);
-}
+using tune::testing::hand_written_entry;
+using tune::testing::load_cpu_tuner;
+using tune::testing::write_cpu_cache;
 
 BlockFp8Weight weight() { return quantize_weight(testing::random_f32(kN, kK, 1), kBlock); }
 
@@ -71,9 +48,9 @@ class LinearTuner : public ::testing::Test {
   void SetUp() override {
     problem_ = tune::block_fp8_linear_problem(kN, kK, kBlock);
     // Bucket 8 serves M in (4, 8]; bucket 16 is not in the cache.
-    write_cache(dir_.file("cache.json"), tune::builtin_tactics(),
-                {entry(problem_, 8, "blocked_f32[tile_n=16]")});
-    tuner_ = load_tuner(dir_.file("cache.json"));
+    write_cpu_cache(dir_.file("cache.json"), tune::builtin_tactics(),
+                    {hand_written_entry(problem_, 8, "blocked_f32[tile_n=16]")});
+    tuner_ = load_cpu_tuner(dir_.file("cache.json"));
     ASSERT_EQ(tuner_->decisions().size(), 1U);
   }
 
@@ -244,8 +221,8 @@ TEST(LinearTunerUnsupported, ACachedTacticThatDoesNotSupportTheCallIsNotUsed) {
 
   const ScratchDir dir("mxq-linear-tuner-never");
   const tune::Problem problem = tune::block_fp8_linear_problem(kN, kK, kBlock);
-  write_cache(dir.file("cache.json"), registry, {entry(problem, 8, "never")});
-  const auto tuner = load_tuner(dir.file("cache.json"), &registry);
+  write_cpu_cache(dir.file("cache.json"), registry, {hand_written_entry(problem, 8, "never")});
+  const auto tuner = load_cpu_tuner(dir.file("cache.json"), &registry);
   ASSERT_EQ(tuner->lookup(problem, 8).source, tune::SelectionSource::kTuned);
 
   LinearRun ran;
@@ -279,8 +256,9 @@ TEST(LinearTunerCli, MxqLinearReadsTheCacheNamedByTheEnvironment) {
       mxq::testing::run_cli(dir, "quantize fp8-block " + dir.file("w.npy") + " " +
                                      dir.file("w.safetensors") + " --name proj --block 64x64");
   ASSERT_EQ(q.exit_code, 0) << q.err;
-  write_cache(dir.file("cache.json"), tune::builtin_tactics(),
-              {entry(tune::block_fp8_linear_problem(kN, kK, kBlock), 8, "blocked_f32[tile_n=16]")});
+  write_cpu_cache(dir.file("cache.json"), tune::builtin_tactics(),
+                  {hand_written_entry(tune::block_fp8_linear_problem(kN, kK, kBlock), 8,
+                                      "blocked_f32[tile_n=16]")});
   const std::string command = "linear --checkpoint " + dir.file("w.safetensors") +
                               " --name proj --input " + dir.file("x.npy") + " --output " +
                               dir.file("y.npy") + " --explain --json";

@@ -14,30 +14,17 @@
 #include "mxq/tune/cache_file.h"
 #include "mxq/tune/fingerprint.h"
 #include "mxq/tune/registry.h"
+#include "tune/tune_test_util.h"
 
 namespace mxq::moe {
 namespace {
 
-tune::CacheEntry entry(const tune::Problem& problem, std::int64_t bucket, std::string tactic) {
-  tune::CacheEntry e;
-  e.problem = problem;
-  e.bucket = bucket;
-  e.tactic = std::move(tactic);
-  e.median_us = 1.0;
-  e.default_us = 2.0;
-  e.pass = "hand-written";
-  e.tuned_at = "2026-01-01T00:00:00Z";
-  return e;
-}
+using tune::testing::hand_written_entry;
 
 std::unique_ptr<tune::Autotuner> tuner_with(const std::string& path,
                                             const std::vector<tune::CacheEntry>& entries) {
-  tune::CacheStore store(path, tune::cpu_fingerprint(tune::builtin_tactics()));
-  EXPECT_TRUE(store.save(entries).ok);
-  tune::AutotunerConfig config;
-  config.options.mode = tune::AutotuneMode::kLoad;
-  config.options.cache_path = path;
-  return std::make_unique<tune::Autotuner>(config);
+  tune::testing::write_cpu_cache(path, tune::builtin_tactics(), entries);
+  return tune::testing::load_cpu_tuner(path);
 }
 
 class MoeForwardTuner : public ::testing::Test {
@@ -68,7 +55,8 @@ TEST_F(MoeForwardTuner, RanksRunTheCachedTilingWithIdenticalOutput) {
   ASSERT_NE(tune::builtin_tactics().find_tactic("moe_expert_gemm", tune::Backend::kCpu, tiled),
             nullptr);
   // Bucket 8 serves 5..8 tokens.
-  const auto tuner = tuner_with(dir_.file("cache.json"), {entry(layer.tune_problem(0), 8, tiled)});
+  const auto tuner =
+      tuner_with(dir_.file("cache.json"), {hand_written_entry(layer.tune_problem(0), 8, tiled)});
   ASSERT_EQ(tuner->decisions().size(), 1U);
 
   const Tensor x = synthetic_tokens(7, config_.hidden_size, 3);

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -20,6 +21,8 @@
 
 #include "mxq/core/error.h"
 #include "mxq/tune/autotuner.h"
+#include "mxq/tune/cache_file.h"
+#include "mxq/tune/fingerprint.h"
 #include "mxq/tune/registry.h"
 #include "mxq/tune/timer.h"
 
@@ -219,6 +222,38 @@ inline void add_synthetic_op(TacticRegistry& registry, const std::string& name,
 
 inline Problem synthetic_problem(const std::string& op, std::int64_t n) {
   return Problem(op, {{"N", n}}, {{"x", "f32"}});
+}
+
+// A decision written by hand, for tests that must know what a cache serves (tuning would pick
+// whichever tactic happens to be fastest).
+inline CacheEntry hand_written_entry(const Problem& problem, std::int64_t bucket,
+                                     std::string tactic) {
+  CacheEntry e;
+  e.problem = problem;
+  e.bucket = bucket;
+  e.tactic = std::move(tactic);
+  e.median_us = 1.0;
+  e.default_us = 2.0;
+  e.pass = "hand-written";
+  e.tuned_at = "2026-01-01T00:00:00Z";
+  return e;
+}
+
+// A cache file at `path` holding `entries`, fingerprinted for this machine's CPU and `registry`.
+inline void write_cpu_cache(const std::string& path, const TacticRegistry& registry,
+                            const std::vector<CacheEntry>& entries) {
+  CacheStore store(path, cpu_fingerprint(registry));
+  if (!store.save(entries).ok) fail(ErrorCode::kIo, "test cache file ", path, " not written");
+}
+
+// A load-mode CPU tuner serving the cache file at `path` (registry null: the built-in one).
+inline std::unique_ptr<Autotuner> load_cpu_tuner(const std::string& path,
+                                                 const TacticRegistry* registry = nullptr) {
+  AutotunerConfig config;
+  config.options.mode = AutotuneMode::kLoad;
+  config.options.cache_path = path;
+  config.registry = registry;
+  return std::make_unique<Autotuner>(config);
 }
 
 }  // namespace mxq::tune::testing
