@@ -376,6 +376,8 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
   params.top_k = k;
   const std::size_t ws_bytes = moe::cuda::moe_workspace_bytes(w, params, max_tokens);
   void* workspace = device_alloc<char>(ws_bytes);
+  moe::cuda::moe_workspace_init(workspace, max_tokens, nullptr);
+  MXQ_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   auto* out = device_alloc<std::uint16_t>(static_cast<std::size_t>(max_tokens) * hidden);
   auto* out_base = device_alloc<std::uint16_t>(static_cast<std::size_t>(max_tokens) * hidden);
 

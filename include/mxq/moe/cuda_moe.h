@@ -4,11 +4,12 @@
 //
 // Pipeline (all on `stream`, no host synchronization, no allocation: the workspace is sized up
 // front by moe_workspace_bytes, so the whole forward can be captured in a CUDA graph):
-//   1. routing   : router GEMV + top-k + softmax over the k (gpt-oss), or precomputed ids/weights
-//   2. lists     : per-expert counts and offsets, pairs sorted by expert, 8-token work tiles
-//   3. gemm1     : [gate; up] rows of w13 x tokens, + bias, SwiGLU variant, -> bf16 activations
-//   4. gemm2     : w2 x activations + bias -> fp32 per (token, expert) pair
-//   5. combine   : weighted sum over the k experts of each token, in order j = 0..k-1
+//   1. routing   : router GEMV + top-k + softmax over the k (gpt-oss), or precomputed ids/weights;
+//                  per-expert counts and offsets, pairs sorted by expert, 8-token work tiles
+//                  (one kernel: its blocks meet through tickets in the workspace)
+//   2. gemm1     : [gate; up] rows of w13 x tokens, + bias, SwiGLU variant, -> bf16 activations
+//   3. gemm2     : w2 x activations + bias -> fp32 per (token, expert) pair
+//   4. combine   : weighted sum over the k experts of each token, in order j = 0..k-1
 // Rounding points match the CPU reference (docs/moe.md): fp32 accumulation, activations rounded
 // to bf16 between the GEMMs, the combined output rounded to bf16 once.
 #pragma once
@@ -89,6 +90,13 @@ const char* moe_decode_unsupported_reason(const MoeDeviceWeights& w, const MoePa
 
 // Device workspace for up to `max_tokens` tokens.
 std::size_t moe_workspace_bytes(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens);
+
+// Zeroes the workspace's first bytes (the routing kernel's tickets and counters) on `stream`.
+// Required once after allocating a workspace and again before reusing it with another
+// max_tokens; every forward leaves those bytes zero again, so graphs can replay without it. A
+// forward on a workspace that was not initialized stops with a device trap (an unspecified launch
+// failure) rather than compute with stale counters.
+void moe_workspace_init(void* workspace, int max_tokens, cudaStream_t stream);
 
 // Enqueues the forward. Throws mxq::Error on unsupported shapes, a too-small workspace or a
 // CUDA launch failure.

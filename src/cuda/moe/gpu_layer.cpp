@@ -167,6 +167,9 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
   }
   state->workspace =
       Tensor::empty(DType::kU8, {static_cast<std::int64_t>(workspace_bytes)}, device);
+  // The routing kernel's tickets start at zero; finished before any stream of the caller runs.
+  cuda::moe_workspace_init(state->workspace.data(), max_tokens, nullptr);
+  MXQ_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   if (state->ranks.size() > 1) {
     state->partials = Tensor::empty(
         DType::kF32,

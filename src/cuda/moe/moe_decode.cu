@@ -15,329 +15,23 @@
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
 #include "mxq/moe/cuda_moe.h"
+#include "pdl.cuh"
+#include "routing.cuh"
+#include "workspace.cuh"
 
 namespace mxq::moe::cuda {
 namespace {
 
-constexpr int kTileTokens = 8;  // mma n
-constexpr int kTileRows = 16;   // mma m
-constexpr int kGemmWarps = 4;   // split-K warps per block
-constexpr int kChunk = 128;     // K elements per lane-quad per iteration (4 MX blocks)
-constexpr int kMaxTopK = 8;
-constexpr int kMaxRouterExperts = 1024;  // router width limit (moe_decode_unsupported_reason)
+constexpr int kTileRows = 16;  // mma m
+constexpr int kGemmWarps = 4;  // split-K warps per block
+constexpr int kChunk = 128;    // K elements per lane-quad per iteration (4 MX blocks)
 
-struct Workspace {
-  int* topk_ids;       // [T*k] (router output)
-  float* topk_w;       // [T*k]
-  float* logits;       // [T, E_global] (router output)
-  int* num_tiles;      // [1]
-  int* slot_pair;      // [T*k] pair index of each expert-sorted slot
-  int* pair_slot;      // [T*k] slot of each pair, -1 when the expert is not local
-  int* tile_expert;    // [max_tiles]
-  int* tile_slot0;     // [max_tiles]
-  int* tile_rows;      // [max_tiles]
-  __nv_bfloat16* act;  // [T*k, I]
-  float* y;            // [T*k, H]
-};
-
-// ---- programmatic dependent launch (PDL) ------------------------------------------------------
-// Each kernel after the first is launched as a programmatic dependent of its predecessor: its
-// blocks may be scheduled while the predecessor's last blocks run, and wait in
-// griddepcontrol.wait (before reading anything an earlier kernel wrote) until the predecessor
-// has completed and flushed its writes. A predecessor allows that early launch with
-// griddepcontrol.launch_dependents: the small routing kernels at once (their dependents then sit
-// resident and start the moment routing ends), the GEMMs after their main loop (so the next
-// GEMM's blocks do not take SM slots from this one's last wave). Without the launch attribute
-// both instructions are no-ops, so the kernels are correct either way.
-__device__ __forceinline__ void wait_for_predecessor() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-__device__ __forceinline__ void allow_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
-template <typename... KernelArgs, typename... Args>
-void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, std::size_t smem,
-            cudaStream_t stream, bool dependent, Args&&... args) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = dependent ? &attribute : nullptr;
-  config.numAttrs = dependent ? 1 : 0;
-  MXQ_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
-}
-
-std::size_t align_up(std::size_t n) { return (n + 255) / 256 * 256; }
-
-int max_tiles_for(int pairs, int experts) {
-  return std::min(pairs, experts) + pairs / kTileTokens + 1;
-}
-
-template <typename Visit>
-std::size_t layout(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens, Visit&& visit) {
-  const std::size_t pairs = static_cast<std::size_t>(max_tokens) * p.top_k;
-  const std::size_t tiles =
-      static_cast<std::size_t>(max_tiles_for(static_cast<int>(pairs), w.num_local_experts));
-  std::size_t offset = 0;
-  const auto take = [&](std::size_t bytes) {
-    const std::size_t at = offset;
-    offset += align_up(bytes);
-    return at;
-  };
-  const std::size_t logits = static_cast<std::size_t>(max_tokens) * w.num_global_experts;
-  // Named, in order: function arguments would be evaluated in an unspecified order.
-  const std::size_t ids = take(pairs * sizeof(int));
-  const std::size_t weights = take(pairs * sizeof(float));
-  const std::size_t logit_rows = take(logits * sizeof(float));
-  const std::size_t num_tiles = take(sizeof(int));
-  const std::size_t slot_pair = take(pairs * sizeof(int));
-  const std::size_t pair_slot = take(pairs * sizeof(int));
-  const std::size_t tile_expert = take(tiles * sizeof(int));
-  const std::size_t tile_slot0 = take(tiles * sizeof(int));
-  const std::size_t tile_rows = take(tiles * sizeof(int));
-  const std::size_t act = take(pairs * static_cast<std::size_t>(w.inter) * 2);
-  const std::size_t y = take(pairs * static_cast<std::size_t>(w.hidden) * 4);
-  visit(ids, weights, logit_rows, num_tiles, slot_pair, pair_slot, tile_expert, tile_slot0,
-        tile_rows, act, y);
-  return offset;
-}
-
-Workspace carve(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens, void* base) {
-  auto* bytes = static_cast<char*>(base);
-  Workspace ws{};
-  layout(w, p, max_tokens,
-         [&](std::size_t ids, std::size_t tw, std::size_t logits, std::size_t ntiles,
-             std::size_t slot_pair, std::size_t pair_slot, std::size_t texp, std::size_t tslot,
-             std::size_t trows, std::size_t act, std::size_t y) {
-           ws.topk_ids = reinterpret_cast<int*>(bytes + ids);
-           ws.topk_w = reinterpret_cast<float*>(bytes + tw);
-           ws.logits = reinterpret_cast<float*>(bytes + logits);
-           ws.num_tiles = reinterpret_cast<int*>(bytes + ntiles);
-           ws.slot_pair = reinterpret_cast<int*>(bytes + slot_pair);
-           ws.pair_slot = reinterpret_cast<int*>(bytes + pair_slot);
-           ws.tile_expert = reinterpret_cast<int*>(bytes + texp);
-           ws.tile_slot0 = reinterpret_cast<int*>(bytes + tslot);
-           ws.tile_rows = reinterpret_cast<int*>(bytes + trows);
-           ws.act = reinterpret_cast<__nv_bfloat16*>(bytes + act);
-           ws.y = reinterpret_cast<float*>(bytes + y);
-         });
-  return ws;
-}
-
-__device__ __forceinline__ float bf16_bits_to_float(std::uint16_t bits) {
-  return __uint_as_float(static_cast<std::uint32_t>(bits) << 16);
-}
-
-// ---- 1. routing: logits = x . Wr^T + br (fp32), one warp per (token, expert) --------------
-// Each lane issues kRouterUnroll pairs of 16-byte loads before its first FMA (a 2880-wide row
-// is one round of 12 loads instead of 12 dependent ones: the kernel is one DRAM latency long);
-// lane l still visits v = l, l+32, ... in increasing order, so the sum (and the routing
-// decisions) are bitwise those of one load per round.
-// 4 warps per block spread the router weights over twice as many SMs as 8 did.
-constexpr int kRouterWarps = 4;
-constexpr int kRouterUnroll = 12;
-
-__global__ void __launch_bounds__(kRouterWarps * 32)
-    router_logits_kernel(const std::uint16_t* __restrict__ x,
-                         const std::uint16_t* __restrict__ router_w,
-                         const std::uint16_t* __restrict__ router_b, int hidden, int experts,
-                         float* __restrict__ logits) {
-  allow_dependents();
-  const int t = blockIdx.y;
-  const int e = blockIdx.x * kRouterWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (e >= experts) return;
-  const uint4* xrow = reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(t) * hidden);
-  const uint4* wrow =
-      reinterpret_cast<const uint4*>(router_w + static_cast<std::size_t>(e) * hidden);
-  const int vectors = hidden / 8;
-  float acc = 0.0F;
-  for (int v0 = lane; v0 < vectors; v0 += 32 * kRouterUnroll) {
-    uint4 xa[kRouterUnroll];
-    uint4 wa[kRouterUnroll];
-#pragma unroll
-    for (int u = 0; u < kRouterUnroll; ++u) {
-      const int v = v0 + 32 * u;
-      xa[u] = v < vectors ? __ldg(xrow + v) : make_uint4(0, 0, 0, 0);
-      wa[u] = v < vectors ? __ldg(wrow + v) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kRouterUnroll; ++u) {
-      if (v0 + 32 * u >= vectors) break;
-      const std::uint32_t xs[4] = {xa[u].x, xa[u].y, xa[u].z, xa[u].w};
-      const std::uint32_t ws[4] = {wa[u].x, wa[u].y, wa[u].z, wa[u].w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        acc = fmaf(__uint_as_float(xs[i] << 16), __uint_as_float(ws[i] << 16), acc);
-        acc = fmaf(__uint_as_float(xs[i] & 0xFFFF0000U), __uint_as_float(ws[i] & 0xFFFF0000U), acc);
-      }
-    }
-  }
-  for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xFFFFFFFFU, acc, offset);
-  if (lane == 0) {
-    logits[static_cast<std::size_t>(t) * experts + e] =
-        acc + (router_b != nullptr ? bf16_bits_to_float(router_b[e]) : 0.0F);
-  }
-}
-
-// ---- 2. top-k + softmax (when routing), expert lists and 8-token tiles, in one block -------
-// Slots within an expert are assigned with shared-memory atomics: their order varies, but each
-// slot's result depends only on its own token and expert, so outputs are deterministic.
-constexpr int kListThreads = 1024;
-
-// The routing order: larger logit first, equal logits by lower expert id, NaN below every
-// number; id -1 is "nothing yet".
-__device__ __forceinline__ bool ranks_above(float v, int id, float best, int best_id) {
-  if (id < 0) return false;
-  if (best_id < 0) return true;
-  const bool v_nan = v != v;
-  const bool best_nan = best != best;
-  if (v_nan != best_nan) return best_nan;
-  if (!v_nan && v != best) return v > best;
-  return id < best_id;
-}
-
-__global__ void __launch_bounds__(kListThreads)
-    topk_lists_kernel(const float* __restrict__ logits, int router_experts, int top_k, int tokens,
-                      const int* topk_ids, int* routed_ids, float* routed_w, int first_expert,
-                      int experts, Workspace ws) {
-  extern __shared__ int lists_smem[];
-  int* counts = lists_smem;                   // [E]
-  int* offsets = counts + experts;            // [E+1]
-  int* tile_offsets = offsets + experts + 1;  // [E+1]
-  int* cursor = tile_offsets + experts + 1;   // [E]
-  wait_for_predecessor();
-  allow_dependents();
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int pairs = tokens * top_k;
-  if (logits != nullptr) {
-    // Warp per token: k rounds of an argmax (larger logit first; ties: lower expert id; NaN
-    // never wins), then the softmax over the k chosen logits. The row is read once into
-    // registers (lane l holds experts l, l+32, ...; fully unrolled so the array stays in
-    // registers) and a chosen expert is struck from its lane's mask, so the rounds touch no
-    // memory.
-    constexpr int kPerLane = kMaxRouterExperts / 32;
-    for (int t = warp; t < tokens; t += kListThreads / 32) {
-      const float* row = logits + static_cast<std::size_t>(t) * router_experts;
-      float values[kPerLane];
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        const int e = lane + 32 * i;
-        values[i] = e < router_experts ? row[e] : 0.0F;
-      }
-      std::uint32_t available = 0;  // bit i: expert lane + 32 i exists and is not chosen yet
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i)
-        available |= (lane + 32 * i < router_experts ? 1U : 0U) << i;
-      float chosen[kMaxTopK];
-      int chosen_id[kMaxTopK];
-#pragma unroll
-      for (int j = 0; j < kMaxTopK; ++j) {
-        if (j >= top_k) break;
-        float best = 0.0F;
-        int best_id = -1;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-          const int e = lane + 32 * i;
-          if (((available >> i) & 1U) != 0U && ranks_above(values[i], e, best, best_id)) {
-            best = values[i];
-            best_id = e;
-          }
-        }
-        for (int offset = 16; offset > 0; offset /= 2) {
-          const float other = __shfl_xor_sync(0xFFFFFFFFU, best, offset);
-          const int other_id = __shfl_xor_sync(0xFFFFFFFFU, best_id, offset);
-          if (ranks_above(other, other_id, best, best_id)) {
-            best = other;
-            best_id = other_id;
-          }
-        }
-        chosen[j] = best;
-        chosen_id[j] = best_id;
-        if (best_id >= 0 && best_id % 32 == lane) available &= ~(1U << (best_id / 32));
-      }
-      if (lane == 0) {
-        float sum = 0.0F;
-        for (int j = 0; j < top_k; ++j) sum += expf(chosen[j] - chosen[0]);
-        for (int j = 0; j < top_k; ++j) {
-          routed_ids[t * top_k + j] = chosen_id[j];
-          routed_w[t * top_k + j] = expf(chosen[j] - chosen[0]) / sum;
-        }
-      }
-    }
-    __syncthreads();
-  }
-  for (int e = threadIdx.x; e < experts; e += kListThreads) {
-    counts[e] = 0;
-    cursor[e] = 0;
-  }
-  __syncthreads();
-  for (int p = threadIdx.x; p < pairs; p += kListThreads) {
-    const int e = topk_ids[p] - first_expert;
-    if (e >= 0 && e < experts) atomicAdd(&counts[e], 1);
-  }
-  __syncthreads();
-  if (warp == 0) {  // exclusive scans of slots and tiles: lane l owns a run of experts
-    const int per_lane = (experts + 31) / 32;
-    const int begin = min(lane * per_lane, experts);
-    const int end = min(begin + per_lane, experts);
-    int slots = 0;
-    int tiles = 0;
-    for (int e = begin; e < end; ++e) {
-      slots += counts[e];
-      tiles += (counts[e] + kTileTokens - 1) / kTileTokens;
-    }
-    int slot_prefix = slots;
-    int tile_prefix = tiles;
-    for (int offset = 1; offset < 32; offset *= 2) {
-      const int s_up = __shfl_up_sync(0xFFFFFFFFU, slot_prefix, offset);
-      const int t_up = __shfl_up_sync(0xFFFFFFFFU, tile_prefix, offset);
-      if (lane >= offset) {
-        slot_prefix += s_up;
-        tile_prefix += t_up;
-      }
-    }
-    slots = slot_prefix - slots;
-    tiles = tile_prefix - tiles;
-    for (int e = begin; e < end; ++e) {
-      offsets[e] = slots;
-      tile_offsets[e] = tiles;
-      slots += counts[e];
-      tiles += (counts[e] + kTileTokens - 1) / kTileTokens;
-    }
-    if (lane == 31) {
-      offsets[experts] = slot_prefix;
-      tile_offsets[experts] = tile_prefix;
-      *ws.num_tiles = tile_prefix;
-    }
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < experts; e += kListThreads) {
-    const int count = counts[e];
-    for (int i = 0; i * kTileTokens < count; ++i) {
-      const int tile = tile_offsets[e] + i;
-      ws.tile_expert[tile] = e;
-      ws.tile_slot0[tile] = offsets[e] + i * kTileTokens;
-      ws.tile_rows[tile] = min(kTileTokens, count - i * kTileTokens);
-    }
-  }
-  for (int p = threadIdx.x; p < pairs; p += kListThreads) {
-    const int e = topk_ids[p] - first_expert;
-    if (e >= 0 && e < experts) {
-      const int slot = offsets[e] + atomicAdd(&cursor[e], 1);
-      ws.slot_pair[slot] = p;
-      ws.pair_slot[p] = slot;
-    } else {
-      ws.pair_slot[p] = -1;
-    }
-  }
-}
+using detail::allow_dependents;
+using detail::bf16_bits_to_float;
+using detail::kTileTokens;
+using detail::launch;
+using detail::wait_for_predecessor;
+using detail::Workspace;
 
 // ---- 3/4. grouped GEMMs ---------------------------------------------------------------------
 __device__ __forceinline__ float sigmoidf_(float z) { return 1.0F / (1.0F + expf(-z)); }
@@ -395,41 +89,6 @@ __device__ __forceinline__ void load_chunk(const RowPair<kAcc>& rp, const std::u
   }
 }
 
-template <int kAcc, bool kWideScales>
-__device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc>& regs, float (&acc)[kAcc][4]) {
-  detail::ScaleFactors f[kAcc][2];
-#pragma unroll
-  for (int a = 0; a < kAcc; ++a) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) f[a][h] = detail::e8m0_scale_factors(regs.scale[a][h]);
-  }
-  const std::uint32_t xw[16] = {regs.x[0].x, regs.x[0].y, regs.x[0].z, regs.x[0].w,
-                                regs.x[1].x, regs.x[1].y, regs.x[1].z, regs.x[1].w,
-                                regs.x[2].x, regs.x[2].y, regs.x[2].z, regs.x[2].w,
-                                regs.x[3].x, regs.x[3].y, regs.x[3].z, regs.x[3].w};
-#pragma unroll
-  for (int s = 0; s < 8; ++s) {
-#pragma unroll
-    for (int a = 0; a < kAcc; ++a) {
-      const std::uint32_t hw0 = detail::halfword(regs.w[a][0], s);
-      const std::uint32_t hw1 = detail::halfword(regs.w[a][1], s);
-      std::uint32_t frag[4];
-      if constexpr (kWideScales) {
-        frag[0] = detail::decode_e2m1x2(hw0 & 0xFFU, f[a][0]);
-        frag[1] = detail::decode_e2m1x2(hw1 & 0xFFU, f[a][1]);
-        frag[2] = detail::decode_e2m1x2(hw0 >> 8, f[a][0]);
-        frag[3] = detail::decode_e2m1x2(hw1 >> 8, f[a][1]);
-      } else {
-        frag[0] = detail::bf16x2_mul(detail::e2m1x2_to_bf16x2_unscaled(hw0 & 0xFFU), f[a][0].first);
-        frag[1] = detail::bf16x2_mul(detail::e2m1x2_to_bf16x2_unscaled(hw1 & 0xFFU), f[a][1].first);
-        frag[2] = detail::bf16x2_mul(detail::e2m1x2_to_bf16x2_unscaled(hw0 >> 8), f[a][0].first);
-        frag[3] = detail::bf16x2_mul(detail::e2m1x2_to_bf16x2_unscaled(hw1 >> 8), f[a][1].first);
-      }
-      detail::mma_bf16_16816(acc[a], frag, xw[2 * s], xw[2 * s + 1]);
-    }
-  }
-}
-
 // Streams K for rows r and r+8, this warp taking chunks warp, warp + 4, ...; loads run one
 // chunk ahead of the tensor-core work. Scales above 2 (E8M0 > 128) take a two-multiply decode.
 template <int kAcc>
@@ -452,9 +111,9 @@ __device__ __forceinline__ void stream_k(const RowPair<kAcc>& rp, const std::uin
       for (int h = 0; h < 2; ++h)
         wide = wide || (cur.scale[a][h] > 128U && cur.scale[a][h] != 255U);
     if (__any_sync(0xFFFFFFFFU, wide)) {
-      mma_chunk<kAcc, true>(cur, acc);
+      detail::mma_mx_chunk<kAcc, true>(cur.w, cur.scale, cur.x, acc);
     } else {
-      mma_chunk<kAcc, false>(cur, acc);
+      detail::mma_mx_chunk<kAcc, false>(cur.w, cur.scale, cur.x, acc);
     }
     cur = next;
   }
@@ -704,7 +363,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
                   : reinterpret_cast<const std::uint16_t*>(args.ws.act) +
                         static_cast<std::size_t>(slot0 + n) * args.w.inter;
   }
-  float acc[4] = {};
+  float acc[1][4] = {};
   const int chunks = (shape.k + kChunk - 1) / kChunk;
   for (int ch = warp; ch < chunks; ch += kGemmWarps) {
     const int k0 = ch * kChunk + 32 * c;
@@ -716,32 +375,34 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
                                            : make_uint4(0, 0, 0, 0);
     }
     detail::mbarrier_wait_parity(detail::shared_address(&stage_bar[ch * kChunk / kStageK]), 0);
-    uint4 wv[2];
-    std::uint32_t sc[2];
+    uint4 wv[1][2];
+    std::uint32_t sc[1][2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      wv[h] = has_block ? *reinterpret_cast<const uint4*>(sw + (r + 8 * h) * shape.stride + k0 / 2)
-                        : make_uint4(0, 0, 0, 0);
-      sc[h] = has_block ? ss[(r + 8 * h) * shape.scale_row + k0 / 32] : 127U;
+      wv[0][h] = has_block
+                     ? *reinterpret_cast<const uint4*>(sw + (r + 8 * h) * shape.stride + k0 / 2)
+                     : make_uint4(0, 0, 0, 0);
+      sc[0][h] = has_block ? ss[(r + 8 * h) * shape.scale_row + k0 / 32] : 127U;
     }
-    const bool wide = (sc[0] > 128U && sc[0] != 255U) || (sc[1] > 128U && sc[1] != 255U);
+    const bool wide =
+        (sc[0][0] > 128U && sc[0][0] != 255U) || (sc[0][1] > 128U && sc[0][1] != 255U);
     if (__any_sync(0xFFFFFFFFU, wide)) {
-      detail::mma_mx_chunk<true>(wv, sc, xv, acc);
+      detail::mma_mx_chunk<1, true>(wv, sc, xv, acc);
     } else {
-      detail::mma_mx_chunk<false>(wv, sc, xv, acc);
+      detail::mma_mx_chunk<1, false>(wv, sc, xv, acc);
     }
   }
   allow_dependents();
   // Split-K sum in warp order (deterministic).
   if (warp != 0) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) red[((warp - 1) * 4 + i) * 32 + lane] = acc[i];
+    for (int i = 0; i < 4; ++i) red[((warp - 1) * 4 + i) * 32 + lane] = acc[0][i];
   }
   __syncthreads();
   if (warp != 0) return;
   for (int w = 1; w < kGemmWarps; ++w)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[i] += red[((w - 1) * 4 + i) * 32 + lane];
+    for (int i = 0; i < 4; ++i) acc[0][i] += red[((w - 1) * 4 + i) * 32 + lane];
 
   if constexpr (kGemm1) {
     const int channel = blockIdx.x * (kTileRows / 2) + r;
@@ -750,8 +411,8 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
     for (int q = 0; q < 2; ++q) {
       const int col = 2 * c + q;
       if (col >= rows) continue;
-      float g = acc[q];
-      float u = acc[2 + q];
+      float g = acc[0][q];
+      float u = acc[0][2 + q];
       if (args.w.b13 != nullptr) {
         g += bf16_bits_to_float(args.w.b13[bias_row]);
         u += bf16_bits_to_float(args.w.b13[bias_row + P]);
@@ -768,7 +429,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
       const int h = blockIdx.x * kTileRows + r + (i >= 2 ? 8 : 0);
       const int col = 2 * c + (i & 1);
       if (col >= rows) continue;
-      float v = acc[i];
+      float v = acc[0][i];
       if (args.w.b2 != nullptr && args.p.add_down_bias)
         v += bf16_bits_to_float(args.w.b2[base_row + h]);
       args.ws.y[static_cast<std::size_t>(slot0 + col) * args.w.hidden + h] = v;
@@ -823,10 +484,6 @@ __global__ void combine_kernel(const float* __restrict__ y, const int* __restric
   }
 }
 
-std::size_t lists_smem_bytes(int experts) {
-  return (4 * static_cast<std::size_t>(experts) + 2) * 4;
-}
-
 }  // namespace
 
 const char* moe_decode_unsupported_reason(const MoeDeviceWeights& w, const MoeParams& p) {
@@ -835,16 +492,23 @@ const char* moe_decode_unsupported_reason(const MoeDeviceWeights& w, const MoePa
     return "intermediate size must be a positive multiple of 32";
   if (w.inter_padded < w.inter || w.inter_padded % 32 != 0)
     return "padded intermediate size must be a multiple of 32 and >= the intermediate size";
-  if (p.top_k < 1 || p.top_k > kMaxTopK) return "top-k must be in [1, 8]";
-  if (w.num_local_experts < 1 || w.num_local_experts > 1024) return "experts must be in [1, 1024]";
+  if (p.top_k < 1 || p.top_k > detail::kMaxTopK) return "top-k must be in [1, 8]";
+  if (w.num_local_experts < 1 || w.num_local_experts > detail::kMaxLocalExperts)
+    return "experts must be in [1, 1024]";
   if (w.router_w != nullptr &&
-      (w.num_global_experts < p.top_k || w.num_global_experts > kMaxRouterExperts))
+      (w.num_global_experts < p.top_k || w.num_global_experts > detail::kMaxRouterExperts))
     return "router width must be in [top-k, 1024]";
   return nullptr;
 }
 
 std::size_t moe_workspace_bytes(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens) {
-  return layout(w, p, max_tokens, [](auto...) {});
+  std::size_t bytes = 0;
+  detail::carve_workspace(w, p, max_tokens, nullptr, &bytes);
+  return bytes;
+}
+
+void moe_workspace_init(void* workspace, int max_tokens, cudaStream_t stream) {
+  MXQ_CUDA_CHECK(cudaMemsetAsync(workspace, 0, detail::sync_region_bytes(max_tokens), stream));
 }
 
 void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& run, void* workspace,
@@ -868,28 +532,31 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
           cudaEventRecordWithFlags(run.phase_events[phase], stream, cudaEventRecordExternal));
   };
   mark(0);
-  const Workspace ws = carve(w, p, max_tokens, workspace);
+  const Workspace ws = detail::carve_workspace(w, p, max_tokens, workspace, nullptr);
   const int pairs = run.tokens * p.top_k;
-
-  const float* logits = nullptr;
-  if (run.topk_ids == nullptr) {
-    router_logits_kernel<<<dim3((w.num_global_experts + kRouterWarps - 1) / kRouterWarps,
-                                run.tokens),
-                           kRouterWarps * 32, 0, stream>>>(run.x, w.router_w, w.router_b, w.hidden,
-                                                           w.num_global_experts, ws.logits);
-    MXQ_CUDA_CHECK_LAUNCH();
-    logits = ws.logits;
-  }
-  const int* ids = logits != nullptr ? ws.topk_ids : run.topk_ids;
-  const float* weights = logits != nullptr ? ws.topk_w : run.topk_weights;
-  // The lists kernel follows the router as a programmatic dependent; with precomputed routing it
-  // is the first kernel and waits for whatever the caller enqueued before.
-  launch(topk_lists_kernel, dim3(1), dim3(kListThreads), lists_smem_bytes(w.num_local_experts),
-         stream, p.programmatic_launch && logits != nullptr, logits, w.num_global_experts, p.top_k,
-         run.tokens, ids, ws.topk_ids, ws.topk_w, w.first_local_expert, w.num_local_experts, ws);
+  const bool routing = run.topk_ids == nullptr;
+  const detail::RouteArgs route{run.x,
+                                w.router_w,
+                                w.router_b,
+                                run.topk_ids,
+                                w.hidden,
+                                w.num_global_experts,
+                                p.top_k,
+                                run.tokens,
+                                w.first_local_expert,
+                                w.num_local_experts,
+                                ws};
+  const int router_blocks =
+      routing ? (w.num_global_experts + detail::kRouteWarps - 1) / detail::kRouteWarps : 1;
+  // The first kernel of the forward: plain stream order after whatever the caller enqueued.
+  launch(detail::route_kernel, dim3(router_blocks, detail::token_groups_for(run.tokens)),
+         dim3(detail::kRouteWarps * 32), detail::route_smem_bytes(w.num_local_experts), stream,
+         false, route);
+  MXQ_CUDA_CHECK_LAUNCH();
+  const float* weights = routing ? ws.topk_w : run.topk_weights;
 
   mark(1);
-  const int max_tiles = max_tiles_for(pairs, w.num_local_experts);
+  const int max_tiles = detail::max_tiles_for(pairs, w.num_local_experts);
   const GemmArgs args{w, p, run.x, p.top_k, ws};
   launch_gemm<true>(args, max_tiles, stream);
   mark(2);
@@ -907,7 +574,7 @@ const char* to_string(GemmVariant variant) {
 
 MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens,
                                 void* workspace) {
-  const Workspace ws = carve(w, p, max_tokens, workspace);
+  const Workspace ws = detail::carve_workspace(w, p, max_tokens, workspace, nullptr);
   return {ws.topk_ids, ws.topk_w};
 }
 

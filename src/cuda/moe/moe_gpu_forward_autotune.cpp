@@ -335,6 +335,8 @@ class MoeGpuWorkload final : public Workload {
         moe::cuda::moe_workspace_bytes(sets_[0].weights, params_, static_cast<int>(tokens_));
     workspace_ =
         Tensor::empty(DType::kU8, {static_cast<std::int64_t>(workspace)}, Device::cuda(device));
+    moe::cuda::moe_workspace_init(workspace_.data(), static_cast<int>(tokens_), nullptr);
+    MXQ_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   }
 
   std::int64_t tokens_, hidden_, top_k_;

@@ -6,15 +6,6 @@
 
 namespace mxq::moe::cuda::detail {
 
-// One byte = two E2M1 codes (low nibble first) -> bf16x2 bits (low nibble in the low half),
-// each value = e2m1 * 2^-126. Placing the code's 3 magnitude bits at bf16 bits 6..8 reads them
-// as exponent/mantissa with bias 127 instead of 1, so every code (the subnormal 0.5 included)
-// is exact after one multiplication by 2^126; that factor is folded into the scale below.
-__device__ __forceinline__ std::uint32_t e2m1x2_to_bf16x2_unscaled(std::uint32_t byte) {
-  const std::uint32_t u = byte * 0x1001U;  // low nibble at bits 0..3, high nibble at 16..19
-  return ((u << 6) & 0x01C001C0U) | ((u << 12) & 0x80008000U);
-}
-
 // bf16x2 multiply (exact here: one factor is a power of two).
 __device__ __forceinline__ std::uint32_t bf16x2_mul(std::uint32_t a, std::uint32_t b) {
   std::uint32_t out;
@@ -46,17 +37,13 @@ __device__ __forceinline__ ScaleFactors e8m0_scale_factors(std::uint32_t scale) 
   return f;
 }
 
-__device__ __forceinline__ std::uint32_t decode_e2m1x2(std::uint32_t byte, ScaleFactors f) {
-  std::uint32_t v = bf16x2_mul(e2m1x2_to_bf16x2_unscaled(byte), f.first);
-  if (f.second != 0) v = bf16x2_mul(v, f.second);
-  return v;
-}
-
 // Word decode: one 32-bit word = 8 E2M1 codes n0..n7 (low nibble first) -> 4 bf16x2 values,
-// register i holding the pair (n_i low, n_{i+4} high), each value e2m1 * 2^-126 as above. Both
-// codes of a pair sit 16 bits apart in the word, so one shift places both magnitudes (bits 6..8
-// and 22..24) and one more shift both signs (bits 15 and 31): 2 shifts + 2 LOP3 per register
-// (one shift less for i = 3) instead of an extract + multiply + 2 shifts + 2 LOP3 per byte.
+// register i holding the pair (n_i low, n_{i+4} high). A code's 3 magnitude bits placed at bf16
+// bits 6..8 read as exponent/mantissa with bias 127 instead of 1, so every code (the subnormal
+// 0.5 included) is e2m1 * 2^-126, exact; the scale factors above fold 2^126 back in. Both codes
+// of a pair sit 16 bits apart in the word, so one shift places both magnitudes (bits 6..8 and
+// 22..24) and one more shift both signs (bits 15 and 31): 2 shifts + 2 LOP3 per register (one
+// shift less for i = 3) instead of an extract + multiply + 2 shifts + 2 LOP3 per byte.
 // The mma k order this implies is matched on the activations by pair_activations below.
 template <int kPair>
 __device__ __forceinline__ std::uint32_t e2m1x8_pair_unscaled(std::uint32_t word) {
@@ -110,32 +97,42 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const std::uint32_
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// One 128-wide K chunk of a 16x8 tile: lane (r = lane/4, c = lane%4) holds the 16-byte MX block
-// c of rows r (wv[0]) and r+8 (wv[1]) with their E8M0 scales, and elements 32c..32c+31 of token
-// r's activations (xv, B column n = lane/4). acc: D[r][2c], D[r][2c+1], D[r+8][2c], D[r+8][2c+1].
-// Word j of a block gives k-steps 2j, 2j+1 (pairs (n_i, n_{i+4}), activations paired alike).
-template <bool kWideScales>
-__device__ __forceinline__ void mma_mx_chunk(const uint4 (&wv)[2], const std::uint32_t (&sc)[2],
-                                             const uint4 (&xv)[4], float (&acc)[4]) {
-  const ScaleFactors f0 = e8m0_scale_factors(sc[0]);
-  const ScaleFactors f1 = e8m0_scale_factors(sc[1]);
-  const std::uint32_t w0[4] = {wv[0].x, wv[0].y, wv[0].z, wv[0].w};
-  const std::uint32_t w1[4] = {wv[1].x, wv[1].y, wv[1].z, wv[1].w};
+// One 128-wide K chunk of kAcc 16x8 tiles that share their B operand (GEMM1: gate and up rows
+// of the same channels): lane (r = lane/4, c = lane%4) holds the 16-byte MX block c of rows r
+// (wv[a][0]) and r+8 (wv[a][1]) of tile a with their E8M0 scales, and elements 32c..32c+31 of
+// token r's activations (xv, B column n = lane/4). acc[a]: D[r][2c], D[r][2c+1], D[r+8][2c],
+// D[r+8][2c+1]. Word j of a block gives k-steps 2j, 2j+1 (pairs (n_i, n_{i+4}), activations
+// paired alike, once for all kAcc tiles).
+template <int kAcc, bool kWideScales>
+__device__ __forceinline__ void mma_mx_chunk(const uint4 (&wv)[kAcc][2],
+                                             const std::uint32_t (&sc)[kAcc][2],
+                                             const uint4 (&xv)[4], float (&acc)[kAcc][4]) {
+  ScaleFactors f[kAcc][2];
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a) {
+    f[a][0] = e8m0_scale_factors(sc[a][0]);
+    f[a][1] = e8m0_scale_factors(sc[a][1]);
+  }
   const std::uint32_t xw[16] = {xv[0].x, xv[0].y, xv[0].z, xv[0].w, xv[1].x, xv[1].y,
                                 xv[1].z, xv[1].w, xv[2].x, xv[2].y, xv[2].z, xv[2].w,
                                 xv[3].x, xv[3].y, xv[3].z, xv[3].w};
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    std::uint32_t lo[4];  // row r
-    std::uint32_t hi[4];  // row r + 8
-    decode_e2m1x8<kWideScales>(w0[j], f0, lo);
-    decode_e2m1x8<kWideScales>(w1[j], f1, hi);
     const PairedActivations b =
         pair_activations(xw[4 * j], xw[4 * j + 1], xw[4 * j + 2], xw[4 * j + 3]);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const std::uint32_t frag[4] = {lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1]};
-      mma_bf16_16816(acc, frag, b.b[h][0], b.b[h][1]);
+    for (int a = 0; a < kAcc; ++a) {
+      const std::uint32_t w0[4] = {wv[a][0].x, wv[a][0].y, wv[a][0].z, wv[a][0].w};
+      const std::uint32_t w1[4] = {wv[a][1].x, wv[a][1].y, wv[a][1].z, wv[a][1].w};
+      std::uint32_t lo[4];  // row r
+      std::uint32_t hi[4];  // row r + 8
+      decode_e2m1x8<kWideScales>(w0[j], f[a][0], lo);
+      decode_e2m1x8<kWideScales>(w1[j], f[a][1], hi);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const std::uint32_t frag[4] = {lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1]};
+        mma_bf16_16816(acc[a], frag, b.b[h][0], b.b[h][1]);
+      }
     }
   }
 }
@@ -147,12 +144,6 @@ __device__ __forceinline__ uint4 load_stream_16(const void* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
-}
-
-// Halfword s (0..7) of a 16-byte chunk; s is a compile-time constant after unrolling.
-__device__ __forceinline__ std::uint32_t halfword(const uint4& v, int s) {
-  const std::uint32_t word = (s >> 1) == 0 ? v.x : (s >> 1) == 1 ? v.y : (s >> 1) == 2 ? v.z : v.w;
-  return (s & 1) ? (word >> 16) : (word & 0xFFFFU);
 }
 
 }  // namespace mxq::moe::cuda::detail

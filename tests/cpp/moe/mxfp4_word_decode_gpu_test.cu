@@ -1,8 +1,9 @@
 // The MoE kernels' device MXFP4 helpers against the host codec (mxq/formats/mxfp4_block.h):
 // the word decode (8 E2M1 codes -> 4 bf16x2 pairs (n_i, n_{i+4}) with the E8M0 scale folded in)
 // on every pair of codes at every position under every scale, both decode paths; and one
-// 128-wide K chunk of the m16n8k16 tile product (decode + activation pairing + mma) against a
-// float64 dot product, which fails if weights and activations disagree on the k order.
+// 128-wide K chunk of two m16n8k16 tile products sharing their activations (decode + activation
+// pairing + mma) against a float64 dot product, which fails if weights and activations disagree
+// on the k order.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -130,36 +131,46 @@ void check_decode(bool wide) {
 TEST(Mxfp4WordDecode, OneMultiplyPathMatchesHostCodec) { check_decode(false); }
 TEST(Mxfp4WordDecode, TwoMultiplyPathMatchesHostCodecOnEveryScale) { check_decode(true); }
 
-// One warp: D[16][8] = W[16][128] (MXFP4, row-major packed, 4 scales per row) x X[8][128]^T.
+// One warp: D[32][8] = W[32][128] (MXFP4, row-major packed, 4 scales per row) x X[8][128]^T,
+// as two 16-row tiles (rows 0..15 and 16..31, like GEMM1's gate and up) sharing one B operand.
+constexpr int kTiles = 2;
+constexpr int kRows = 16 * kTiles;
+
 __global__ void chunk_mma_kernel(const std::uint8_t* w, const std::uint8_t* scales,
                                  const std::uint16_t* x, bool wide, float* d) {
   const int lane = threadIdx.x;
   const int r = lane / 4;
   const int c = lane % 4;
-  uint4 wv[2];
-  std::uint32_t sc[2];
-  for (int h = 0; h < 2; ++h) {
-    wv[h] = reinterpret_cast<const uint4*>(w + (r + 8 * h) * 64)[c];
-    sc[h] = scales[(r + 8 * h) * 4 + c];
+  uint4 wv[kTiles][2];
+  std::uint32_t sc[kTiles][2];
+  for (int a = 0; a < kTiles; ++a) {
+    for (int h = 0; h < 2; ++h) {
+      const int row = 16 * a + r + 8 * h;
+      wv[a][h] = reinterpret_cast<const uint4*>(w + row * 64)[c];
+      sc[a][h] = scales[row * 4 + c];
+    }
   }
   uint4 xv[4];
   for (int i = 0; i < 4; ++i) xv[i] = reinterpret_cast<const uint4*>(x + r * 128 + 32 * c)[i];
-  float acc[4] = {};
+  float acc[kTiles][4] = {};
   if (wide) {
-    mma_mx_chunk<true>(wv, sc, xv, acc);
+    mma_mx_chunk<kTiles, true>(wv, sc, xv, acc);
   } else {
-    mma_mx_chunk<false>(wv, sc, xv, acc);
+    mma_mx_chunk<kTiles, false>(wv, sc, xv, acc);
   }
-  d[r * 8 + 2 * c] = acc[0];
-  d[r * 8 + 2 * c + 1] = acc[1];
-  d[(r + 8) * 8 + 2 * c] = acc[2];
-  d[(r + 8) * 8 + 2 * c + 1] = acc[3];
+  for (int a = 0; a < kTiles; ++a) {
+    float* tile = d + a * 16 * 8;
+    tile[r * 8 + 2 * c] = acc[a][0];
+    tile[r * 8 + 2 * c + 1] = acc[a][1];
+    tile[(r + 8) * 8 + 2 * c] = acc[a][2];
+    tile[(r + 8) * 8 + 2 * c + 1] = acc[a][3];
+  }
 }
 
 void check_chunk(bool wide, std::uint32_t seed) {
   std::mt19937 rng(seed);
-  std::vector<std::uint8_t> w(16 * 64);
-  std::vector<std::uint8_t> scales(16 * 4);
+  std::vector<std::uint8_t> w(kRows * 64);
+  std::vector<std::uint8_t> scales(kRows * 4);
   std::vector<std::uint16_t> x(8 * 128);
   for (auto& b : w) b = static_cast<std::uint8_t>(rng());
   // Distinct scales per block so a block read with another lane's scale shows; the wide run
@@ -170,16 +181,16 @@ void check_chunk(bool wide, std::uint32_t seed) {
   DeviceArray<std::uint8_t> d_w(w.size());
   DeviceArray<std::uint8_t> d_s(scales.size());
   DeviceArray<std::uint16_t> d_x(x.size());
-  DeviceArray<float> d_d(16 * 8);
+  DeviceArray<float> d_d(kRows * 8);
   d_w.upload(w);
   d_s.upload(scales);
   d_x.upload(x);
-  MXQ_CUDA_CHECK(cudaMemset(d_d.get(), 0xFF, 16 * 8 * sizeof(float)));  // NaN poison
+  MXQ_CUDA_CHECK(cudaMemset(d_d.get(), 0xFF, kRows * 8 * sizeof(float)));  // NaN poison
   chunk_mma_kernel<<<1, 32>>>(d_w.get(), d_s.get(), d_x.get(), wide, d_d.get());
   MXQ_CUDA_CHECK(cudaGetLastError());
   MXQ_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> d = d_d.download();
-  for (int m = 0; m < 16; ++m) {
+  for (int m = 0; m < kRows; ++m) {
     float row[128];
     for (int b = 0; b < 4; ++b)
       dequantize_mxfp4_block(&w[m * 64 + 16 * b], scales[m * 4 + b], &row[32 * b]);

@@ -1,0 +1,280 @@
+// Device routing of the MoE forward in one kernel: router logits, top-k + softmax, per-expert
+// counts, expert-sorted slots and 8-token GEMM tiles, with no host synchronization.
+//
+// Grid (router blocks, token groups); a block is kRouteWarps warps, one router row (expert) per
+// warp, for the kRouteTokens tokens of its group. Blocks meet through tickets in the workspace's
+// sync region (workspace.cuh) instead of kernel boundaries:
+//   1. every block writes its logits; the last router block of a token group (group ticket)
+//      takes the top-k of that group's tokens and adds its pairs to the per-expert counts;
+//   2. the last token group to finish (final ticket) scans the counts, writes the tiles and the
+//      slot of every pair, and returns the tickets and counts to zero for the next forward.
+// With precomputed routing the grid is (1, token groups) and step 1 only counts the given ids.
+// One kernel instead of a router launch plus a one-block list kernel: at T = 1 the list work is
+// a few hundred instructions, so its launch and its dependent round trips were the cost.
+#pragma once
+
+#include <cstdint>
+
+#include "pdl.cuh"
+#include "workspace.cuh"
+
+namespace mxq::moe::cuda::detail {
+
+constexpr int kRouteWarps = 4;
+constexpr int kRouteUnroll = 12;  // 16-byte vectors per lane in flight per round (2880 = 1 round)
+constexpr int kMaxTopK = 8;
+constexpr int kMaxRouterExperts = 1024;
+
+struct RouteArgs {
+  const std::uint16_t* x;         // [T, H] bf16
+  const std::uint16_t* router_w;  // [E_router, H] bf16; null when routing is given
+  const std::uint16_t* router_b;  // [E_router] bf16 or null
+  const int* given_ids;           // [T, k] global expert ids when routing is given
+  int hidden;
+  int router_experts;
+  int top_k;
+  int tokens;
+  int first_expert;  // global id of local expert 0
+  int experts;       // local experts
+  Workspace ws;
+};
+
+__device__ __forceinline__ float bf16_bits_to_float(std::uint16_t bits) {
+  return __uint_as_float(static_cast<std::uint32_t>(bits) << 16);
+}
+
+// Logits of expert e for tokens t0 .. t0+nt-1 (fp32). The router row is loaded once per round
+// and reused for every token of the group; lane l visits vectors l, l+32, ... in increasing
+// order and the lanes are summed by an xor butterfly, so each logit's rounding does not depend on
+// the group size.
+__device__ __forceinline__ void router_logits(const RouteArgs& a, int e, int t0, int nt, int lane) {
+  const uint4* wrow =
+      reinterpret_cast<const uint4*>(a.router_w + static_cast<std::size_t>(e) * a.hidden);
+  const int vectors = a.hidden / 8;
+  float acc[kRouteTokens] = {};
+  for (int v0 = lane; v0 < vectors; v0 += 32 * kRouteUnroll) {
+    uint4 wa[kRouteUnroll];
+#pragma unroll
+    for (int u = 0; u < kRouteUnroll; ++u) {
+      const int v = v0 + 32 * u;
+      wa[u] = v < vectors ? __ldg(wrow + v) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int t = 0; t < kRouteTokens; ++t) {
+      if (t >= nt) break;
+      const uint4* xrow =
+          reinterpret_cast<const uint4*>(a.x + static_cast<std::size_t>(t0 + t) * a.hidden);
+      uint4 xa[kRouteUnroll];
+#pragma unroll
+      for (int u = 0; u < kRouteUnroll; ++u) {
+        const int v = v0 + 32 * u;
+        xa[u] = v < vectors ? __ldg(xrow + v) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kRouteUnroll; ++u) {
+        if (v0 + 32 * u >= vectors) break;
+        const std::uint32_t xs[4] = {xa[u].x, xa[u].y, xa[u].z, xa[u].w};
+        const std::uint32_t ws[4] = {wa[u].x, wa[u].y, wa[u].z, wa[u].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          acc[t] = fmaf(__uint_as_float(xs[i] << 16), __uint_as_float(ws[i] << 16), acc[t]);
+          acc[t] = fmaf(__uint_as_float(xs[i] & 0xFFFF0000U), __uint_as_float(ws[i] & 0xFFFF0000U),
+                        acc[t]);
+        }
+      }
+    }
+  }
+  const float bias = a.router_b != nullptr ? bf16_bits_to_float(a.router_b[e]) : 0.0F;
+#pragma unroll
+  for (int t = 0; t < kRouteTokens; ++t) {
+    if (t >= nt) break;
+    float sum = acc[t];
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFU, sum, offset);
+    if (lane == 0)
+      a.ws.logits[static_cast<std::size_t>(t0 + t) * a.router_experts + e] = sum + bias;
+  }
+}
+
+// The routing order: larger logit first, equal logits by lower expert id, NaN below every
+// number; id -1 is "nothing yet".
+__device__ __forceinline__ bool ranks_above(float v, int id, float best, int best_id) {
+  if (id < 0) return false;
+  if (best_id < 0) return true;
+  const bool v_nan = v != v;
+  const bool best_nan = best != best;
+  if (v_nan != best_nan) return best_nan;
+  if (!v_nan && v != best) return v > best;
+  return id < best_id;
+}
+
+// Warp per token: k rounds of an argmax over the logits held in registers (lane l holds experts
+// l, l+32, ...; a chosen expert is struck from its lane's mask), then the softmax over the k.
+__device__ __forceinline__ void warp_topk_softmax(const RouteArgs& a, int t, int lane) {
+  constexpr int kPerLane = kMaxRouterExperts / 32;
+  const float* row = a.ws.logits + static_cast<std::size_t>(t) * a.router_experts;
+  float values[kPerLane];
+  std::uint32_t available = 0;  // bit i: expert lane + 32 i exists and is not chosen yet
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    values[i] = e < a.router_experts ? __ldcg(row + e) : 0.0F;  // written by other blocks
+    available |= (e < a.router_experts ? 1U : 0U) << i;
+  }
+  float top = 0.0F;  // the largest chosen logit (round 0)
+  float sum = 0.0F;
+  float chosen = 0.0F;  // lane j keeps the j-th choice
+  int chosen_id = -1;
+#pragma unroll
+  for (int j = 0; j < kMaxTopK; ++j) {
+    if (j >= a.top_k) break;
+    float best = 0.0F;
+    int best_id = -1;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int e = lane + 32 * i;
+      if (((available >> i) & 1U) != 0U && ranks_above(values[i], e, best, best_id)) {
+        best = values[i];
+        best_id = e;
+      }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const float other = __shfl_xor_sync(0xFFFFFFFFU, best, offset);
+      const int other_id = __shfl_xor_sync(0xFFFFFFFFU, best_id, offset);
+      if (ranks_above(other, other_id, best, best_id)) {
+        best = other;
+        best_id = other_id;
+      }
+    }
+    if (j == 0) top = best;
+    sum += expf(best - top);  // in order j = 0..k-1, as the reference sums
+    if (lane == j) {
+      chosen = best;
+      chosen_id = best_id;
+    }
+    if (best_id >= 0 && best_id % 32 == lane) available &= ~(1U << (best_id / 32));
+  }
+  if (lane < a.top_k) {
+    a.ws.topk_ids[t * a.top_k + lane] = chosen_id;
+    a.ws.topk_w[t * a.top_k + lane] = expf(chosen - top) / sum;
+  }
+}
+
+// True in the block whose ticket is the last of `blocks`: every block's global writes before the
+// call are visible to that block afterwards (fence, ticket, fence).
+__device__ __forceinline__ bool block_is_last(int* ticket, int blocks) {
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int before = atomicAdd(ticket, 1);
+    if (before >= blocks) __trap();  // the sync region was not zeroed (moe_workspace_init)
+    last = before == blocks - 1 ? 1 : 0;
+    __threadfence();
+  }
+  __syncthreads();
+  return last != 0;
+}
+
+// The final block: expert offsets (exclusive scan), 8-token tiles, the slot of every pair; then
+// the sync region back to zero. Slots within an expert are taken with shared-memory atomics: their
+// order varies, but each slot's result depends only on its own token and expert.
+__device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, int* smem) {
+  const int experts = a.experts;
+  int* counts = smem;                         // [E]
+  int* offsets = counts + experts;            // [E+1]
+  int* tile_offsets = offsets + experts + 1;  // [E+1]
+  int* cursor = tile_offsets + experts + 1;   // [E]
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    counts[e] = __ldcg(a.ws.expert_counts + e);
+    cursor[e] = 0;
+  }
+  __syncthreads();
+  if (warp == 0) {  // exclusive scans of slots and tiles: lane l owns a run of experts
+    const int per_lane = (experts + 31) / 32;
+    const int begin = min(lane * per_lane, experts);
+    const int end = min(begin + per_lane, experts);
+    int slots = 0;
+    int tiles = 0;
+    for (int e = begin; e < end; ++e) {
+      slots += counts[e];
+      tiles += (counts[e] + kTileTokens - 1) / kTileTokens;
+    }
+    int slot_prefix = slots;
+    int tile_prefix = tiles;
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const int s_up = __shfl_up_sync(0xFFFFFFFFU, slot_prefix, offset);
+      const int t_up = __shfl_up_sync(0xFFFFFFFFU, tile_prefix, offset);
+      if (lane >= offset) {
+        slot_prefix += s_up;
+        tile_prefix += t_up;
+      }
+    }
+    slots = slot_prefix - slots;
+    tiles = tile_prefix - tiles;
+    for (int e = begin; e < end; ++e) {
+      offsets[e] = slots;
+      tile_offsets[e] = tiles;
+      slots += counts[e];
+      tiles += (counts[e] + kTileTokens - 1) / kTileTokens;
+    }
+    if (lane == 31) *a.ws.num_tiles = tile_prefix;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    const int count = counts[e];
+    for (int i = 0; i * kTileTokens < count; ++i) {
+      const int tile = tile_offsets[e] + i;
+      a.ws.tile_expert[tile] = e;
+      a.ws.tile_slot0[tile] = offsets[e] + i * kTileTokens;
+      a.ws.tile_rows[tile] = min(kTileTokens, count - i * kTileTokens);
+    }
+    a.ws.expert_counts[e] = 0;
+  }
+  const int pairs = a.tokens * a.top_k;
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int e = __ldcg(ids + p) - a.first_expert;
+    if (e >= 0 && e < experts) {
+      const int slot = offsets[e] + atomicAdd(&cursor[e], 1);
+      a.ws.slot_pair[slot] = p;
+      a.ws.pair_slot[p] = slot;
+    } else {
+      a.ws.pair_slot[p] = -1;
+    }
+  }
+  for (int g = threadIdx.x; g < static_cast<int>(gridDim.y); g += blockDim.x)
+    a.ws.group_tickets[g] = 0;
+  if (threadIdx.x == 0) *a.ws.final_ticket = 0;
+}
+
+__global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
+  extern __shared__ int route_smem[];  // build_lists: 4 E + 2 ints
+  allow_dependents();
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int t0 = blockIdx.y * kRouteTokens;
+  const int nt = min(kRouteTokens, a.tokens - t0);
+  const bool routing = a.router_w != nullptr;
+  if (routing) {
+    const int e = blockIdx.x * kRouteWarps + warp;
+    if (e < a.router_experts) router_logits(a, e, t0, nt, lane);
+    if (!block_is_last(a.ws.group_tickets + blockIdx.y, static_cast<int>(gridDim.x))) return;
+    for (int t = t0 + warp; t < t0 + nt; t += kRouteWarps) warp_topk_softmax(a, t, lane);
+    __syncthreads();
+  }
+  const int* ids = routing ? a.ws.topk_ids : a.given_ids;
+  for (int p = t0 * a.top_k + static_cast<int>(threadIdx.x); p < (t0 + nt) * a.top_k;
+       p += blockDim.x) {
+    const int e = ids[p] - a.first_expert;
+    if (e >= 0 && e < a.experts) atomicAdd(a.ws.expert_counts + e, 1);
+  }
+  if (!block_is_last(a.ws.final_ticket, static_cast<int>(gridDim.y))) return;
+  build_lists(a, ids, route_smem);
+}
+
+inline std::size_t route_smem_bytes(int experts) {
+  return (4 * static_cast<std::size_t>(experts) + 2) * sizeof(int);
+}
+
+}  // namespace mxq::moe::cuda::detail

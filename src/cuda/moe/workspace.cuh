@@ -1,0 +1,87 @@
+// The MoE forward's device workspace: one owner for its layout, used by the host (sizes) and the
+// kernels (pointers).
+//
+// The routing kernel synchronizes its blocks with tickets and per-expert counters in the
+// workspace's first bytes (the sync region). They must be zero when a forward starts:
+// moe_workspace_init zeroes them once after allocation, and every forward's last routing block
+// returns them to zero. The region sits at offset 0 with a size that depends only on
+// max_tokens, so ranks that share one workspace (in-process TP/EP) see the same counters.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstddef>
+
+#include "mxq/moe/cuda_moe.h"
+
+namespace mxq::moe::cuda::detail {
+
+constexpr int kTileTokens = 8;          // tokens per GEMM work tile (mma n)
+constexpr int kMaxLocalExperts = 1024;  // moe_decode_unsupported_reason enforces it
+constexpr int kRouteTokens = 8;         // tokens per routing block (one token group)
+
+struct Workspace {
+  int* final_ticket;   // [1] routing blocks done with their token group's counts
+  int* expert_counts;  // [kMaxLocalExperts] pairs per local expert (routing, then zeroed)
+  int* group_tickets;  // [token groups] router blocks done with a token group's logits
+  int* topk_ids;       // [T*k] (router output)
+  float* topk_w;       // [T*k]
+  float* logits;       // [T, E_global] (router output)
+  int* num_tiles;      // [1]
+  int* slot_pair;      // [T*k] pair index of each expert-sorted slot
+  int* pair_slot;      // [T*k] slot of each pair, -1 when the expert is not local
+  int* tile_expert;    // [max_tiles]
+  int* tile_slot0;     // [max_tiles]
+  int* tile_rows;      // [max_tiles]
+  __nv_bfloat16* act;  // [T*k, I]
+  float* y;            // [T*k, H]
+};
+
+inline int token_groups_for(int tokens) { return (tokens + kRouteTokens - 1) / kRouteTokens; }
+
+inline int max_tiles_for(int pairs, int experts) {
+  return std::min(pairs, experts) + pairs / kTileTokens + 1;
+}
+
+// Bytes of the sync region (offset 0) for up to max_tokens tokens.
+inline std::size_t sync_region_bytes(int max_tokens) {
+  return (1 + static_cast<std::size_t>(kMaxLocalExperts) + token_groups_for(max_tokens)) *
+         sizeof(int);
+}
+
+// Carves the workspace; with base == nullptr only the size is meaningful.
+inline Workspace carve_workspace(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens,
+                                 void* base, std::size_t* bytes) {
+  auto* at = static_cast<char*>(base);
+  const std::size_t pairs = static_cast<std::size_t>(max_tokens) * p.top_k;
+  const std::size_t tiles =
+      static_cast<std::size_t>(max_tiles_for(static_cast<int>(pairs), w.num_local_experts));
+  std::size_t offset = 0;
+  const auto take = [&](std::size_t n) {
+    char* p0 = at == nullptr ? nullptr : at + offset;
+    offset += (n + 255) / 256 * 256;
+    return p0;
+  };
+  Workspace ws{};
+  char* sync = take(sync_region_bytes(max_tokens));
+  ws.final_ticket = reinterpret_cast<int*>(sync);
+  ws.expert_counts = ws.final_ticket + (sync == nullptr ? 0 : 1);
+  ws.group_tickets = ws.expert_counts + (sync == nullptr ? 0 : kMaxLocalExperts);
+  ws.topk_ids = reinterpret_cast<int*>(take(pairs * sizeof(int)));
+  ws.topk_w = reinterpret_cast<float*>(take(pairs * sizeof(float)));
+  ws.logits = reinterpret_cast<float*>(
+      take(static_cast<std::size_t>(max_tokens) * w.num_global_experts * sizeof(float)));
+  ws.num_tiles = reinterpret_cast<int*>(take(sizeof(int)));
+  ws.slot_pair = reinterpret_cast<int*>(take(pairs * sizeof(int)));
+  ws.pair_slot = reinterpret_cast<int*>(take(pairs * sizeof(int)));
+  ws.tile_expert = reinterpret_cast<int*>(take(tiles * sizeof(int)));
+  ws.tile_slot0 = reinterpret_cast<int*>(take(tiles * sizeof(int)));
+  ws.tile_rows = reinterpret_cast<int*>(take(tiles * sizeof(int)));
+  ws.act = reinterpret_cast<__nv_bfloat16*>(take(pairs * static_cast<std::size_t>(w.inter) * 2));
+  ws.y = reinterpret_cast<float*>(take(pairs * static_cast<std::size_t>(w.hidden) * 4));
+  if (bytes != nullptr) *bytes = offset;
+  return ws;
+}
+
+}  // namespace mxq::moe::cuda::detail
