@@ -535,8 +535,10 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   const Workspace ws = detail::carve_workspace(w, p, max_tokens, workspace, nullptr);
   const int pairs = run.tokens * p.top_k;
   const bool routing = run.topk_ids == nullptr;
+  // With precomputed routing the kernel only counts the given ids, even when the layer has a
+  // router.
   const detail::RouteArgs route{run.x,
-                                w.router_w,
+                                routing ? w.router_w : nullptr,
                                 w.router_b,
                                 run.topk_ids,
                                 w.hidden,

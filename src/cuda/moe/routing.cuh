@@ -9,6 +9,7 @@
 //   2. the last token group to finish (final ticket) scans the counts, writes the tiles and the
 //      slot of every pair, and returns the tickets and counts to zero for the next forward.
 // With precomputed routing the grid is (1, token groups) and step 1 only counts the given ids.
+// With one token group (T <= kRouteTokens) the group's last block builds the lists at once.
 // One kernel instead of a router launch plus a one-block list kernel: at T = 1 the list work is
 // a few hundred instructions, so its launch and its dependent round trips were the cost.
 #pragma once
@@ -95,67 +96,85 @@ __device__ __forceinline__ void router_logits(const RouteArgs& a, int e, int t0,
   }
 }
 
-// The routing order: larger logit first, equal logits by lower expert id, NaN below every
-// number; id -1 is "nothing yet".
-__device__ __forceinline__ bool ranks_above(float v, int id, float best, int best_id) {
-  if (id < 0) return false;
-  if (best_id < 0) return true;
-  const bool v_nan = v != v;
-  const bool best_nan = best != best;
-  if (v_nan != best_nan) return best_nan;
-  if (!v_nan && v != best) return v > best;
-  return id < best_id;
+// The routing order as one unsigned key per (logit, expert): larger logit first, equal logits
+// (-0 equal to +0) by lower expert id, NaN below every number. The high word maps the float onto
+// an unsigned order (NaN -> 0, -inf -> 0x007FFFFF, ...); the low word is 0xFFFFFFFF - id. Key 0
+// is "nothing": a missing expert (ids < 1024 keep real keys above it).
+__device__ __forceinline__ std::uint64_t routing_key(float logit, int id) {
+  std::uint32_t order = 0;
+  if (logit == logit) {
+    const std::uint32_t bits = __float_as_uint(logit == 0.0F ? 0.0F : logit);
+    order = (bits & 0x80000000U) != 0U ? ~bits : (bits | 0x80000000U);
+  }
+  return (static_cast<std::uint64_t>(order) << 32) | (0xFFFFFFFFU - static_cast<std::uint32_t>(id));
+}
+__device__ __forceinline__ int key_id(std::uint64_t key) {
+  return static_cast<int>(0xFFFFFFFFU - static_cast<std::uint32_t>(key));
+}
+// The logit of a key (NaN for NaN; -0 comes back as +0, which the softmax cannot tell apart).
+__device__ __forceinline__ float key_logit(std::uint64_t key) {
+  const auto order = static_cast<std::uint32_t>(key >> 32);
+  return __uint_as_float((order & 0x80000000U) != 0U ? (order & 0x7FFFFFFFU) : ~order);
 }
 
-// Warp per token: k rounds of an argmax over the logits held in registers (lane l holds experts
-// l, l+32, ...; a chosen expert is struck from its lane's mask), then the softmax over the k.
+// Warp per token: k rounds of a warp argmax over the keys held in registers (lane l holds experts
+// l, l+32, ..., kPerLane of them), then the softmax over the k chosen logits in order
+// j = 0..k-1, as the reference computes it.
+template <int kPerLane>
 __device__ __forceinline__ void warp_topk_softmax(const RouteArgs& a, int t, int lane) {
-  constexpr int kPerLane = kMaxRouterExperts / 32;
   const float* row = a.ws.logits + static_cast<std::size_t>(t) * a.router_experts;
-  float values[kPerLane];
-  std::uint32_t available = 0;  // bit i: expert lane + 32 i exists and is not chosen yet
+  std::uint64_t keys[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int e = lane + 32 * i;
-    values[i] = e < a.router_experts ? __ldcg(row + e) : 0.0F;  // written by other blocks
-    available |= (e < a.router_experts ? 1U : 0U) << i;
+    keys[i] = e < a.router_experts ? routing_key(__ldcg(row + e), e) : 0;  // other blocks wrote it
   }
-  float top = 0.0F;  // the largest chosen logit (round 0)
+  float top = 0.0F;
   float sum = 0.0F;
   float chosen = 0.0F;  // lane j keeps the j-th choice
   int chosen_id = -1;
+  // Keys are distinct (the ids differ), so round j's choice is the largest key below round
+  // j-1's: nothing needs striking, and the keys stay in registers.
+  std::uint64_t ceiling = ~std::uint64_t{0};
+  for (int j = 0; j < a.top_k; ++j) {
+    std::uint64_t best = 0;
 #pragma unroll
-  for (int j = 0; j < kMaxTopK; ++j) {
-    if (j >= a.top_k) break;
-    float best = 0.0F;
-    int best_id = -1;
+    for (int i = 0; i < kPerLane; ++i) best = keys[i] < ceiling && keys[i] > best ? keys[i] : best;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int e = lane + 32 * i;
-      if (((available >> i) & 1U) != 0U && ranks_above(values[i], e, best, best_id)) {
-        best = values[i];
-        best_id = e;
-      }
-    }
     for (int offset = 16; offset > 0; offset /= 2) {
-      const float other = __shfl_xor_sync(0xFFFFFFFFU, best, offset);
-      const int other_id = __shfl_xor_sync(0xFFFFFFFFU, best_id, offset);
-      if (ranks_above(other, other_id, best, best_id)) {
-        best = other;
-        best_id = other_id;
-      }
+      const std::uint64_t other = __shfl_xor_sync(0xFFFFFFFFU, best, offset);
+      best = other > best ? other : best;
     }
-    if (j == 0) top = best;
-    sum += expf(best - top);  // in order j = 0..k-1, as the reference sums
+    ceiling = best;
+    const float logit = key_logit(best);
+    if (j == 0) top = logit;
+    sum += expf(logit - top);
     if (lane == j) {
-      chosen = best;
-      chosen_id = best_id;
+      chosen = logit;
+      chosen_id = key_id(best);
     }
-    if (best_id >= 0 && best_id % 32 == lane) available &= ~(1U << (best_id / 32));
   }
   if (lane < a.top_k) {
     a.ws.topk_ids[t * a.top_k + lane] = chosen_id;
     a.ws.topk_w[t * a.top_k + lane] = expf(chosen - top) / sum;
+  }
+}
+
+// The router width picks how many keys each lane holds (compile time, so they stay in registers).
+__device__ __forceinline__ void token_topk_softmax(const RouteArgs& a, int t, int lane) {
+  const int per_lane = (a.router_experts + 31) / 32;
+  if (per_lane <= 1) {
+    warp_topk_softmax<1>(a, t, lane);
+  } else if (per_lane <= 2) {
+    warp_topk_softmax<2>(a, t, lane);
+  } else if (per_lane <= 4) {
+    warp_topk_softmax<4>(a, t, lane);
+  } else if (per_lane <= 8) {
+    warp_topk_softmax<8>(a, t, lane);
+  } else if (per_lane <= 16) {
+    warp_topk_softmax<16>(a, t, lane);
+  } else {
+    warp_topk_softmax<kMaxRouterExperts / 32>(a, t, lane);
   }
 }
 
@@ -178,7 +197,10 @@ __device__ __forceinline__ bool block_is_last(int* ticket, int blocks) {
 // The final block: expert offsets (exclusive scan), 8-token tiles, the slot of every pair; then
 // the sync region back to zero. Slots within an expert are taken with shared-memory atomics: their
 // order varies, but each slot's result depends only on its own token and expert.
-__device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, int* smem) {
+// counts_from_ids: one token group, so this block counts the pairs itself (shared-memory atomics)
+// instead of reading the counters the groups added to.
+__device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, int* smem,
+                                            bool counts_from_ids) {
   const int experts = a.experts;
   int* counts = smem;                         // [E]
   int* offsets = counts + experts;            // [E+1]
@@ -186,11 +208,19 @@ __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, 
   int* cursor = tile_offsets + experts + 1;   // [E]
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+  const int pairs = a.tokens * a.top_k;
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    counts[e] = __ldcg(a.ws.expert_counts + e);
+    counts[e] = counts_from_ids ? 0 : __ldcg(a.ws.expert_counts + e);
     cursor[e] = 0;
   }
   __syncthreads();
+  if (counts_from_ids) {
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+      const int e = __ldcg(ids + p) - a.first_expert;
+      if (e >= 0 && e < experts) atomicAdd(&counts[e], 1);
+    }
+    __syncthreads();
+  }
   if (warp == 0) {  // exclusive scans of slots and tiles: lane l owns a run of experts
     const int per_lane = (experts + 31) / 32;
     const int begin = min(lane * per_lane, experts);
@@ -230,9 +260,8 @@ __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, 
       a.ws.tile_slot0[tile] = offsets[e] + i * kTileTokens;
       a.ws.tile_rows[tile] = min(kTileTokens, count - i * kTileTokens);
     }
-    a.ws.expert_counts[e] = 0;
+    if (!counts_from_ids) a.ws.expert_counts[e] = 0;
   }
-  const int pairs = a.tokens * a.top_k;
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
     const int e = __ldcg(ids + p) - a.first_expert;
     if (e >= 0 && e < experts) {
@@ -260,17 +289,21 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
     const int e = blockIdx.x * kRouteWarps + warp;
     if (e < a.router_experts) router_logits(a, e, t0, nt, lane);
     if (!block_is_last(a.ws.group_tickets + blockIdx.y, static_cast<int>(gridDim.x))) return;
-    for (int t = t0 + warp; t < t0 + nt; t += kRouteWarps) warp_topk_softmax(a, t, lane);
+    for (int t = t0 + warp; t < t0 + nt; t += kRouteWarps) token_topk_softmax(a, t, lane);
     __syncthreads();
   }
   const int* ids = routing ? a.ws.topk_ids : a.given_ids;
+  if (gridDim.y == 1) {  // one token group: this block is the last one, no counters needed
+    build_lists(a, ids, route_smem, true);
+    return;
+  }
   for (int p = t0 * a.top_k + static_cast<int>(threadIdx.x); p < (t0 + nt) * a.top_k;
        p += blockDim.x) {
     const int e = ids[p] - a.first_expert;
     if (e >= 0 && e < a.experts) atomicAdd(a.ws.expert_counts + e, 1);
   }
   if (!block_is_last(a.ws.final_ticket, static_cast<int>(gridDim.y))) return;
-  build_lists(a, ids, route_smem);
+  build_lists(a, ids, route_smem, false);
 }
 
 inline std::size_t route_smem_bytes(int experts) {
