@@ -1,11 +1,12 @@
 // The decode-regime MXFP4 MoE forward: see include/mxq/moe/cuda_moe.h for the pipeline.
 //
-// GEMM kernels: one block = 16 output rows (channels) x one tile of <= 8 tokens of one expert,
-// 4 warps splitting K. Lane (r = lane/4, c = lane%4) streams 16-byte chunks (one MXFP4 block of
-// 32 values) of rows r and r+8 and feeds them to m16n8k16 bf16 mma. The mma's k order is
-// permuted consistently on both operands: in k-step s of a 128-wide chunk, lane c contributes
-// elements 32c + 4s .. 32c + 4s + 3, so every lane decodes only bytes of its own MX block and
-// applies one scale per block; the activations in shared memory are read with the same map.
+// GEMM kernels: one block = 4 warps splitting K over one tile of <= 8 tokens of one expert and
+// 32 weight rows (GEMM1: the gate and up rows of 16 channels; GEMM2: 32 rows of w2), as two
+// m16n8k16 bf16 mma tiles sharing their activation operand. Lane (r = lane/4, c = lane%4) streams
+// 16-byte chunks (one MXFP4 block of 32 values) of rows r and r+8 of each tile and decodes them a
+// 32-bit word at a time (mxfp4_mma.cuh); the mma's k order is permuted consistently on both
+// operands, so every lane decodes only bytes of its own MX block and applies one scale per block,
+// and reads its token's activations with the same map.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -202,11 +203,15 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm1_swiglu_kernel(GemmArgs 
   }
 }
 
+// GEMM2 takes 32 rows of w2 per block, as two m16 tiles sharing the activations each lane loads
+// and pairs (the B operand): half the activation loads and pairings per weight byte of one tile.
+constexpr int kGemm2Tiles = 2;
+
 __global__ void __launch_bounds__(kGemmWarps * 32) gemm2_kernel(GemmArgs args) {
   wait_for_predecessor();
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;
-  __shared__ float red[(kGemmWarps - 1) * 1 * 4 * 32];
+  __shared__ float red[(kGemmWarps - 1) * kGemm2Tiles * 4 * 32];
   const int expert = args.ws.tile_expert[tile];
   const int slot0 = args.ws.tile_slot0[tile];
   const int rows = args.ws.tile_rows[tile];
@@ -218,32 +223,36 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm2_kernel(GemmArgs args) {
                                              static_cast<std::size_t>(slot0 + n) * inter
                                        : nullptr;
 
-  const int h0 = blockIdx.x * kTileRows;
+  const int h0 = blockIdx.x * kTileRows * kGemm2Tiles;
   const int r = lane / 4;
   const std::size_t row_bytes = args.w.inter_padded / 2;
   const std::size_t scale_row = args.w.inter_padded / 32;
   const std::size_t base_row = static_cast<std::size_t>(expert) * args.w.hidden;
-  RowPair<1> rp;
-  for (int h = 0; h < 2; ++h) {
-    const std::size_t row = base_row + h0 + r + 8 * h;
-    rp.row[0][h] = args.w.w2 + row * row_bytes;
-    rp.scale[0][h] = args.w.w2_scale + row * scale_row;
+  RowPair<kGemm2Tiles> rp;
+  for (int a = 0; a < kGemm2Tiles; ++a) {
+    for (int h = 0; h < 2; ++h) {
+      const std::size_t row = base_row + h0 + kTileRows * a + r + 8 * h;
+      rp.row[a][h] = args.w.w2 + row * row_bytes;
+      rp.scale[a][h] = args.w.w2_scale + row * scale_row;
+    }
   }
-  float acc[1][4] = {};
-  stream_k<1>(rp, brow, inter, warp, lane, acc);
+  float acc[kGemm2Tiles][4] = {};
+  stream_k<kGemm2Tiles>(rp, brow, inter, warp, lane, acc);
   allow_dependents();
-  reduce_warps<1>(acc, red, warp, lane);
+  reduce_warps<kGemm2Tiles>(acc, red, warp, lane);
   if (warp != 0) return;
 
   const int c = lane % 4;
-  for (int i = 0; i < 4; ++i) {
-    const int h = h0 + r + (i >= 2 ? 8 : 0);
-    const int col = 2 * c + (i & 1);
-    if (col >= rows) continue;
-    float v = acc[0][i];
-    if (args.w.b2 != nullptr && args.p.add_down_bias)
-      v += bf16_bits_to_float(args.w.b2[base_row + h]);
-    args.ws.y[static_cast<std::size_t>(slot0 + col) * args.w.hidden + h] = v;
+  for (int a = 0; a < kGemm2Tiles; ++a) {
+    for (int i = 0; i < 4; ++i) {
+      const int h = h0 + kTileRows * a + r + (i >= 2 ? 8 : 0);
+      const int col = 2 * c + (i & 1);
+      if (col >= rows) continue;
+      float v = acc[a][i];
+      if (args.w.b2 != nullptr && args.p.add_down_bias)
+        v += bf16_bits_to_float(args.w.b2[base_row + h]);
+      args.ws.y[static_cast<std::size_t>(slot0 + col) * args.w.hidden + h] = v;
+    }
   }
 }
 
@@ -458,8 +467,8 @@ void launch_gemm(const GemmArgs& args, int max_tiles, cudaStream_t stream) {
     launch(gemm1_swiglu_kernel, dim3(args.w.inter / kTileRows, max_tiles), dim3(kGemmWarps * 32), 0,
            stream, args.p.programmatic_launch, args);
   } else {
-    launch(gemm2_kernel, dim3(args.w.hidden / kTileRows, max_tiles), dim3(kGemmWarps * 32), 0,
-           stream, args.p.programmatic_launch, args);
+    launch(gemm2_kernel, dim3(args.w.hidden / (kTileRows * kGemm2Tiles), max_tiles),
+           dim3(kGemmWarps * 32), 0, stream, args.p.programmatic_launch, args);
   }
   MXQ_CUDA_CHECK_LAUNCH();
 }
@@ -547,6 +556,7 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
                                 run.tokens,
                                 w.first_local_expert,
                                 w.num_local_experts,
+                                detail::route_group_tokens(run.tokens),
                                 ws};
   const int router_blocks =
       routing ? (w.num_global_experts + detail::kRouteWarps - 1) / detail::kRouteWarps : 1;

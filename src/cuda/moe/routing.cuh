@@ -2,14 +2,14 @@
 // counts, expert-sorted slots and 8-token GEMM tiles, with no host synchronization.
 //
 // Grid (router blocks, token groups); a block is kRouteWarps warps, one router row (expert) per
-// warp, for the kRouteTokens tokens of its group. Blocks meet through tickets in the workspace's
-// sync region (workspace.cuh) instead of kernel boundaries:
+// warp, for the tokens of its group (route_group_tokens: 1 at small T, up to kRouteTokens). Blocks
+// meet through tickets in the workspace's sync region (workspace.cuh) instead of kernel boundaries:
 //   1. every block writes its logits; the last router block of a token group (group ticket)
 //      takes the top-k of that group's tokens and adds its pairs to the per-expert counts;
 //   2. the last token group to finish (final ticket) scans the counts, writes the tiles and the
 //      slot of every pair, and returns the tickets and counts to zero for the next forward.
 // With precomputed routing the grid is (1, token groups) and step 1 only counts the given ids.
-// With one token group (T <= kRouteTokens) the group's last block builds the lists at once.
+// With one token group (T = 1) the group's last block builds the lists at once.
 // One kernel instead of a router launch plus a one-block list kernel: at T = 1 the list work is
 // a few hundred instructions, so its launch and its dependent round trips were the cost.
 #pragma once
@@ -37,6 +37,7 @@ struct RouteArgs {
   int tokens;
   int first_expert;  // global id of local expert 0
   int experts;       // local experts
+  int group_tokens;  // tokens per group (<= kRouteTokens)
   Workspace ws;
 };
 
@@ -282,8 +283,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
   allow_dependents();
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int t0 = blockIdx.y * kRouteTokens;
-  const int nt = min(kRouteTokens, a.tokens - t0);
+  const int t0 = blockIdx.y * a.group_tokens;
+  const int nt = min(a.group_tokens, a.tokens - t0);
   const bool routing = a.router_w != nullptr;
   if (routing) {
     const int e = blockIdx.x * kRouteWarps + warp;

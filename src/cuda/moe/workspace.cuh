@@ -19,7 +19,7 @@ namespace mxq::moe::cuda::detail {
 
 constexpr int kTileTokens = 8;          // tokens per GEMM work tile (mma n)
 constexpr int kMaxLocalExperts = 1024;  // moe_decode_unsupported_reason enforces it
-constexpr int kRouteTokens = 8;         // tokens per routing block (one token group)
+constexpr int kRouteTokens = 8;         // most tokens per routing block (one token group)
 
 struct Workspace {
   int* final_ticket;   // [1] routing blocks done with their token group's counts
@@ -38,7 +38,13 @@ struct Workspace {
   float* y;            // [T*k, H]
 };
 
-inline int token_groups_for(int tokens) { return (tokens + kRouteTokens - 1) / kRouteTokens; }
+// Tokens per routing group: one at small T (more router blocks, shorter per-warp token loops),
+// up to kRouteTokens at large T (each router row is read from L2 once per group).
+inline int route_group_tokens(int tokens) { return std::clamp(tokens / 16, 1, kRouteTokens); }
+inline int token_groups_for(int tokens) {
+  const int group = route_group_tokens(tokens);
+  return (tokens + group - 1) / group;
+}
 
 inline int max_tiles_for(int pairs, int experts) {
   return std::min(pairs, experts) + pairs / kTileTokens + 1;
@@ -46,7 +52,8 @@ inline int max_tiles_for(int pairs, int experts) {
 
 // Bytes of the sync region (offset 0) for up to max_tokens tokens.
 inline std::size_t sync_region_bytes(int max_tokens) {
-  return (1 + static_cast<std::size_t>(kMaxLocalExperts) + token_groups_for(max_tokens)) *
+  // Groups of one token are the most groups any T <= max_tokens makes.
+  return (1 + static_cast<std::size_t>(kMaxLocalExperts) + static_cast<std::size_t>(max_tokens)) *
          sizeof(int);
 }
 
