@@ -24,11 +24,8 @@ namespace mxq::moe::cuda {
 namespace {
 
 constexpr int kTileRows = 16;  // mma m
-constexpr int kGemmWarps = 4;  // split-K warps per block of the shared-tile GEMMs
+constexpr int kGemmWarps = 4;  // split-K warps per block
 constexpr int kChunk = 128;    // K elements per lane-quad per iteration (4 MX blocks)
-// Streaming GEMM warps resident per SM: caps them at 128 registers (two chunks of weights,
-// scales and activations per lane fit without spilling in the loop).
-constexpr int kStreamWarpsPerSm = 16;
 
 using detail::allow_dependents;
 using detail::bf16_bits_to_float;
@@ -93,50 +90,38 @@ __device__ __forceinline__ void load_chunk(const RowPair<kAcc>& rp, const std::u
   }
 }
 
-// One chunk's tensor-core work; scales above 2 (E8M0 129..254) take the two-multiply decode.
+// Streams K for rows r and r+8, this warp taking chunks warp, warp + 4, ...; loads run one
+// chunk ahead of the tensor-core work. Scales above 2 (E8M0 > 128) take a two-multiply decode.
 template <int kAcc>
-__device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc>& regs, float (&acc)[kAcc][4]) {
-  bool wide = false;
-#pragma unroll
-  for (int a = 0; a < kAcc; ++a)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) wide = wide || (regs.scale[a][h] - 129U < 126U);
-  if (__any_sync(0xFFFFFFFFU, wide)) {
-    detail::mma_mx_chunk<kAcc, true>(regs.w, regs.scale, regs.x, acc);
-  } else {
-    detail::mma_mx_chunk<kAcc, false>(regs.w, regs.scale, regs.x, acc);
-  }
-}
-
-// Streams K for rows r and r+8, this warp taking chunks warp, warp + kWarps, ...; loads run one
-// chunk ahead of the tensor-core work, in two register sets used in turn (a plain `cur = next`
-// costs a move per register per chunk).
-template <int kWarps, int kAcc>
 __device__ __forceinline__ void stream_k(const RowPair<kAcc>& rp, const std::uint16_t* brow,
                                          int k_total, int warp, int lane, float (&acc)[kAcc][4]) {
   const int c = lane % 4;
   const int chunks = (k_total + kChunk - 1) / kChunk;
-  const auto load = [&](int chunk, ChunkRegs<kAcc>& regs) {
-    const int k0 = chunk * kChunk + 32 * c;
-    load_chunk(rp, brow, k0, chunk < chunks && k0 < k_total, regs);
-  };
   int chunk = warp;
   if (chunk >= chunks) return;
-  ChunkRegs<kAcc> even;
-  ChunkRegs<kAcc> odd;
-  load(chunk, even);
-  for (;; chunk += 2 * kWarps) {
-    load(chunk + kWarps, odd);
-    mma_chunk(even, acc);
-    if (chunk + kWarps >= chunks) break;
-    load(chunk + 2 * kWarps, even);
-    mma_chunk(odd, acc);
-    if (chunk + 2 * kWarps >= chunks) break;
+  ChunkRegs<kAcc> cur;
+  load_chunk(rp, brow, chunk * kChunk + 32 * c, chunk * kChunk + 32 * c < k_total, cur);
+  for (; chunk < chunks; chunk += kGemmWarps) {
+    ChunkRegs<kAcc> next;
+    const int next_k0 = (chunk + kGemmWarps) * kChunk + 32 * c;
+    load_chunk(rp, brow, next_k0, chunk + kGemmWarps < chunks && next_k0 < k_total, next);
+    bool wide = false;
+#pragma unroll
+    for (int a = 0; a < kAcc; ++a)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        wide = wide || (cur.scale[a][h] > 128U && cur.scale[a][h] != 255U);
+    if (__any_sync(0xFFFFFFFFU, wide)) {
+      detail::mma_mx_chunk<kAcc, true>(cur.w, cur.scale, cur.x, acc);
+    } else {
+      detail::mma_mx_chunk<kAcc, false>(cur.w, cur.scale, cur.x, acc);
+    }
+    cur = next;
   }
 }
 
-// Sums the kWarps warps' accumulators into warp 0's registers, in warp order (deterministic).
-template <int kWarps, int kAcc>
+// Sums the 4 warps' accumulators into warp 0's registers.
+template <int kAcc>
 __device__ __forceinline__ void reduce_warps(float (&acc)[kAcc][4], float* red, int warp,
                                              int lane) {
   if (warp != 0) {
@@ -147,7 +132,7 @@ __device__ __forceinline__ void reduce_warps(float (&acc)[kAcc][4], float* red, 
   }
   __syncthreads();
   if (warp == 0) {
-    for (int w = 1; w < kWarps; ++w)
+    for (int w = 1; w < kGemmWarps; ++w)
 #pragma unroll
       for (int a = 0; a < kAcc; ++a)
 #pragma unroll
@@ -158,19 +143,16 @@ __device__ __forceinline__ void reduce_warps(float (&acc)[kAcc][4], float* red, 
 struct GemmArgs {
   MoeDeviceWeights w;
   MoeParams p;
-  int sms;  // SMs of the device (launch shapes only)
   const std::uint16_t* x;
   int top_k;
   Workspace ws;
 };
 
-template <int kWarps>
-__global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps)
-    gemm1_swiglu_kernel(GemmArgs args) {
+__global__ void __launch_bounds__(kGemmWarps * 32) gemm1_swiglu_kernel(GemmArgs args) {
   wait_for_predecessor();
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;
-  __shared__ float red[(kWarps - 1) * 2 * 4 * 32];
+  __shared__ float red[(kGemmWarps - 1) * 2 * 4 * 32];
   const int expert = args.ws.tile_expert[tile];
   const int slot0 = args.ws.tile_slot0[tile];
   const int rows = args.ws.tile_rows[tile];
@@ -198,9 +180,9 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps)
     rp.scale[1][h] = args.w.w13_scale + up * scale_row;
   }
   float acc[2][4] = {};
-  stream_k<kWarps>(rp, brow, hidden, warp, lane, acc);
+  stream_k<2>(rp, brow, hidden, warp, lane, acc);
   allow_dependents();
-  reduce_warps<kWarps>(acc, red, warp, lane);
+  reduce_warps<2>(acc, red, warp, lane);
   if (warp != 0) return;
 
   const int c = lane % 4;
@@ -225,13 +207,11 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps)
 // and pairs (the B operand): half the activation loads and pairings per weight byte of one tile.
 constexpr int kGemm2Tiles = 2;
 
-template <int kWarps>
-__global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps)
-    gemm2_kernel(GemmArgs args) {
+__global__ void __launch_bounds__(kGemmWarps * 32) gemm2_kernel(GemmArgs args) {
   wait_for_predecessor();
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;
-  __shared__ float red[(kWarps - 1) * kGemm2Tiles * 4 * 32];
+  __shared__ float red[(kGemmWarps - 1) * kGemm2Tiles * 4 * 32];
   const int expert = args.ws.tile_expert[tile];
   const int slot0 = args.ws.tile_slot0[tile];
   const int rows = args.ws.tile_rows[tile];
@@ -257,9 +237,9 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamWarpsPerSm / kWarps)
     }
   }
   float acc[kGemm2Tiles][4] = {};
-  stream_k<kWarps>(rp, brow, inter, warp, lane, acc);
+  stream_k<kGemm2Tiles>(rp, brow, inter, warp, lane, acc);
   allow_dependents();
-  reduce_warps<kWarps>(acc, red, warp, lane);
+  reduce_warps<kGemm2Tiles>(acc, red, warp, lane);
   if (warp != 0) return;
 
   const int c = lane % 4;
@@ -483,30 +463,12 @@ void launch_gemm(const GemmArgs& args, int max_tiles, cudaStream_t stream) {
     }
     launch(gemm_tile_kernel<kGemm1>, dim3(row_blocks, max_tiles), dim3(kGemmWarps * 32),
            static_cast<std::size_t>(shape.smem_bytes), stream, args.p.programmatic_launch, args);
+  } else if (kGemm1) {
+    launch(gemm1_swiglu_kernel, dim3(args.w.inter / kTileRows, max_tiles), dim3(kGemmWarps * 32), 0,
+           stream, args.p.programmatic_launch, args);
   } else {
-    // Split K over 8 warps instead of 4 when the grid is between one and three waves of 4-warp
-    // blocks (T = 1: GEMM1 has 720 blocks for 528 slots): the second wave's blocks are then half
-    // as long, so the SMs idle less at the tail. Both split the same chunks; only the order of
-    // the warp sum differs.
-    const int row_blocks_stream =
-        kGemm1 ? args.w.inter / kTileRows : args.w.hidden / (kTileRows * kGemm2Tiles);
-    const int blocks = row_blocks_stream * max_tiles;
-    const int slots = args.sms * (kStreamWarpsPerSm / 4);
-    const bool eight = blocks > slots && blocks < 3 * slots;
-    const dim3 grid(row_blocks_stream, max_tiles);
-    if (kGemm1) {
-      if (eight) {
-        launch(gemm1_swiglu_kernel<8>, grid, dim3(8 * 32), 0, stream, args.p.programmatic_launch,
-               args);
-      } else {
-        launch(gemm1_swiglu_kernel<4>, grid, dim3(4 * 32), 0, stream, args.p.programmatic_launch,
-               args);
-      }
-    } else if (eight) {
-      launch(gemm2_kernel<8>, grid, dim3(8 * 32), 0, stream, args.p.programmatic_launch, args);
-    } else {
-      launch(gemm2_kernel<4>, grid, dim3(4 * 32), 0, stream, args.p.programmatic_launch, args);
-    }
+    launch(gemm2_kernel, dim3(args.w.hidden / (kTileRows * kGemm2Tiles), max_tiles),
+           dim3(kGemmWarps * 32), 0, stream, args.p.programmatic_launch, args);
   }
   MXQ_CUDA_CHECK_LAUNCH();
 }
@@ -607,11 +569,7 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
 
   mark(1);
   const int max_tiles = detail::max_tiles_for(pairs, w.num_local_experts);
-  int device = 0;
-  int sms = 0;
-  MXQ_CUDA_CHECK(cudaGetDevice(&device));
-  MXQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const GemmArgs args{w, p, sms, run.x, p.top_k, ws};
+  const GemmArgs args{w, p, run.x, p.top_k, ws};
   launch_gemm<true>(args, max_tiles, stream);
   mark(2);
   launch_gemm<false>(args, max_tiles, stream);
