@@ -26,6 +26,9 @@ namespace {
 constexpr int kTileRows = 16;  // mma m
 constexpr int kGemmWarps = 4;  // split-K warps per block
 constexpr int kChunk = 128;    // K elements per lane-quad per iteration (4 MX blocks)
+// Streaming GEMM blocks resident per SM: caps them at 128 registers (two chunks of weights,
+// scales and activations per lane fit without spilling in the loop).
+constexpr int kStreamBlocksPerSm = 4;
 
 using detail::allow_dependents;
 using detail::bf16_bits_to_float;
@@ -90,33 +93,45 @@ __device__ __forceinline__ void load_chunk(const RowPair<kAcc>& rp, const std::u
   }
 }
 
+// One chunk's tensor-core work; scales above 2 (E8M0 129..254) take the two-multiply decode.
+template <int kAcc>
+__device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc>& regs, float (&acc)[kAcc][4]) {
+  bool wide = false;
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) wide = wide || (regs.scale[a][h] - 129U < 126U);
+  if (__any_sync(0xFFFFFFFFU, wide)) {
+    detail::mma_mx_chunk<kAcc, true>(regs.w, regs.scale, regs.x, acc);
+  } else {
+    detail::mma_mx_chunk<kAcc, false>(regs.w, regs.scale, regs.x, acc);
+  }
+}
+
 // Streams K for rows r and r+8, this warp taking chunks warp, warp + 4, ...; loads run one
-// chunk ahead of the tensor-core work. Scales above 2 (E8M0 > 128) take a two-multiply decode.
+// chunk ahead of the tensor-core work, in two register sets used in turn (a plain `cur = next`
+// costs a move per register per chunk).
 template <int kAcc>
 __device__ __forceinline__ void stream_k(const RowPair<kAcc>& rp, const std::uint16_t* brow,
                                          int k_total, int warp, int lane, float (&acc)[kAcc][4]) {
   const int c = lane % 4;
   const int chunks = (k_total + kChunk - 1) / kChunk;
+  const auto load = [&](int chunk, ChunkRegs<kAcc>& regs) {
+    const int k0 = chunk * kChunk + 32 * c;
+    load_chunk(rp, brow, k0, chunk < chunks && k0 < k_total, regs);
+  };
   int chunk = warp;
   if (chunk >= chunks) return;
-  ChunkRegs<kAcc> cur;
-  load_chunk(rp, brow, chunk * kChunk + 32 * c, chunk * kChunk + 32 * c < k_total, cur);
-  for (; chunk < chunks; chunk += kGemmWarps) {
-    ChunkRegs<kAcc> next;
-    const int next_k0 = (chunk + kGemmWarps) * kChunk + 32 * c;
-    load_chunk(rp, brow, next_k0, chunk + kGemmWarps < chunks && next_k0 < k_total, next);
-    bool wide = false;
-#pragma unroll
-    for (int a = 0; a < kAcc; ++a)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        wide = wide || (cur.scale[a][h] > 128U && cur.scale[a][h] != 255U);
-    if (__any_sync(0xFFFFFFFFU, wide)) {
-      detail::mma_mx_chunk<kAcc, true>(cur.w, cur.scale, cur.x, acc);
-    } else {
-      detail::mma_mx_chunk<kAcc, false>(cur.w, cur.scale, cur.x, acc);
-    }
-    cur = next;
+  ChunkRegs<kAcc> even;
+  ChunkRegs<kAcc> odd;
+  load(chunk, even);
+  for (;; chunk += 2 * kGemmWarps) {
+    load(chunk + kGemmWarps, odd);
+    mma_chunk(even, acc);
+    if (chunk + kGemmWarps >= chunks) break;
+    load(chunk + 2 * kGemmWarps, even);
+    mma_chunk(odd, acc);
+    if (chunk + 2 * kGemmWarps >= chunks) break;
   }
 }
 
@@ -148,7 +163,8 @@ struct GemmArgs {
   Workspace ws;
 };
 
-__global__ void __launch_bounds__(kGemmWarps * 32) gemm1_swiglu_kernel(GemmArgs args) {
+__global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
+    gemm1_swiglu_kernel(GemmArgs args) {
   wait_for_predecessor();
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;
@@ -207,7 +223,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm1_swiglu_kernel(GemmArgs 
 // and pairs (the B operand): half the activation loads and pairings per weight byte of one tile.
 constexpr int kGemm2Tiles = 2;
 
-__global__ void __launch_bounds__(kGemmWarps * 32) gemm2_kernel(GemmArgs args) {
+__global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_kernel(GemmArgs args) {
   wait_for_predecessor();
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;

@@ -174,6 +174,8 @@ const Case kCases[] = {
     {"e32_k4_plain_tp2", 32, 544, 256, 4, 64, Activation::kSwiglu, true, 2, 1, 128, false, true},
     {"e128_gptoss120b_t3", 128, 2880, 2880, 4, 3, Activation::kSwigluOai, true, 1, 1, 128, false,
      false},
+    {"e128_gptoss120b_t1", 128, 2880, 2880, 4, 1, Activation::kSwigluOai, true, 1, 1, 128, false,
+     false},
     {"e32_k8_tp3_unpadded", 32, 2880, 2880, 8, 16, Activation::kSwigluOai, true, 3, 1, 0, true,
      false},
     {"e8_k8_all_experts", 8, 544, 544, 8, 200, Activation::kSwigluOai, true, 1, 1, 128, false,
