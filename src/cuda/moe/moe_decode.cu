@@ -28,11 +28,7 @@ constexpr int kGemmWarps = 4;  // split-K warps per block
 constexpr int kChunk = 128;    // K elements per lane-quad per iteration (4 MX blocks)
 // Streaming GEMM blocks resident per SM: caps them at 128 registers (two chunks of weights,
 // scales and activations per lane fit without spilling in the loop).
-#if MXQ_MOE_X_AT_USE
-constexpr int kStreamBlocksPerSm = 5;
-#else
 constexpr int kStreamBlocksPerSm = 4;
-#endif
 
 using detail::allow_dependents;
 using detail::bf16_bits_to_float;
@@ -68,9 +64,7 @@ template <int kAcc>
 struct ChunkRegs {
   uint4 w[kAcc][2];
   std::uint32_t scale[kAcc][2];
-#if !MXQ_MOE_X_AT_USE
   uint4 x[4];
-#endif
 };
 
 template <int kAcc>
@@ -78,14 +72,6 @@ struct RowPair {
   const std::uint8_t* row[kAcc][2];    // packed FP4 rows (r, r+8)
   const std::uint8_t* scale[kAcc][2];  // their E8M0 scales
 };
-
-__device__ __forceinline__ void load_x(const std::uint16_t* brow, int k0, bool has_block,
-                                       uint4 (&x)[4]) {
-  const bool has_x = has_block && brow != nullptr;
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    x[i] = has_x ? __ldg(reinterpret_cast<const uint4*>(brow + k0) + i) : make_uint4(0, 0, 0, 0);
-}
 
 template <int kAcc>
 __device__ __forceinline__ void load_chunk(const RowPair<kAcc>& rp, const std::uint16_t* brow,
@@ -99,24 +85,26 @@ __device__ __forceinline__ void load_chunk(const RowPair<kAcc>& rp, const std::u
       regs.scale[a][h] = has_block ? __ldg(rp.scale[a][h] + k0 / 32) : 127U;
     }
   }
-#if !MXQ_MOE_X_AT_USE
-  load_x(brow, k0, has_block, regs.x);
-#endif
+  const bool has_x = has_block && brow != nullptr;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    regs.x[i] =
+        has_x ? __ldg(reinterpret_cast<const uint4*>(brow + k0) + i) : make_uint4(0, 0, 0, 0);
+  }
 }
 
 // One chunk's tensor-core work; scales above 2 (E8M0 129..254) take the two-multiply decode.
 template <int kAcc>
-__device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc>& regs, const uint4 (&x)[4],
-                                          float (&acc)[kAcc][4]) {
+__device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc>& regs, float (&acc)[kAcc][4]) {
   bool wide = false;
 #pragma unroll
   for (int a = 0; a < kAcc; ++a)
 #pragma unroll
     for (int h = 0; h < 2; ++h) wide = wide || (regs.scale[a][h] - 129U < 126U);
   if (__any_sync(0xFFFFFFFFU, wide)) {
-    detail::mma_mx_chunk<kAcc, true>(regs.w, regs.scale, x, acc);
+    detail::mma_mx_chunk<kAcc, true>(regs.w, regs.scale, regs.x, acc);
   } else {
-    detail::mma_mx_chunk<kAcc, false>(regs.w, regs.scale, x, acc);
+    detail::mma_mx_chunk<kAcc, false>(regs.w, regs.scale, regs.x, acc);
   }
 }
 
@@ -132,17 +120,6 @@ __device__ __forceinline__ void stream_k(const RowPair<kAcc>& rp, const std::uin
     const int k0 = chunk * kChunk + 32 * c;
     load_chunk(rp, brow, k0, chunk < chunks && k0 < k_total, regs);
   };
-  const auto compute = [&](int chunk, const ChunkRegs<kAcc>& regs) {
-#if MXQ_MOE_X_AT_USE
-    uint4 x[4];
-    const int k0 = chunk * kChunk + 32 * c;
-    load_x(brow, k0, k0 < k_total, x);
-    mma_chunk(regs, x, acc);
-#else
-    (void)chunk;
-    mma_chunk(regs, regs.x, acc);
-#endif
-  };
   int chunk = warp;
   if (chunk >= chunks) return;
   ChunkRegs<kAcc> even;
@@ -150,10 +127,10 @@ __device__ __forceinline__ void stream_k(const RowPair<kAcc>& rp, const std::uin
   load(chunk, even);
   for (;; chunk += 2 * kGemmWarps) {
     load(chunk + kGemmWarps, odd);
-    compute(chunk, even);
+    mma_chunk(even, acc);
     if (chunk + kGemmWarps >= chunks) break;
     load(chunk + 2 * kGemmWarps, even);
-    compute(chunk + kGemmWarps, odd);
+    mma_chunk(odd, acc);
     if (chunk + 2 * kGemmWarps >= chunks) break;
   }
 }
