@@ -1,10 +1,9 @@
 #include "mxq/moe/gpu_layer.h"
 
 #include <any>
-#include <cstring>
 
+#include "host_forward.h"
 #include "mxq/core/cuda_check.h"
-#include "mxq/formats/bf16.h"
 #include "mxq/moe/cuda_moe.h"
 #include "mxq/tune/autotuner.h"
 #include "mxq/tune/moe_gpu_forward.h"
@@ -325,36 +324,11 @@ int MoeGpuLayer::layer_rank(int rank) const {
 Device MoeGpuLayer::device() const { return state_->device; }
 
 Tensor MoeGpuLayer::forward_host(const TensorView& x, const Routing* routing) const {
-  const State& s = *state_;
-  require_rank(x, "x", 2);
-  require_device(x, "x", Device::cpu());
-  require_contiguous(x, "x");
-  const std::int64_t tokens = x.size(0);
-  Tensor x_bf16 = Tensor::empty(DType::kBF16, x.shape());
-  auto* xb = static_cast<std::uint16_t*>(x_bf16.data());
-  if (x.dtype() == DType::kBF16) {
-    std::memcpy(xb, x.data(), x.nbytes());
-  } else {
-    require_dtype(x, "x", DType::kF32);
-    const float* xf = x.data_as<float>();
-    for (std::int64_t i = 0; i < x.numel(); ++i) xb[i] = float_to_bf16(xf[i]);
-  }
-  const Tensor x_dev = x_bf16.to(s.device);
-  Tensor out_dev = Tensor::empty(DType::kBF16, {tokens, s.config.hidden_size}, s.device);
-  Tensor ids_dev;
-  Tensor weights_dev;
-  if (routing != nullptr) {
-    ids_dev = routing->ids.to(s.device);
-    weights_dev = routing->weights.to(s.device);
-  }
-  forward(x_dev, out_dev, nullptr, routing ? ids_dev.view() : TensorView{},
-          routing ? weights_dev.view() : TensorView{});
-  MXQ_CUDA_CHECK(cudaDeviceSynchronize());
-  const Tensor out_bf16 = out_dev.to(Device::cpu());
-  Tensor out = Tensor::empty(DType::kF32, out_bf16.shape());
-  const auto* ob = static_cast<const std::uint16_t*>(out_bf16.data());
-  for (std::int64_t i = 0; i < out.numel(); ++i) out.data_as<float>()[i] = bf16_to_float(ob[i]);
-  return out;
+  return detail::forward_on_host(
+      x, routing, state_->device,
+      [this](const TensorView& xd, const TensorView& out, cudaStream_t stream,
+             const TensorView& ids,
+             const TensorView& weights) { forward(xd, out, stream, ids, weights); });
 }
 
 }  // namespace mxq::moe
