@@ -1,6 +1,5 @@
 #include "mxq/moe/dist_layer.h"
 
-
 #include "host_forward.h"
 #include "mxq/core/cuda_check.h"
 
