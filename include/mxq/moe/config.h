@@ -10,9 +10,10 @@
 namespace mxq::moe {
 
 // The gated activation between the two expert GEMMs (g = gate, u = up, L = swiglu_limit):
-//   kSwigluOai   gpt-oss:      g = min(g, L), u = clamp(u, -L, L), out = (u + 1) * g *
-//   sigmoid(alpha * g) kSwigluClamp DeepSeek-V4:  out = silu(min(g, L)) * clamp(u, -L, L) kSwiglu
-//   plain:        out = silu(g) * u
+// - kSwigluOai (gpt-oss): g = min(g, L), u = clamp(u, -L, L),
+//   out = (u + 1) * g * sigmoid(alpha * g)
+// - kSwigluClamp (DeepSeek-V4): out = silu(min(g, L)) * clamp(u, -L, L)
+// - kSwiglu (plain): out = silu(g) * u
 enum class Activation { kSwigluOai, kSwigluClamp, kSwiglu };
 
 // How tokens pick experts:
