@@ -368,6 +368,7 @@ MoeConfig MoeCheckpoint::resolve_config(std::int64_t layer,
   if (overrides.top_k) config.top_k = *overrides.top_k;
   if (overrides.swiglu_limit) config.swiglu_limit = *overrides.swiglu_limit;
   if (overrides.activation) config.activation = *overrides.activation;
+  if (overrides.activation_quant) config.activation_quant = *overrides.activation_quant;
   config.has_bias = contains(format_tensor_name({layer, MoeTensorKind::kRouterBias})) ||
                     contains(format_tensor_name({layer, MoeTensorKind::kGateUpBias})) ||
                     contains(format_tensor_name({layer, MoeTensorKind::kGateBias, 0}));

@@ -31,6 +31,23 @@ std::string_view to_string(RouterKind router) {
   return "?";
 }
 
+std::string_view to_string(ActivationQuant quant) {
+  switch (quant) {
+    case ActivationQuant::kBf16:
+      return "bf16";
+    case ActivationQuant::kFp8Group128:
+      return "fp8_g128";
+  }
+  return "?";
+}
+
+std::optional<ActivationQuant> activation_quant_from_name(std::string_view name) {
+  for (ActivationQuant q : {ActivationQuant::kBf16, ActivationQuant::kFp8Group128}) {
+    if (to_string(q) == name) return q;
+  }
+  return std::nullopt;
+}
+
 std::optional<Activation> activation_from_name(std::string_view name) {
   for (Activation a : {Activation::kSwigluOai, Activation::kSwigluClamp, Activation::kSwiglu}) {
     if (to_string(a) == name) return a;

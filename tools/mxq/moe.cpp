@@ -30,6 +30,7 @@ struct MoeOptions {
   std::int64_t intermediate_per_rank = 0;
   std::string device = "cpu";
   std::string activation;
+  std::string activation_quant;
   moe::MoeConfigOverrides overrides;
   bool json = false;
 };
@@ -45,6 +46,8 @@ void run_moe(const MoeOptions& options) {
   moe::MoeConfigOverrides overrides = options.overrides;
   if (!options.activation.empty())
     overrides.activation = moe::activation_from_name(options.activation);
+  if (!options.activation_quant.empty())
+    overrides.activation_quant = moe::activation_quant_from_name(options.activation_quant);
   const moe::MoeConfig config = checkpoint.resolve_config(options.layer, overrides);
   const Tensor x = io::read_npy(options.input);
   require_dtype(x, "--input", DType::kF32);
@@ -119,6 +122,7 @@ void run_moe(const MoeOptions& options) {
           {"top_k", config.top_k},
           {"swiglu_limit", config.swiglu_limit},
           {"activation", moe::to_string(config.activation)},
+          {"activation_quant", moe::to_string(config.activation_quant)},
           {"has_bias", config.has_bias}}},
         {"tp", options.tp},
         {"ep", options.ep},
@@ -207,6 +211,10 @@ void register_moe(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--activation", options->activation, "Override the activation")
       ->check(CLI::IsMember({"swiglu_oai", "swiglu_clamp", "swiglu"}));
+  cmd->add_option("--activation-quant", options->activation_quant,
+                  "What the expert GEMMs multiply the weights with: bf16 (W4A16, default) or "
+                  "fp8_g128 (W4A8: E4M3 in groups of 128 along K, CPU only for now)")
+      ->check(CLI::IsMember({"bf16", "fp8_g128"}));
   cmd->add_option("--experts", options->overrides.num_experts,
                   "Number of experts (without config.json: taken from the tensors)");
   cmd->add_option("--hidden", options->overrides.hidden_size, "Hidden size");

@@ -102,6 +102,7 @@ struct MoeConfigOverrides {
   std::optional<std::int64_t> top_k;
   std::optional<double> swiglu_limit;
   std::optional<Activation> activation;
+  std::optional<ActivationQuant> activation_quant;
 };
 
 class MoeCheckpoint {

@@ -21,9 +21,19 @@ enum class Activation { kSwigluOai, kSwigluClamp, kSwiglu };
 //   kPrecomputed  the caller passes expert ids and weights to forward(); no router weights.
 enum class RouterKind { kTopkSoftmax, kPrecomputed };
 
+// What the expert GEMMs multiply the MXFP4 weights with:
+// - kBf16 (W4A16): the bf16 activations as they are;
+// - kFp8Group128 (W4A8): each GEMM input row (a token's x for GEMM1, a pair's bf16 activation
+//   for GEMM2) quantized to E4M3 in groups of 128 along K, scale = max(amax, 1e-4) / 448 in fp32
+//   (the block-FP8 activation rule), saturating round-to-nearest-even; the GEMMs use q * scale.
+//   Groups start at channel 0 of each TP rank's slice, so TP splits change the GEMM2 groups.
+enum class ActivationQuant { kBf16, kFp8Group128 };
+
 std::string_view to_string(Activation activation);
 std::string_view to_string(RouterKind router);
+std::string_view to_string(ActivationQuant quant);  // "bf16" / "fp8_g128"
 std::optional<Activation> activation_from_name(std::string_view name);
+std::optional<ActivationQuant> activation_quant_from_name(std::string_view name);
 std::optional<RouterKind> router_from_name(std::string_view name);
 
 struct MoeConfig {
@@ -37,6 +47,8 @@ struct MoeConfig {
   bool has_bias = true;  // gate/up bias [E, 2I] and down bias [E, H]
   RouterKind router = RouterKind::kTopkSoftmax;
   std::int64_t num_layers = 0;  // num_hidden_layers when known, else 0
+  // A run-time choice, not part of config.json.
+  ActivationQuant activation_quant = ActivationQuant::kBf16;
 
   // Throws mxq::Error(kInvalidArgument) naming the first field that is out of range.
   void validate() const;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu/moe/fp8_groups.h"
 #include "cpu/moe/mxfp4_gemv.h"
 #include "mxq/core/error.h"
 #include "mxq/core/parallel.h"
@@ -115,6 +116,18 @@ void rank_expert_forward(const MoeRankWeights& weights, const MoeConfig& config,
   const std::uint16_t* w2_bias =
       shape.has_bias ? static_cast<const std::uint16_t*>(weights.w2_bias().data()) : nullptr;
 
+  // W4A8: every token's x replaced by its E4M3 groups (once per token, shared by its slots).
+  const bool fp8 = config.activation_quant == ActivationQuant::kFp8Group128;
+  std::vector<double> x_fp8;
+  if (fp8) {
+    x_fp8.assign(input.x, input.x + input.tokens * hidden);
+    run_chunks(input.tokens, 8, tiling.threads, [&](std::int64_t t0, std::int64_t t1) {
+      for (std::int64_t t = t0; t < t1; ++t)
+        quantize_dequantize_fp8_groups(&x_fp8[t * hidden], hidden);
+    });
+  }
+  const double* x = fp8 ? x_fp8.data() : input.x;
+
   // GEMM1 + bias + activation -> act [pairs, width] (bf16 values held as doubles).
   std::vector<double> act(static_cast<std::size_t>(pairs * width));
   const std::vector<Task> gemm1 = make_tasks(groups, width, row_tile);
@@ -136,7 +149,7 @@ void rank_expert_forward(const MoeRankWeights& weights, const MoeConfig& config,
             const std::int64_t n = std::min(last - p0, pair_tile);
             for (std::int64_t v = 0; v < n; ++v) {
               vectors[static_cast<std::size_t>(v)] =
-                  input.x + groups.token[static_cast<std::size_t>(p0 + v)] * hidden;
+                  x + groups.token[static_cast<std::size_t>(p0 + v)] * hidden;
             }
             mxfp4_rows_dot(w13 + gate0 * (hidden / 2), w13_scale + gate0 * (hidden / 32), rows,
                            hidden, vectors.data(), n, gate_out.data(), scratch.data());
@@ -157,6 +170,14 @@ void rank_expert_forward(const MoeRankWeights& weights, const MoeConfig& config,
           }
         }
       });
+
+  // W4A8: every pair's activation row replaced by its E4M3 groups. Padded channels are zero, so
+  // they change no group's amax: padded and unpadded layers stay identical.
+  if (fp8) {
+    run_chunks(pairs, 8, tiling.threads, [&](std::int64_t p0, std::int64_t p1) {
+      for (std::int64_t p = p0; p < p1; ++p) quantize_dequantize_fp8_groups(&act[p * width], width);
+    });
+  }
 
   // GEMM2 + bias -> y [pairs, hidden] (fp32).
   std::vector<float> y(static_cast<std::size_t>(pairs * hidden));

@@ -6,6 +6,8 @@
 //   4. partial[t] = sum over the token's slots k (in slot order, fp32 adds from +0) of
 //      fp32(weight_k * y_k) for the slots whose expert lives on this rank.
 // The layer then sums the ranks' partials in rank order in fp32 and rounds to bf16 once.
+// With config.activation_quant = kFp8Group128 (W4A8), x before step 1 and a before step 3 are
+// replaced by their E4M3 group quantization (cpu/moe/fp8_groups.h), dequantized exactly.
 #pragma once
 
 #include <cstdint>

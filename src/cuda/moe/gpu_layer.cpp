@@ -84,6 +84,12 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
     fail_argument(ErrorCode::kInvalidArgument, "MoeGpuLayer::upload: tuner",
                   "an autotuner of backend cuda", tune::to_string(tuner->backend()));
   }
+  if (layer.config().activation_quant != ActivationQuant::kBf16) {
+    fail(ErrorCode::kUnsupported, "MoeGpuLayer::upload: activation_quant ",
+         to_string(layer.config().activation_quant),
+         ": the CUDA forward multiplies bf16 activations (W4A16) only so far; run fp8_g128 (W4A8) "
+         "on the CPU");
+  }
   MXQ_CUDA_CHECK(cudaSetDevice(device.index));
   auto state = std::make_shared<State>();
   state->tuner = tuner;

@@ -99,6 +99,23 @@ TEST(Cli, MoeRunsTheLayerAndReportsShapesBeforeAndAfterPadding) {
           dir);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_NE(plain.out.find("I_rank 64 -> 64"), std::string::npos) << plain.out;
+
+  // W4A8: the report says so and the output is the library's fp8_g128 forward.
+  const CommandResult w4a8 =
+      run("moe --checkpoint " + dir.file("ckpt") + " --layer 1 --input " + dir.file("x.npy") +
+              " --output " + dir.file("q.npy") + " --activation-quant fp8_g128 --json",
+          dir);
+  ASSERT_EQ(w4a8.exit_code, 0) << w4a8.err;
+  EXPECT_EQ(nlohmann::json::parse(w4a8.out)["config"]["activation_quant"], "fp8_g128");
+  MoeConfigOverrides fp8;
+  fp8.activation_quant = ActivationQuant::kFp8Group128;
+  MoeLayer fp8_layer = MoeLayer::load(checkpoint, 1, checkpoint.resolve_config(1, fp8), {});
+  (void)fp8_layer.prepare(128);
+  const Tensor fp8_out = fp8_layer.forward(x).output;
+  EXPECT_TRUE(testing::same_bits(io::read_npy(dir.file("q.npy")), fp8_out));
+  MoeLayer bf16_layer = MoeLayer::load(checkpoint, 1, checkpoint.resolve_config(1), {});
+  (void)bf16_layer.prepare(128);
+  EXPECT_FALSE(testing::same_bits(bf16_layer.forward(x).output, fp8_out));
 }
 
 TEST(Cli, MoeErrorsAreClearAndNonZero) {

@@ -12,6 +12,8 @@
 
 #include "moe_test_util.h"
 #include "mxq/formats/bf16.h"
+#include "mxq/formats/e4m3.h"
+#include "mxq/formats/fp8_block.h"
 #include "mxq/formats/mxfp4.h"
 #include "mxq/moe/activation.h"
 #include "mxq/moe/checkpoint.h"
@@ -59,11 +61,12 @@ std::vector<float> decoded(const Tensor& blocks, const Tensor& scales) {
   return {p, p + values.numel()};
 }
 
-TinyLayer make_tiny_layer(Activation activation, std::uint64_t seed) {
+TinyLayer make_tiny_layer(Activation activation, std::uint64_t seed, std::int64_t hidden = 64,
+                          std::int64_t inter = 64) {
   TinyLayer tiny;
   MoeConfig& c = tiny.config;
-  c.hidden_size = 64;
-  c.intermediate_size = 64;
+  c.hidden_size = hidden;
+  c.intermediate_size = inter;
   c.num_experts = 3;
   c.top_k = 2;
   c.activation = activation;
@@ -140,8 +143,32 @@ struct Oracle {
   int ups_beyond_limit = 0;
 };
 
-Oracle direct_forward(const TinyLayer& tiny, const std::vector<float>& x, std::int64_t tokens,
+// W4A8 activations, the independent way: the formats module's quantize_fp8_groups (groups of 128)
+// on one row, dequantized exactly in double from its codes and scales.
+std::vector<double> fp8_groups_of(const std::vector<double>& row) {
+  Tensor t = Tensor::empty(DType::kF32, {1, static_cast<std::int64_t>(row.size())});
+  for (std::size_t j = 0; j < row.size(); ++j) t.data_as<float>()[j] = static_cast<float>(row[j]);
+  const Fp8BlockTensor q = quantize_fp8_groups(t, 128);
+  std::vector<double> out(row.size());
+  for (std::size_t j = 0; j < row.size(); ++j) {
+    out[j] = static_cast<double>(e4m3_to_float(static_cast<const std::uint8_t*>(q.q.data())[j])) *
+             static_cast<double>(q.scale.data_as<float>()[j / 128]);
+  }
+  return out;
+}
+
+Oracle direct_forward(const TinyLayer& tiny, const std::vector<float>& x_in, std::int64_t tokens,
                       const std::vector<std::int32_t>& ids, const std::vector<float>& weights) {
+  const bool fp8 = tiny.config.activation_quant == ActivationQuant::kFp8Group128;
+  std::vector<double> x(x_in.begin(), x_in.end());
+  if (fp8) {
+    const auto h = static_cast<std::size_t>(tiny.config.hidden_size);
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      const auto begin = x.begin() + static_cast<std::ptrdiff_t>(t * h);
+      const std::vector<double> q = fp8_groups_of(std::vector<double>(begin, begin + h));
+      std::copy(q.begin(), q.end(), begin);
+    }
+  }
   const std::int64_t h = tiny.config.hidden_size;
   const std::int64_t inter = tiny.config.intermediate_size;
   const std::int64_t k = tiny.config.top_k;
@@ -150,7 +177,7 @@ Oracle direct_forward(const TinyLayer& tiny, const std::vector<float>& x, std::i
   for (std::int64_t t = 0; t < tokens; ++t) {
     for (std::int64_t s = 0; s < k; ++s) {
       const auto e = static_cast<std::size_t>(ids[static_cast<std::size_t>(t * k + s)]);
-      std::vector<float> act(static_cast<std::size_t>(inter));
+      std::vector<double> act(static_cast<std::size_t>(inter));
       for (std::int64_t c = 0; c < inter; ++c) {
         double g = 0.0;
         double u = 0.0;
@@ -166,11 +193,12 @@ Oracle direct_forward(const TinyLayer& tiny, const std::vector<float>& x, std::i
         act[static_cast<std::size_t>(c)] =
             round_to_bf16(static_cast<float>(direct_activation(tiny.config.activation, gf, uf)));
       }
+      if (fp8) act = fp8_groups_of(act);
       const float w = weights[static_cast<std::size_t>(t * k + s)];
       for (std::int64_t j = 0; j < h; ++j) {
         double y = 0.0;
         for (std::int64_t c = 0; c < inter; ++c) {
-          y += static_cast<double>(act[static_cast<std::size_t>(c)]) *
+          y += act[static_cast<std::size_t>(c)] *
                tiny.down[e][static_cast<std::size_t>(j * inter + c)];
         }
         const auto yf = static_cast<float>(y + tiny.down_bias[e][static_cast<std::size_t>(j)]);
@@ -259,6 +287,65 @@ INSTANTIATE_TEST_SUITE_P(Moe, ActivationVariant,
                          [](const auto& param_info) {
                            return std::string(to_string(param_info.param));
                          });
+
+// W4A8 (ActivationQuant::kFp8Group128) against the direct formula with the activations quantized
+// by the formats module. H = 192 gives GEMM1 two groups (128 + a partial 64). x is the usual batch
+// divided by 4 (a 1/64 grid in [-1/2, 1/2], so few gates saturate) with one element per group set
+// to +-7/8: every group's amax is 7/8 = 448 * 2^-9, its scale a power of two, and GEMM1's sums are
+// exact as in the test above (v / scale = 512 v lands on multiples of 8 up to 256, which E4M3
+// rounds above 128). GEMM2's group scale has arbitrary bits, so its fp64 sums (summed in another
+// order here) may round: the fp32 accumulators must agree to 2 units in the last place.
+TEST(ActivationQuant, Fp8GroupsEqualTheDirectFormulaBitForBit) {
+  TinyLayer tiny = make_tiny_layer(Activation::kSwigluOai, 23, /*hidden=*/192, /*inter=*/64);
+  tiny.config.activation_quant = ActivationQuant::kFp8Group128;
+  Batch batch = make_batch(7, tiny.config, 9);
+  const std::int64_t h = tiny.config.hidden_size;
+  for (std::int64_t i = 0; i < 7 * h; ++i) {
+    batch.x.data_as<float>()[i] /= 4.0F;
+    batch.values[static_cast<std::size_t>(i)] /= 4.0F;
+  }
+  for (std::int64_t t = 0; t < 7; ++t) {
+    for (std::int64_t g = 0; g < h; g += 128) {
+      const float v = ((t + g / 128) % 2 == 0) ? 0.875F : -0.875F;
+      batch.x.data_as<float>()[t * h + g + 3] = v;
+      batch.values[static_cast<std::size_t>(t * h + g + 3)] = v;
+    }
+  }
+  const Oracle oracle = direct_forward(tiny, batch.values, 7, batch.ids, batch.weights);
+  TinyLayer plain = tiny;
+  plain.config.activation_quant = ActivationQuant::kBf16;
+  const Oracle bf16 = direct_forward(plain, batch.values, 7, batch.ids, batch.weights);
+  EXPECT_NE(oracle.output, bf16.output);  // the quantization changes the result on this data
+  for (const ShardOptions& shards : {ShardOptions{}, ShardOptions{1, 3, 0}}) {
+    const MoeLayer layer = build(tiny, shards);
+    const MoeForwardResult result = layer.forward(batch.x, &batch.routing);
+    const auto* acc = result.accumulator.data_as<float>();
+    for (std::size_t i = 0; i < oracle.output.size(); ++i) {
+      const float want = oracle.accumulator[i];
+      const float ulp =
+          std::nextafter(std::fabs(want), std::numeric_limits<float>::infinity()) - std::fabs(want);
+      ASSERT_LE(std::fabs(acc[i] - want), 2.0F * ulp)
+          << "element " << i << " ep " << shards.ep_size << ": " << acc[i] << " vs " << want;
+    }
+  }
+}
+
+TEST(ActivationQuant, Fp8GroupsGiveIdenticalPaddedAndUnpaddedOutputs) {
+  TinyLayer tiny = make_tiny_layer(Activation::kSwigluOai, 29, /*hidden=*/192, /*inter=*/96);
+  tiny.config.activation_quant = ActivationQuant::kFp8Group128;
+  const Batch batch = make_batch(5, tiny.config, 13);
+  MoeLayer padded = build(tiny, {});
+  const MoeForwardResult unpadded_result = build(tiny, {}).forward(batch.x, &batch.routing);
+  (void)padded.prepare(128);  // I 96 -> 128: the last group holds 32 zero channels
+  EXPECT_TRUE(
+      testing::same_bits(padded.forward(batch.x, &batch.routing).output, unpadded_result.output));
+}
+
+TEST(ActivationQuant, NamesRoundTrip) {
+  for (const ActivationQuant q : {ActivationQuant::kBf16, ActivationQuant::kFp8Group128})
+    EXPECT_EQ(activation_quant_from_name(to_string(q)), q);
+  EXPECT_FALSE(activation_quant_from_name("fp8").has_value());
+}
 
 TEST(Activation, ZeroGateAndUpGiveExactlyZero) {
   // Why padded channels contribute nothing.
