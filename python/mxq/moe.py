@@ -156,6 +156,7 @@ class MoELayer:
         intermediate_per_rank: int = 0,
         top_k: Optional[int] = None,
         activation: Optional[str] = None,
+        activation_quant: Optional[str] = None,
     ) -> "MoELayer":
         """Load layer ``layer`` of a checkpoint (directory or .safetensors file) for all ranks.
 
@@ -163,6 +164,8 @@ class MoELayer:
         memory-mapped tensors. ``align`` pads I_rank to a multiple of it (``prepare``); None or 0
         keeps the checkpoint layout. ``tp_rank`` / ``ep_rank`` are accepted for the future
         one-rank-per-process loader and must be None now (use :meth:`rank`).
+        ``activation_quant``: ``"bf16"`` (W4A16, the default) or ``"fp8_g128"`` (W4A8: each GEMM
+        input row quantized to E4M3 in groups of 128; CPU only for now, see docs/moe.md).
         """
         if tp_rank is not None or ep_rank is not None:
             raise NotImplementedError(
@@ -170,7 +173,8 @@ class MoELayer:
                 "which is not available yet; from_checkpoint loads every rank of the "
                 f"tp_size x ep_size grid: use layer.rank(tp_rank, ep_rank) for one rank")
         core = _mxq.MoeLayer.from_checkpoint(
-            str(path), layer, tp_size, ep_size, intermediate_per_rank, top_k, activation)
+            str(path), layer, tp_size, ep_size, intermediate_per_rank, top_k, activation,
+            activation_quant)
         result = cls(core)
         if align:
             result.prepare(align)

@@ -30,6 +30,7 @@ nb::dict config_dict(const moe::MoeConfig& c) {
   d["swiglu_limit"] = c.swiglu_limit;
   d["swiglu_alpha"] = c.swiglu_alpha;
   d["activation"] = std::string(moe::to_string(c.activation));
+  d["activation_quant"] = std::string(moe::to_string(c.activation_quant));
   d["has_bias"] = c.has_bias;
   d["router"] = std::string(moe::to_string(c.router));
   d["num_layers"] = c.num_layers;
@@ -72,7 +73,7 @@ void bind_moe(nb::module_& m) {
           "from_checkpoint",
           [](const std::string& path, std::int64_t layer, int tp_size, int ep_size,
              std::int64_t intermediate_per_rank, std::optional<std::int64_t> top_k,
-             std::optional<std::string> activation) {
+             std::optional<std::string> activation, std::optional<std::string> activation_quant) {
             nb::gil_scoped_release release;
             const moe::MoeCheckpoint checkpoint = moe::MoeCheckpoint::open(path);
             moe::MoeConfigOverrides overrides;
@@ -84,6 +85,13 @@ void bind_moe(nb::module_& m) {
                               "swiglu_oai, swiglu_clamp or swiglu", *activation);
               }
             }
+            if (activation_quant) {
+              overrides.activation_quant = moe::activation_quant_from_name(*activation_quant);
+              if (!overrides.activation_quant) {
+                fail_argument(ErrorCode::kInvalidArgument, "activation_quant",
+                              "bf16 or fp8_g128", *activation_quant);
+              }
+            }
             const moe::MoeConfig config = checkpoint.resolve_config(layer, overrides);
             moe::ShardOptions shards;
             shards.tp_size = tp_size;
@@ -93,7 +101,7 @@ void bind_moe(nb::module_& m) {
           },
           nb::arg("path"), nb::arg("layer") = 0, nb::arg("tp_size") = 1, nb::arg("ep_size") = 1,
           nb::arg("intermediate_per_rank") = 0, nb::arg("top_k") = nb::none(),
-          nb::arg("activation") = nb::none())
+          nb::arg("activation") = nb::none(), nb::arg("activation_quant") = nb::none())
       .def_prop_ro("config", [](const MoeLayer& l) { return config_dict(l.config()); })
       .def_prop_ro("layer_index", &MoeLayer::layer_index)
       .def_prop_ro("tp_size", [](const MoeLayer& l) { return l.shards().tp_size; })

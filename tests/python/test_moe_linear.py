@@ -50,6 +50,22 @@ def test_moe_forward_equals_cli(moe_checkpoint, tmp_path, layer, tp, ep, align):
                           y.view(np.uint32))
 
 
+def test_moe_w4a8_equals_cli_and_differs_from_w4a16(moe_checkpoint, tmp_path):
+    x = tokens(6, 128, seed=5)
+    np.save(tmp_path / "x.npy", x)
+    run_cli("moe", "--checkpoint", str(moe_checkpoint), "--input", str(tmp_path / "x.npy"),
+            "--output", str(tmp_path / "q.npy"), "--activation-quant", "fp8_g128")
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, activation_quant="fp8_g128")
+    assert moe.config["activation_quant"] == "fp8_g128"
+    y = moe.forward(x)
+    assert np.array_equal(y.view(np.uint32), np.load(tmp_path / "q.npy").view(np.uint32))
+    plain = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    assert plain.config["activation_quant"] == "bf16"
+    assert not np.array_equal(plain.forward(x), y)
+    with pytest.raises(mxq.InvalidArgumentError, match="activation_quant"):
+        mxq.MoELayer.from_checkpoint(moe_checkpoint, activation_quant="fp8")
+
+
 def test_moe_properties_and_ranks(moe_checkpoint):
     moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2, ep_size=3, align=128)
     c = moe.config
