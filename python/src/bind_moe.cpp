@@ -88,8 +88,8 @@ void bind_moe(nb::module_& m) {
             if (activation_quant) {
               overrides.activation_quant = moe::activation_quant_from_name(*activation_quant);
               if (!overrides.activation_quant) {
-                fail_argument(ErrorCode::kInvalidArgument, "activation_quant",
-                              "bf16 or fp8_g128", *activation_quant);
+                fail_argument(ErrorCode::kInvalidArgument, "activation_quant", "bf16 or fp8_g128",
+                              *activation_quant);
               }
             }
             const moe::MoeConfig config = checkpoint.resolve_config(layer, overrides);
