@@ -418,6 +418,10 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
     act = device_alloc<__nv_bfloat16>(pairs_max * inter);
     y2 = device_alloc<__nv_bfloat16>(pairs_max * hidden);
   }
+  // mxq's kernels read packed FP4 in their device layout; the baseline dequantized the
+  // checkpoint layout above.
+  moe::cuda::moe_weights_to_device_layout(w13, w13_rows * hidden / 2, stream);
+  moe::cuda::moe_weights_to_device_layout(w2, w2_rows * padded / 2, stream);
   MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
 
   std::vector<cudaEvent_t> events(5);
@@ -520,6 +524,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
                             {"mxq", measure(moe::cuda::GemmVariant::kRegisterStream, true)}};
     if (options.all_gemm_variants) {
       point["mxq_shared_tile"] = measure(moe::cuda::GemmVariant::kSharedTile, true);
+      point["mxq_wide_tile"] = measure(moe::cuda::GemmVariant::kWideTile, true);
       // Same-run ablation: the default tactic in plain stream order.
       point["mxq_no_pdl"] = measure(moe::cuda::GemmVariant::kRegisterStream, false);
     }

@@ -16,7 +16,8 @@ struct MoeBenchOptions {
   int align = 128;   // padding of I_rank (the prepared layout)
   int repeats = 50;  // timed replays per point (median reported)
   bool baseline = true;
-  bool all_gemm_variants = true;  // also time GemmVariant::kSharedTile (as "mxq_shared_tile")
+  // Also time GemmVariant::kSharedTile and kWideTile (as "mxq_shared_tile", "mxq_wide_tile").
+  bool all_gemm_variants = true;
 };
 
 // Runs the benchmark; returns one JSON object per token count. Throws mxq::Error without a GPU.

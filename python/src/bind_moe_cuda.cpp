@@ -46,11 +46,12 @@ class CurrentDevice {
 
 moe::cuda::GemmVariant gemm_arg(const std::string& text) {
   for (const auto variant :
-       {moe::cuda::GemmVariant::kRegisterStream, moe::cuda::GemmVariant::kSharedTile}) {
+       {moe::cuda::GemmVariant::kRegisterStream, moe::cuda::GemmVariant::kSharedTile,
+        moe::cuda::GemmVariant::kWideTile}) {
     if (text == moe::cuda::to_string(variant)) return variant;
   }
-  fail_argument(ErrorCode::kInvalidArgument, "gemm", "\"register_stream\" or \"shared_tile\"",
-                "\"" + text + "\"");
+  fail_argument(ErrorCode::kInvalidArgument, "gemm",
+                "\"register_stream\", \"shared_tile\" or \"wide_tile\"", "\"" + text + "\"");
 }
 
 const ArrayRequirements kDeviceBf16{{DType::kBF16}, 2, true, false};

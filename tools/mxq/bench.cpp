@@ -34,7 +34,7 @@ struct MoeBenchArgs {
               "route", "gemm1", "gemm2", "combine", "GB/s", "%ceil", "TFLOPS", "bf16_us",
               "speedup");
   for (const auto& p : result["points"]) {
-    for (const char* key : {"mxq", "mxq_shared_tile"}) {
+    for (const char* key : {"mxq", "mxq_shared_tile", "mxq_wide_tile"}) {
       if (!p.contains(key)) continue;
       const auto& m = p[key];
       std::printf("%6d %-16s %9.1f %8.1f %8.1f %8.1f %8.1f %8.0f %6.1f %8.1f",

@@ -5,7 +5,8 @@
 // Pipeline (all on `stream`, no host synchronization, no allocation: the workspace is sized up
 // front by moe_workspace_bytes, so the whole forward can be captured in a CUDA graph):
 //   1. routing   : router GEMV + top-k + softmax over the k (gpt-oss), or precomputed ids/weights;
-//                  per-expert counts and offsets, pairs sorted by expert, 8-token work tiles
+//                  per-expert counts and offsets, pairs sorted by expert, work tiles of 8 slots
+//                  (64 for the wide GEMMs)
 //                  (one kernel: its blocks meet through tickets in the workspace)
 //   2. gemm1     : [gate; up] rows of w13 x tokens, + bias, SwiGLU variant, -> bf16 activations
 //   3. gemm2     : w2 x activations + bias -> fp32 per (token, expert) pair
@@ -23,6 +24,9 @@ namespace mxq::moe::cuda {
 
 enum class GpuActivation : int { kSwigluOai = 0, kSwigluClamp = 1, kSwiglu = 2 };
 
+// w13 and w2 hold packed FP4 in the device layout: the checkpoint's bytes after
+// moe_weights_to_device_layout (a bit permutation within each 32-bit word that makes the
+// kernels' decode cheaper); scales and biases are as prepared.
 struct MoeDeviceWeights {
   const std::uint8_t* w13 = nullptr;        // [E, 2P, H/2]: gate rows [0, I), up rows [P, P+I)
   const std::uint8_t* w13_scale = nullptr;  // [E, 2P, H/32] E8M0
@@ -45,8 +49,12 @@ struct MoeDeviceWeights {
 //                    K chunk ahead of the tensor-core work (the faster one on an H200 so far);
 //   kSharedTile:     16 weight rows x the whole K are staged in shared memory by bulk async
 //                    copies, then decoded word-parallel (falls back to kRegisterStream for K >
-//                    16384).
-enum class GemmVariant : int { kRegisterStream = 0, kSharedTile = 1 };
+//                    16384);
+//   kWideTile:       prefill: 64-slot work tiles staged in shared memory by async copies, each
+//                    decoded weight fragment feeding 8 mma token tiles (the decode variants
+//                    decode every weight once per 8 slots, so at many tokens per expert they are
+//                    bound by decoding, not by the tensor cores).
+enum class GemmVariant : int { kRegisterStream = 0, kSharedTile = 1, kWideTile = 2 };
 const char* to_string(GemmVariant variant);
 
 struct MoeParams {
@@ -81,6 +89,10 @@ struct MoeRoutingView {
 };
 MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens,
                                 void* workspace);
+
+// Converts packed FP4 weights (w13 or w2 as prepared, `bytes` a multiple of 4) to the device
+// layout in place, on `stream`. Apply once per upload; the kernels read nothing else.
+void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t bytes, cudaStream_t stream);
 
 // Per-expert bytes the decode tactic streams for one expert (valid rows/columns only).
 std::size_t moe_expert_weight_bytes(const MoeDeviceWeights& w);

@@ -118,7 +118,15 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
     for (const MoeParam param : kAllMoeParams) {
       if (!rank.has(param)) continue;
       out.params.push_back(upload_view(rank.view(param), device));
-      const void* p = out.params.back().data();
+      Tensor& uploaded = out.params.back();
+      if (param == MoeParam::kW13 || param == MoeParam::kW2) {
+        // The kernels read packed FP4 in their device layout. Legacy default stream, then a
+        // wait: the forward may run on a non-blocking stream.
+        cuda::moe_weights_to_device_layout(static_cast<std::uint8_t*>(uploaded.data()),
+                                           uploaded.nbytes(), nullptr);
+        MXQ_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+      }
+      const void* p = uploaded.data();
       switch (param) {
         case MoeParam::kW13:
           w.w13 = static_cast<const std::uint8_t*>(p);

@@ -4,14 +4,17 @@
 // 32 weight rows (GEMM1: the gate and up rows of 16 channels; GEMM2: 32 rows of w2), as two
 // m16n8k16 bf16 mma tiles sharing their activation operand. Lane (r = lane/4, c = lane%4) streams
 // 16-byte chunks (one MXFP4 block of 32 values) of rows r and r+8 of each tile and decodes them a
-// 32-bit word at a time (mxfp4_mma.cuh); the mma's k order is permuted consistently on both
-// operands, so every lane decodes only bytes of its own MX block and applies one scale per block,
-// and reads its token's activations with the same map.
+// 32-bit word at a time (mxfp4_mma.cuh, weights in the device layout of mxfp4_device_layout.h);
+// the mma's k order is permuted consistently on both operands, so every lane decodes only bytes
+// of its own MX block and applies one scale per block, and reads its token's activations with the
+// same map.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 
 #include "bulk_copy.cuh"
+#include "gemm_common.cuh"
+#include "gemm_wide.cuh"
 #include "mxfp4_mma.cuh"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
@@ -31,32 +34,12 @@ constexpr int kChunk = 128;    // K elements per lane-quad per iteration (4 MX b
 constexpr int kStreamBlocksPerSm = 4;
 
 using detail::allow_dependents;
-using detail::bf16_bits_to_float;
-using detail::kTileTokens;
+using detail::GemmArgs;
 using detail::launch;
 using detail::wait_for_predecessor;
 using detail::Workspace;
 
 // ---- 3/4. grouped GEMMs ---------------------------------------------------------------------
-__device__ __forceinline__ float sigmoidf_(float z) { return 1.0F / (1.0F + expf(-z)); }
-
-__device__ __forceinline__ float apply_activation(GpuActivation kind, float g, float u, float alpha,
-                                                  float limit) {
-  switch (kind) {
-    case GpuActivation::kSwigluOai:
-      g = fminf(g, limit);
-      u = fminf(fmaxf(u, -limit), limit);
-      return (u + 1.0F) * g * sigmoidf_(alpha * g);
-    case GpuActivation::kSwigluClamp:
-      g = fminf(g, limit);
-      u = fminf(fmaxf(u, -limit), limit);
-      return g * sigmoidf_(g) * u;
-    case GpuActivation::kSwiglu:
-    default:
-      return g * sigmoidf_(g) * u;
-  }
-}
-
 // What one lane streams per 128-wide K chunk: its MX block of rows r and r+8 of every
 // accumulator set (GEMM1: gate and up) with their scales, and the matching 32 activations of its
 // token (B operand) — all loaded one chunk ahead of use.
@@ -155,14 +138,6 @@ __device__ __forceinline__ void reduce_warps(float (&acc)[kAcc][4], float* red, 
   }
 }
 
-struct GemmArgs {
-  MoeDeviceWeights w;
-  MoeParams p;
-  const std::uint16_t* x;
-  int top_k;
-  Workspace ws;
-};
-
 __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
     gemm1_swiglu_kernel(GemmArgs args) {
   wait_for_predecessor();
@@ -203,19 +178,10 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
 
   const int c = lane % 4;
   for (int i = 0; i < 4; ++i) {
-    const int channel = ch0 + r + (i >= 2 ? 8 : 0);
     const int col = 2 * c + (i & 1);
-    if (col >= rows) continue;
-    float g = acc[0][i];
-    float u = acc[1][i];
-    if (args.w.b13 != nullptr) {
-      g += bf16_bits_to_float(args.w.b13[base_row + channel]);
-      u += bf16_bits_to_float(args.w.b13[base_row + args.w.inter_padded + channel]);
-    }
-    const float out =
-        apply_activation(args.p.activation, g, u, args.p.swiglu_alpha, args.p.swiglu_limit);
-    args.ws.act[static_cast<std::size_t>(slot0 + col) * args.w.inter + channel] =
-        __float2bfloat16_rn(out);
+    if (col < rows)
+      detail::store_gemm1(args, expert, ch0 + r + (i >= 2 ? 8 : 0), slot0 + col, acc[0][i],
+                          acc[1][i]);
   }
 }
 
@@ -261,13 +227,10 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
   const int c = lane % 4;
   for (int a = 0; a < kGemm2Tiles; ++a) {
     for (int i = 0; i < 4; ++i) {
-      const int h = h0 + kTileRows * a + r + (i >= 2 ? 8 : 0);
       const int col = 2 * c + (i & 1);
-      if (col >= rows) continue;
-      float v = acc[a][i];
-      if (args.w.b2 != nullptr && args.p.add_down_bias)
-        v += bf16_bits_to_float(args.w.b2[base_row + h]);
-      args.ws.y[static_cast<std::size_t>(slot0 + col) * args.w.hidden + h] = v;
+      if (col < rows)
+        detail::store_gemm2(args, expert, h0 + kTileRows * a + r + (i >= 2 ? 8 : 0), slot0 + col,
+                            acc[a][i]);
     }
   }
 }
@@ -281,8 +244,8 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
 // each lane holds gate and up of the same (channel, token) and SwiGLU needs no exchange.
 // Lane (r, c) reads the 16-byte MX block c of each 128-wide chunk of rows r and r+8; the smem row
 // stride is padded to 64 mod 128 bytes so the 8 lanes of a quarter-warp (rows 2q, 2q+1, blocks
-// 0..3) hit 8 distinct 16-byte bank groups. Words are decoded with decode_e2m1x8 (pairs
-// (n_i, n_{i+4})); the activations are paired the same way with pair_activations.
+// 0..3) hit 8 distinct 16-byte bank groups. Words are decoded with decode_e2m1x8 into natural
+// bf16x2 pairs, which meet the activations' words as they lie.
 constexpr int kStageK = 1024;  // K values per bulk-copy stage (a multiple of kChunk)
 constexpr int kMaxStages = 16;
 constexpr int kTileMaxK = kStageK * kMaxStages;
@@ -431,43 +394,42 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
 
   if constexpr (kGemm1) {
     const int channel = blockIdx.x * (kTileRows / 2) + r;
-    const std::size_t bias_row = static_cast<std::size_t>(expert) * 2 * P + channel;
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       const int col = 2 * c + q;
-      if (col >= rows) continue;
-      float g = acc[0][q];
-      float u = acc[0][2 + q];
-      if (args.w.b13 != nullptr) {
-        g += bf16_bits_to_float(args.w.b13[bias_row]);
-        u += bf16_bits_to_float(args.w.b13[bias_row + P]);
-      }
-      const float out =
-          apply_activation(args.p.activation, g, u, args.p.swiglu_alpha, args.p.swiglu_limit);
-      args.ws.act[static_cast<std::size_t>(slot0 + col) * args.w.inter + channel] =
-          __float2bfloat16_rn(out);
+      if (col < rows)
+        detail::store_gemm1(args, expert, channel, slot0 + col, acc[0][q], acc[0][2 + q]);
     }
   } else {
-    const std::size_t base_row = static_cast<std::size_t>(expert) * args.w.hidden;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int h = blockIdx.x * kTileRows + r + (i >= 2 ? 8 : 0);
       const int col = 2 * c + (i & 1);
-      if (col >= rows) continue;
-      float v = acc[0][i];
-      if (args.w.b2 != nullptr && args.p.add_down_bias)
-        v += bf16_bits_to_float(args.w.b2[base_row + h]);
-      args.ws.y[static_cast<std::size_t>(slot0 + col) * args.w.hidden + h] = v;
+      if (col < rows)
+        detail::store_gemm2(args, expert, blockIdx.x * kTileRows + r + (i >= 2 ? 8 : 0),
+                            slot0 + col, acc[0][i]);
     }
   }
 }
 
-// Launches the staged-tile GEMM when asked for and K fits a tile, else the register-streaming one.
+// Launches the variant's GEMM; shared_tile falls back to the register-streaming one when K does
+// not fit a tile.
 template <bool kGemm1>
 void launch_gemm(const GemmArgs& args, int max_tiles, cudaStream_t stream) {
   const int row_blocks = kGemm1 ? args.w.inter / (kTileRows / 2) : args.w.hidden / kTileRows;
   const TileShape shape = tile_shape(args.w, kGemm1);
-  if (args.p.gemm == GemmVariant::kSharedTile && shape.k <= kTileMaxK) {
+  if (args.p.gemm == GemmVariant::kWideTile) {
+    // 3 blocks of 48.5 KB per SM need more than the default carveout may give.
+    MXQ_CUDA_CHECK(cudaFuncSetAttribute(detail::gemm_wide_kernel<kGemm1>,
+                                        cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
+    MXQ_CUDA_CHECK(cudaFuncSetAttribute(detail::gemm_wide_kernel<kGemm1>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        detail::kWideSmemBytes));
+    launch(detail::gemm_wide_kernel<kGemm1>,
+           dim3(detail::wide_row_blocks(args.w, kGemm1), max_tiles), dim3(detail::kWideWarps * 32),
+           static_cast<std::size_t>(detail::kWideSmemBytes), stream, args.p.programmatic_launch,
+           args);
+  } else if (args.p.gemm == GemmVariant::kSharedTile && shape.k <= kTileMaxK) {
     // All of the unified L1/shared memory as shared, so 8 tiles fit per SM (the default carveout
     // may leave room for fewer); more than 48 KB of dynamic smem needs the explicit limit.
     MXQ_CUDA_CHECK(cudaFuncSetAttribute(gemm_tile_kernel<kGemm1>,
@@ -487,6 +449,13 @@ void launch_gemm(const GemmArgs& args, int max_tiles, cudaStream_t stream) {
            dim3(kGemmWarps * 32), 0, stream, args.p.programmatic_launch, args);
   }
   MXQ_CUDA_CHECK_LAUNCH();
+}
+
+// ---- weight layout ----------------------------------------------------------------------------
+__global__ void to_device_layout_kernel(std::uint32_t* words, std::size_t count) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    words[i] = detail::to_device_word(words[i]);
 }
 
 // ---- 5. combine -----------------------------------------------------------------------------
@@ -573,6 +542,7 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
                                 w.first_local_expert,
                                 w.num_local_experts,
                                 detail::route_group_tokens(run.tokens),
+                                detail::tile_tokens_for(p.gemm),
                                 ws};
   const int router_blocks =
       routing ? (w.num_global_experts + detail::kRouteWarps - 1) / detail::kRouteWarps : 1;
@@ -584,7 +554,8 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   const float* weights = routing ? ws.topk_w : run.topk_weights;
 
   mark(1);
-  const int max_tiles = detail::max_tiles_for(pairs, w.num_local_experts);
+  const int max_tiles =
+      detail::max_tiles_for(pairs, w.num_local_experts, detail::tile_tokens_for(p.gemm));
   const GemmArgs args{w, p, run.x, p.top_k, ws};
   launch_gemm<true>(args, max_tiles, stream);
   mark(2);
@@ -596,8 +567,29 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   mark(4);
 }
 
+void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t bytes, cudaStream_t stream) {
+  MXQ_CHECK(bytes % 4 == 0 && reinterpret_cast<std::uintptr_t>(packed) % 4 == 0,
+            ErrorCode::kInvalidArgument,
+            "moe_weights_to_device_layout: expected 4-byte aligned whole words, found ", bytes,
+            " bytes");
+  if (bytes == 0) return;
+  const std::size_t words = bytes / 4;
+  const int blocks = static_cast<int>(std::min<std::size_t>((words + 255) / 256, 4096));
+  to_device_layout_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<std::uint32_t*>(packed),
+                                                      words);
+  MXQ_CUDA_CHECK_LAUNCH();
+}
+
 const char* to_string(GemmVariant variant) {
-  return variant == GemmVariant::kSharedTile ? "shared_tile" : "register_stream";
+  switch (variant) {
+    case GemmVariant::kSharedTile:
+      return "shared_tile";
+    case GemmVariant::kWideTile:
+      return "wide_tile";
+    case GemmVariant::kRegisterStream:
+    default:
+      return "register_stream";
+  }
 }
 
 MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens,

@@ -1,6 +1,6 @@
 // Registers the CUDA MoE forward's tactics with the autotuner (see
-// include/mxq/tune/moe_gpu_forward.h): the two ways the grouped GEMMs stream MXFP4 weights,
-// cuda::GemmVariant::kRegisterStream (the default) and kSharedTile.
+// include/mxq/tune/moe_gpu_forward.h): the ways the grouped GEMMs stream MXFP4 weights,
+// cuda::GemmVariant::kRegisterStream (the default), kSharedTile and kWideTile (prefill).
 //
 // Workload: one rank's weights (random FP4 codes, scales mostly 2^-9..2^-6 with a few above 2,
 // bf16 biases; padded to P as the layer's preparation does), bf16 tokens and precomputed top-k
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cpu/moe/expert_forward.h"
+#include "mxfp4_device_layout.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
 #include "mxq/formats/bf16.h"
@@ -283,6 +284,9 @@ class MoeGpuWorkload final : public Workload {
     for (const auto& [param, at] : param_at) {
       const TensorView view = weights_.view(param);
       std::memcpy(set.data() + at, view.data(), view.nbytes());
+      // Packed FP4 goes to the GPU in the kernels' layout, as MoeGpuLayer uploads it.
+      if (param == moe::MoeParam::kW13 || param == moe::MoeParam::kW2)
+        moe::cuda::detail::to_device_layout_host(set.data() + at, view.nbytes());
     }
     std::memcpy(set.data() + x_at, x_bits_.data(), x_bits_.size() * sizeof(std::uint16_t));
     std::memcpy(set.data() + ids_at, ids_.data(), ids_.size() * sizeof(std::int32_t));
@@ -396,6 +400,7 @@ void register_moe_gpu_forward_autotune(TacticRegistry& registry) {
   // The default carries no predicate (the registry's rule); both variants support the same shapes.
   registry.add_tactic(make(moe::cuda::GemmVariant::kRegisterStream, false));
   registry.add_tactic(make(moe::cuda::GemmVariant::kSharedTile, true));
+  registry.add_tactic(make(moe::cuda::GemmVariant::kWideTile, true));
 }
 
 }  // namespace mxq::tune

@@ -1,8 +1,11 @@
-// Device helpers for MXFP4 x bf16 tensor-core products: decoding packed E2M1 bytes straight
-// into bf16x2 mma operands with the block's E8M0 scale folded in, and the m16n8k16 mma.
+// Device helpers for MXFP4 x bf16 tensor-core products: decoding packed E2M1 words (in the
+// device layout of mxfp4_device_layout.h) straight into bf16x2 mma operands with the block's
+// E8M0 scale folded in, and the m16n8k16 mma.
 #pragma once
 
 #include <cstdint>
+
+#include "mxfp4_device_layout.h"
 
 namespace mxq::moe::cuda::detail {
 
@@ -30,54 +33,22 @@ __device__ __forceinline__ ScaleFactors e8m0_scale_factors(std::uint32_t scale) 
   return f;
 }
 
-// Word decode: one 32-bit word = 8 E2M1 codes n0..n7 (low nibble first) -> 4 bf16x2 values,
-// register i holding the pair (n_i low, n_{i+4} high). A code's 3 magnitude bits placed at bf16
-// bits 6..8 read as exponent/mantissa with bias 127 instead of 1, so every code (the subnormal
-// 0.5 included) is e2m1 * 2^-126, exact; the scale factors above fold 2^126 back in. Both codes
-// of a pair sit 16 bits apart in the word, so one shift places both magnitudes (bits 6..8 and
-// 22..24) and one more shift both signs (bits 15 and 31): 2 shifts + 2 LOP3 per register (one
-// shift less for i = 3) instead of an extract + multiply + 2 shifts + 2 LOP3 per byte.
-// The mma k order this implies is matched on the activations by pair_activations below.
-template <int kPair>
-__device__ __forceinline__ std::uint32_t e2m1x8_pair_unscaled(std::uint32_t word) {
-  static_assert(kPair >= 0 && kPair < 4, "pair index 0..3");
-  constexpr int kMagShift = 6 - 4 * kPair;    // bits 4i..4i+2 -> 6..8
-  constexpr int kSignShift = 12 - 4 * kPair;  // bit 4i+3 -> 15
-  const std::uint32_t mag = kMagShift >= 0 ? (word << kMagShift) : (word >> -kMagShift);
-  const std::uint32_t sign = word << kSignShift;
-  return (mag & 0x01C001C0U) | (sign & 0x80008000U);
-}
-
-// The 4 registers of a word, scaled: out[i] = (n_i, n_{i+4}) * 2^(scale - 127).
+// The 4 registers of a word in the device layout (mxfp4_device_layout.h), scaled:
+// out[i] = (e_{2i}, e_{2i+1}) * 2^(scale - 127), the natural bf16x2 pairs, so a register pairs
+// with the activations' bf16x2 word of the same elements as it lies in memory.
 template <bool kWideScales>
 __device__ __forceinline__ void decode_e2m1x8(std::uint32_t word, ScaleFactors f,
                                               std::uint32_t (&out)[4]) {
-  out[0] = bf16x2_mul(e2m1x8_pair_unscaled<0>(word), f.first);
-  out[1] = bf16x2_mul(e2m1x8_pair_unscaled<1>(word), f.first);
-  out[2] = bf16x2_mul(e2m1x8_pair_unscaled<2>(word), f.first);
-  out[3] = bf16x2_mul(e2m1x8_pair_unscaled<3>(word), f.first);
+  out[0] = bf16x2_mul(device_word_register<0>(word), f.first);
+  out[1] = bf16x2_mul(device_word_register<1>(word), f.first);
+  out[2] = bf16x2_mul(device_word_register<2>(word), f.first);
+  out[3] = bf16x2_mul(device_word_register<3>(word), f.first);
   if constexpr (kWideScales) {
     if (f.second != 0) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) out[i] = bf16x2_mul(out[i], f.second);
     }
   }
-}
-
-// The activations matching one decoded word: x0..x3 are 4 consecutive bf16x2 words (elements
-// e0..e7); lo = (e_{2h}, e_{2h+4}) pairs with weight register 2h, hi = (e_{2h+1}, e_{2h+5}) with
-// register 2h+1, for h = 0, 1.
-struct PairedActivations {
-  std::uint32_t b[2][2];  // [h][0]: B register b0 of k-step h, [h][1]: b1
-};
-__device__ __forceinline__ PairedActivations pair_activations(std::uint32_t x0, std::uint32_t x1,
-                                                              std::uint32_t x2, std::uint32_t x3) {
-  PairedActivations p;
-  p.b[0][0] = __byte_perm(x0, x2, 0x5410);  // (e0, e4)
-  p.b[0][1] = __byte_perm(x0, x2, 0x7632);  // (e1, e5)
-  p.b[1][0] = __byte_perm(x1, x3, 0x5410);  // (e2, e6)
-  p.b[1][1] = __byte_perm(x1, x3, 0x7632);  // (e3, e7)
-  return p;
 }
 
 // D = A(16x16 bf16, row) * B(16x8 bf16, col) + D, fp32 accumulators.
@@ -94,8 +65,9 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const std::uint32_
 // of the same channels): lane (r = lane/4, c = lane%4) holds the 16-byte MX block c of rows r
 // (wv[a][0]) and r+8 (wv[a][1]) of tile a with their E8M0 scales, and elements 32c..32c+31 of
 // token r's activations (xv, B column n = lane/4). acc[a]: D[r][2c], D[r][2c+1], D[r+8][2c],
-// D[r+8][2c+1]. Word j of a block gives k-steps 2j, 2j+1 (pairs (n_i, n_{i+4}), activations
-// paired alike, once for all kAcc tiles).
+// D[r+8][2c+1]. Word j of a block holds elements 8j..8j+7 and gives k-steps 2j, 2j+1: k-step h
+// takes registers 2h, 2h+1 (elements 8j+4h..8j+4h+3) as the mma's k pairs (2c, 2c+1) and
+// (2c+8, 2c+9), and the activation words 4j+2h, 4j+2h+1 holding the same elements as B.
 template <int kAcc, bool kWideScales>
 __device__ __forceinline__ void mma_mx_chunk(const uint4 (&wv)[kAcc][2],
                                              const std::uint32_t (&sc)[kAcc][2],
@@ -111,8 +83,6 @@ __device__ __forceinline__ void mma_mx_chunk(const uint4 (&wv)[kAcc][2],
                                 xv[3].x, xv[3].y, xv[3].z, xv[3].w};
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const PairedActivations b =
-        pair_activations(xw[4 * j], xw[4 * j + 1], xw[4 * j + 2], xw[4 * j + 3]);
 #pragma unroll
     for (int a = 0; a < kAcc; ++a) {
       const std::uint32_t w0[4] = {wv[a][0].x, wv[a][0].y, wv[a][0].z, wv[a][0].w};
@@ -124,7 +94,7 @@ __device__ __forceinline__ void mma_mx_chunk(const uint4 (&wv)[kAcc][2],
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const std::uint32_t frag[4] = {lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1]};
-        mma_bf16_16816(acc[a], frag, b.b[h][0], b.b[h][1]);
+        mma_bf16_16816(acc[a], frag, xw[4 * j + 2 * h], xw[4 * j + 2 * h + 1]);
       }
     }
   }

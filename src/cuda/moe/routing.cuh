@@ -1,5 +1,6 @@
 // Device routing of the MoE forward in one kernel: router logits, top-k + softmax, per-expert
-// counts, expert-sorted slots and 8-token GEMM tiles, with no host synchronization.
+// counts, expert-sorted slots and GEMM work tiles (tile_tokens slots each), with no host
+// synchronization.
 //
 // Grid (router blocks, token groups); a block is kRouteWarps warps, one router row (expert) per
 // warp, for the tokens of its group (route_group_tokens: 1 at small T, up to kRouteTokens). Blocks
@@ -38,6 +39,7 @@ struct RouteArgs {
   int first_expert;  // global id of local expert 0
   int experts;       // local experts
   int group_tokens;  // tokens per group (<= kRouteTokens)
+  int tile_tokens;   // slots per GEMM work tile (the GEMM variant's; tile_tokens_for)
   Workspace ws;
 };
 
@@ -230,7 +232,7 @@ __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, 
     int tiles = 0;
     for (int e = begin; e < end; ++e) {
       slots += counts[e];
-      tiles += (counts[e] + kTileTokens - 1) / kTileTokens;
+      tiles += (counts[e] + a.tile_tokens - 1) / a.tile_tokens;
     }
     int slot_prefix = slots;
     int tile_prefix = tiles;
@@ -248,18 +250,18 @@ __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, 
       offsets[e] = slots;
       tile_offsets[e] = tiles;
       slots += counts[e];
-      tiles += (counts[e] + kTileTokens - 1) / kTileTokens;
+      tiles += (counts[e] + a.tile_tokens - 1) / a.tile_tokens;
     }
     if (lane == 31) *a.ws.num_tiles = tile_prefix;
   }
   __syncthreads();
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
     const int count = counts[e];
-    for (int i = 0; i * kTileTokens < count; ++i) {
+    for (int i = 0; i * a.tile_tokens < count; ++i) {
       const int tile = tile_offsets[e] + i;
       a.ws.tile_expert[tile] = e;
-      a.ws.tile_slot0[tile] = offsets[e] + i * kTileTokens;
-      a.ws.tile_rows[tile] = min(kTileTokens, count - i * kTileTokens);
+      a.ws.tile_slot0[tile] = offsets[e] + i * a.tile_tokens;
+      a.ws.tile_rows[tile] = min(a.tile_tokens, count - i * a.tile_tokens);
     }
     if (!counts_from_ids) a.ws.expert_counts[e] = 0;
   }

@@ -17,7 +17,8 @@
 
 namespace mxq::moe::cuda::detail {
 
-constexpr int kTileTokens = 8;          // tokens per GEMM work tile (mma n)
+constexpr int kTileTokens = 8;          // slots per work tile of the decode GEMMs (mma n)
+constexpr int kWideTileTokens = 64;     // slots per work tile of the wide (prefill) GEMMs
 constexpr int kMaxLocalExperts = 1024;  // moe_decode_unsupported_reason enforces it
 constexpr int kRouteTokens = 8;         // most tokens per routing block (one token group)
 
@@ -46,8 +47,15 @@ inline int token_groups_for(int tokens) {
   return (tokens + group - 1) / group;
 }
 
-inline int max_tiles_for(int pairs, int experts) {
-  return std::min(pairs, experts) + pairs / kTileTokens + 1;
+// Slots per work tile of a GEMM variant: the routing kernel cuts each expert's slots into tiles
+// of this many, and the GEMM kernels take one tile per block row.
+inline int tile_tokens_for(GemmVariant variant) {
+  return variant == GemmVariant::kWideTile ? kWideTileTokens : kTileTokens;
+}
+
+// At most this many tiles: every expert with slots ends in one partial tile.
+inline int max_tiles_for(int pairs, int experts, int tile_tokens = kTileTokens) {
+  return std::min(pairs, experts) + pairs / tile_tokens + 1;
 }
 
 // Bytes of the sync region (offset 0) for up to max_tokens tokens.
@@ -63,6 +71,7 @@ inline Workspace carve_workspace(const MoeDeviceWeights& w, const MoeParams& p, 
   auto* at = static_cast<char*>(base);
   const std::size_t pairs = static_cast<std::size_t>(max_tokens) * p.top_k;
   const std::size_t tiles =
+      // Sized for the smallest tiles, so one workspace serves every GEMM variant.
       static_cast<std::size_t>(max_tiles_for(static_cast<int>(pairs), w.num_local_experts));
   std::size_t offset = 0;
   const auto take = [&](std::size_t n) {

@@ -145,7 +145,8 @@ TEST_P(MoeGpuVsCpu, MatchesTheReference) {
   MXQ_CUDA_CHECK(cudaStreamCreate(&stream));
   const Routing* routing = c.precomputed ? &ref.routing : nullptr;
   for (const cuda::GemmVariant variant :
-       {cuda::GemmVariant::kRegisterStream, cuda::GemmVariant::kSharedTile}) {
+       {cuda::GemmVariant::kRegisterStream, cuda::GemmVariant::kSharedTile,
+        cuda::GemmVariant::kWideTile}) {
     SCOPED_TRACE(cuda::to_string(variant));
     const MoeGpuLayer gpu =
         MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0), variant);

@@ -1,8 +1,8 @@
 // The MoE kernels' device MXFP4 helpers against the host codec (mxq/formats/mxfp4_block.h):
-// the word decode (8 E2M1 codes -> 4 bf16x2 pairs (n_i, n_{i+4}) with the E8M0 scale folded in)
-// on every pair of codes at every position under every scale, both decode paths; and one
-// 128-wide K chunk of two m16n8k16 tile products sharing their activations (decode + activation
-// pairing + mma) against a float64 dot product, which fails if weights and activations disagree
+// the word decode (8 E2M1 codes in the device layout -> 4 bf16x2 pairs (e_{2i}, e_{2i+1}) with
+// the E8M0 scale folded in) on every pair of codes at every position under every scale, both
+// decode paths; and one 128-wide K chunk of two m16n8k16 tile products sharing their activations
+// (decode + mma) against a float64 dot product, which fails if weights and activations disagree
 // on the k order.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -69,8 +69,8 @@ __global__ void decode_words_kernel(const std::uint32_t* words, int count, bool 
   }
 }
 
-// Words covering every (n_i, n_{i+4}) code pair at every position i, the other nibbles random;
-// plus random words.
+// Checkpoint-layout words covering every (e_{2i}, e_{2i+1}) code pair at every position i, the
+// other codes random; plus random words.
 std::vector<std::uint32_t> test_words() {
   std::mt19937 rng(12345);
   std::vector<std::uint32_t> words;
@@ -78,8 +78,8 @@ std::vector<std::uint32_t> test_words() {
     for (std::uint32_t a = 0; a < 16; ++a) {
       for (std::uint32_t b = 0; b < 16; ++b) {
         std::uint32_t w = rng();
-        w &= ~((0xFU << (4 * i)) | (0xFU << (4 * i + 16)));
-        w |= (a << (4 * i)) | (b << (4 * i + 16));
+        w &= ~(0xFFU << (8 * i));
+        w |= (a << (8 * i)) | (b << (8 * i + 4));
         words.push_back(w);
       }
     }
@@ -92,8 +92,11 @@ std::vector<std::uint32_t> test_words() {
 void check_decode(bool wide) {
   const std::vector<std::uint32_t> words = test_words();
   const int count = static_cast<int>(words.size());
+  std::vector<std::uint32_t> device_words(words.size());
+  for (std::size_t i = 0; i < words.size(); ++i)
+    device_words[i] = moe::cuda::detail::to_device_word(words[i]);
   DeviceArray<std::uint32_t> d_words(words.size());
-  d_words.upload(words);
+  d_words.upload(device_words);
   DeviceArray<std::uint32_t> d_out(words.size() * 256 * 4);
   decode_words_kernel<<<dim3(8, 256), 256>>>(d_words.get(), count, wide, d_out.get());
   MXQ_CUDA_CHECK(cudaGetLastError());
@@ -111,7 +114,7 @@ void check_decode(bool wide) {
         const std::uint32_t reg = out[4 * (static_cast<std::size_t>(scale) * count + i) + p];
         const float got[2] = {bf16_to_float(static_cast<std::uint16_t>(reg & 0xFFFFU)),
                               bf16_to_float(static_cast<std::uint16_t>(reg >> 16))};
-        const float want[2] = {ref[p], ref[p + 4]};
+        const float want[2] = {ref[2 * p], ref[2 * p + 1]};
         for (int half = 0; half < 2; ++half) {
           const bool same = std::isnan(want[half])
                                 ? std::isnan(got[half])
@@ -182,7 +185,9 @@ void check_chunk(bool wide, std::uint32_t seed) {
   DeviceArray<std::uint8_t> d_s(scales.size());
   DeviceArray<std::uint16_t> d_x(x.size());
   DeviceArray<float> d_d(kRows * 8);
-  d_w.upload(w);
+  std::vector<std::uint8_t> w_device = w;
+  moe::cuda::detail::to_device_layout_host(w_device.data(), w_device.size());
+  d_w.upload(w_device);
   d_s.upload(scales);
   d_x.upload(x);
   MXQ_CUDA_CHECK(cudaMemset(d_d.get(), 0xFF, kRows * 8 * sizeof(float)));  // NaN poison

@@ -68,19 +68,21 @@ TEST(CudaRegistry, MoeGpuForwardOffersBothGemmVariants) {
     ids.insert(t->id());
     EXPECT_TRUE(t->native.has_value()) << t->id();
   }
-  EXPECT_EQ(ids, (std::set<std::string>{"register_stream", "shared_tile"}));
-  // shared_tile's predicate is the kernels' own (top-k at most 8); it needs no device.
-  const Tactic* shared =
-      builtin_tactics().find_tactic(kMoeGpuForwardOp, Backend::kCuda, "shared_tile");
-  ASSERT_NE(shared, nullptr);
-  MoeGpuForwardShape shape;
-  shape.rank = {32, 32, 2880, 2880, 4, true};
-  shape.intermediate_padded = 2944;
-  EXPECT_TRUE(shared->supports(moe_gpu_forward_problem(shape)).ok);
-  shape.rank = {32, 32, 2880, 2880, 9, true};
-  const Support nine = shared->supports(moe_gpu_forward_problem(shape));
-  EXPECT_FALSE(nine.ok);
-  EXPECT_NE(nine.reason.find("top-k"), std::string::npos) << nine.reason;
+  EXPECT_EQ(ids, (std::set<std::string>{"register_stream", "shared_tile", "wide_tile"}));
+  // The other variants' predicate is the kernels' own (top-k at most 8); it needs no device.
+  for (const char* variant : {"shared_tile", "wide_tile"}) {
+    SCOPED_TRACE(variant);
+    const Tactic* tactic = builtin_tactics().find_tactic(kMoeGpuForwardOp, Backend::kCuda, variant);
+    ASSERT_NE(tactic, nullptr);
+    MoeGpuForwardShape shape;
+    shape.rank = {32, 32, 2880, 2880, 4, true};
+    shape.intermediate_padded = 2944;
+    EXPECT_TRUE(tactic->supports(moe_gpu_forward_problem(shape)).ok);
+    shape.rank = {32, 32, 2880, 2880, 9, true};
+    const Support nine = tactic->supports(moe_gpu_forward_problem(shape));
+    EXPECT_FALSE(nine.ok);
+    EXPECT_NE(nine.reason.find("top-k"), std::string::npos) << nine.reason;
+  }
 #endif
 }
 

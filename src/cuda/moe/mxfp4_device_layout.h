@@ -1,0 +1,78 @@
+// The device layout of packed MXFP4 weights: within each 32-bit word (8 E2M1 codes e0..e7 along
+// K, e_j in bits 4j..4j+3 in the checkpoint's layout) the 32 bits are permuted once at upload so
+// that the kernels decode a word into 4 bf16x2 registers with 9 integer instructions (one AND,
+// rotations and masks) instead of 16 shifts and masks, and so that register i holds the
+// natural pair (e_{2i}, e_{2i+1}): the activations' bf16x2 words then pair with it as they lie
+// in memory, with no byte permutes. MX blocks (16 bytes) and their scales do not move.
+//
+// Register i of a word w reads, before the scale: code e_{2i} at bits 6..8 (magnitude) and 15
+// (sign), code e_{2i+1} at bits 22..24 and 31; 3 magnitude bits at bf16 bits 6..8 read as
+// exponent/mantissa with bias 127 instead of 1, so every code (the subnormal 0.5 included) is
+// exactly e2m1 * 2^-126 (the scale factors of mxfp4_mma.cuh fold 2^126 back in):
+//   reg0 = w & M,  reg1 = rotl(w, 4) & M,  reg2 = rotl(w, 10) & M,   M = 0x81C081C0
+//   reg3 = (rotl(w, 6) & 0x80C080C0) | (rotl(w, 14) & 0x01000100)
+// device_bit below is the inverse: where each bit of each code must sit in w for that to hold.
+// Host and device code share this header; tests check the round trip on every bit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "mxq/core/macros.h"
+
+namespace mxq::moe::cuda::detail {
+
+// The device-word bit holding bit b of code e (b = 0..2 magnitude, 3 sign).
+MXQ_HD_INLINE constexpr int device_bit(int e, int b) {
+  constexpr int kBit[8][4] = {
+      {6, 7, 8, 15},   {22, 23, 24, 31},  // register 0: e0, e1
+      {2, 3, 4, 11},   {18, 19, 20, 27},  // register 1: e2, e3
+      {28, 29, 30, 5}, {12, 13, 14, 21},  // register 2: e4, e5
+      {0, 1, 26, 9},   {16, 17, 10, 25},  // register 3: e6, e7
+  };
+  return kBit[e][b];
+}
+
+MXQ_HD_INLINE constexpr std::uint32_t rotl32(std::uint32_t w, int n) {
+  return (w << n) | (w >> (32 - n));
+}
+
+// Register i (0..3) of a device word, unscaled: (e_{2i}, e_{2i+1}) as bf16x2 * 2^-126.
+template <int kRegister>
+MXQ_HD_INLINE constexpr std::uint32_t device_word_register(std::uint32_t w) {
+  static_assert(kRegister >= 0 && kRegister < 4, "register index 0..3");
+  constexpr std::uint32_t kMask = 0x81C081C0U;
+  if constexpr (kRegister == 0) return w & kMask;
+  if constexpr (kRegister == 1) return rotl32(w, 4) & kMask;
+  if constexpr (kRegister == 2) return rotl32(w, 10) & kMask;
+  return (rotl32(w, 6) & 0x80C080C0U) | (rotl32(w, 14) & 0x01000100U);
+}
+
+// Checkpoint-layout word -> device word.
+MXQ_HD_INLINE constexpr std::uint32_t to_device_word(std::uint32_t natural) {
+  std::uint32_t out = 0;
+  for (int e = 0; e < 8; ++e)
+    for (int b = 0; b < 4; ++b) out |= ((natural >> (4 * e + b)) & 1U) << device_bit(e, b);
+  return out;
+}
+
+// Device word -> checkpoint-layout word.
+MXQ_HD_INLINE constexpr std::uint32_t from_device_word(std::uint32_t device) {
+  std::uint32_t out = 0;
+  for (int e = 0; e < 8; ++e)
+    for (int b = 0; b < 4; ++b) out |= ((device >> device_bit(e, b)) & 1U) << (4 * e + b);
+  return out;
+}
+
+// Converts packed FP4 bytes (a multiple of 4, little-endian words) to the device layout in place.
+inline void to_device_layout_host(std::uint8_t* packed, std::size_t bytes) {
+  for (std::size_t i = 0; i + 4 <= bytes; i += 4) {
+    std::uint32_t w;
+    std::memcpy(&w, packed + i, 4);
+    w = to_device_word(w);
+    std::memcpy(packed + i, &w, 4);
+  }
+}
+
+}  // namespace mxq::moe::cuda::detail
