@@ -508,6 +508,8 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
       const double us = median(total);
       return nlohmann::json{
           {"gemm_variant", moe::cuda::to_string(variant)},
+          {"resolved_variant",
+           moe::cuda::to_string(moe::cuda::resolve_gemm_variant(w, vp, tokens))},
           {"programmatic_launch", programmatic_launch},
           {"total_us", us},
           {"routing_us", median(phase[0])},
@@ -521,12 +523,13 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
           {"tflops", flops / (us * 1e-6) / 1e12}};
     };
     nlohmann::json point = {{"tokens", tokens},
-                            {"mxq", measure(moe::cuda::GemmVariant::kRegisterStream, true)}};
+                            {"mxq", measure(moe::cuda::GemmVariant::kAuto, true)}};
     if (options.all_gemm_variants) {
+      point["mxq_register_stream"] = measure(moe::cuda::GemmVariant::kRegisterStream, true);
       point["mxq_shared_tile"] = measure(moe::cuda::GemmVariant::kSharedTile, true);
       point["mxq_wide_tile"] = measure(moe::cuda::GemmVariant::kWideTile, true);
       // Same-run ablation: the default tactic in plain stream order.
-      point["mxq_no_pdl"] = measure(moe::cuda::GemmVariant::kRegisterStream, false);
+      point["mxq_no_pdl"] = measure(moe::cuda::GemmVariant::kAuto, false);
     }
     const double us = point["mxq"]["total_us"].get<double>();
     if (options.baseline) {

@@ -16,7 +16,8 @@ struct MoeBenchOptions {
   int align = 128;   // padding of I_rank (the prepared layout)
   int repeats = 50;  // timed replays per point (median reported)
   bool baseline = true;
-  // Also time GemmVariant::kSharedTile and kWideTile (as "mxq_shared_tile", "mxq_wide_tile").
+  // Besides the default (kAuto, as "mxq"), also time each variant ("mxq_register_stream",
+  // "mxq_shared_tile", "mxq_wide_tile") and the default without PDL ("mxq_no_pdl").
   bool all_gemm_variants = true;
 };
 

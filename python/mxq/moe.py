@@ -275,7 +275,7 @@ class MoELayer:
         return current if current is not None and current.serves("cuda", device) else None
 
     def _upload(self, device: int, max_tokens: int, tuner: Optional[Any]) -> None:
-        copy = _mxq.MoeGpuLayer.upload(self._core, max_tokens, device, "register_stream",
+        copy = _mxq.MoeGpuLayer.upload(self._core, max_tokens, device, "auto",
                                        None if tuner is None else tuner._tuner)
         with self._device_lock:
             self._device_copies[device] = (copy, tuner)

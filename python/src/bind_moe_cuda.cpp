@@ -46,12 +46,13 @@ class CurrentDevice {
 
 moe::cuda::GemmVariant gemm_arg(const std::string& text) {
   for (const auto variant :
-       {moe::cuda::GemmVariant::kRegisterStream, moe::cuda::GemmVariant::kSharedTile,
-        moe::cuda::GemmVariant::kWideTile}) {
+       {moe::cuda::GemmVariant::kAuto, moe::cuda::GemmVariant::kRegisterStream,
+        moe::cuda::GemmVariant::kSharedTile, moe::cuda::GemmVariant::kWideTile}) {
     if (text == moe::cuda::to_string(variant)) return variant;
   }
   fail_argument(ErrorCode::kInvalidArgument, "gemm",
-                "\"register_stream\", \"shared_tile\" or \"wide_tile\"", "\"" + text + "\"");
+                "\"auto\", \"register_stream\", \"shared_tile\" or \"wide_tile\"",
+                "\"" + text + "\"");
 }
 
 const ArrayRequirements kDeviceBf16{{DType::kBF16}, 2, true, false};
@@ -76,8 +77,8 @@ void bind_moe_cuda(nb::module_& m) {
             return moe::MoeGpuLayer::upload(layer, max_tokens, Device::cuda(device), variant,
                                             tuner);
           },
-          nb::arg("layer"), nb::arg("max_tokens"), nb::arg("device") = 0,
-          nb::arg("gemm") = "register_stream", nb::arg("tuner").none() = nb::none(),
+          nb::arg("layer"), nb::arg("max_tokens"), nb::arg("device") = 0, nb::arg("gemm") = "auto",
+          nb::arg("tuner").none() = nb::none(),
           nb::keep_alive<0, 5>(),  // the layer consults the tuner on every forward
           "Copies the layer's current weights (every rank) to CUDA device `device`. With a "
           "`tuner` (an Autotuner of backend cuda), forward() runs the GEMM variant its cache "

@@ -1,6 +1,7 @@
 // `mxq bench moe|...`: GPU benchmarks with same-run baselines (see docs/PERF.md).
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -30,19 +31,21 @@ struct MoeBenchArgs {
               result["hidden"].get<int>(), result["intermediate_per_rank"].get<int>(),
               result["intermediate_padded"].get<int>(), result["top_k"].get<int>(),
               result["tp"].get<int>(), result["copy_ceiling_gbps"].get<double>());
-  std::printf("%6s %-16s %9s %8s %8s %8s %8s %8s %6s %8s %10s %8s\n", "T", "gemm", "total_us",
+  std::printf("%6s %-20s %9s %8s %8s %8s %8s %8s %6s %8s %10s %8s\n", "T", "gemm", "total_us",
               "route", "gemm1", "gemm2", "combine", "GB/s", "%ceil", "TFLOPS", "bf16_us",
               "speedup");
   for (const auto& p : result["points"]) {
-    for (const char* key : {"mxq", "mxq_shared_tile", "mxq_wide_tile"}) {
+    for (const char* key : {"mxq", "mxq_register_stream", "mxq_shared_tile", "mxq_wide_tile"}) {
       if (!p.contains(key)) continue;
       const auto& m = p[key];
-      std::printf("%6d %-16s %9.1f %8.1f %8.1f %8.1f %8.1f %8.0f %6.1f %8.1f",
-                  p["tokens"].get<int>(), m["gemm_variant"].get<std::string>().c_str(),
-                  m["total_us"].get<double>(), m["routing_us"].get<double>(),
-                  m["gemm1_us"].get<double>(), m["gemm2_us"].get<double>(),
-                  m["combine_us"].get<double>(), m["effective_gbps"].get<double>(),
-                  m["pct_of_copy_ceiling"].get<double>(), m["tflops"].get<double>());
+      std::string gemm = m["gemm_variant"].get<std::string>();
+      if (gemm == "auto") gemm += ":" + m["resolved_variant"].get<std::string>();
+      std::printf("%6d %-20s %9.1f %8.1f %8.1f %8.1f %8.1f %8.0f %6.1f %8.1f",
+                  p["tokens"].get<int>(), gemm.c_str(), m["total_us"].get<double>(),
+                  m["routing_us"].get<double>(), m["gemm1_us"].get<double>(),
+                  m["gemm2_us"].get<double>(), m["combine_us"].get<double>(),
+                  m["effective_gbps"].get<double>(), m["pct_of_copy_ceiling"].get<double>(),
+                  m["tflops"].get<double>());
       if (p.contains("baseline_bf16")) {
         const double base = p["baseline_bf16"]["total_us"].get<double>();
         std::printf(" %10.1f %7.2fx", base, base / m["total_us"].get<double>());

@@ -35,8 +35,8 @@ GpuMoeRun run_moe_on_gpu(const moe::MoeLayer& layer, const Tensor& x,
   const GpuQuery query = query_gpus();
   require_rank(x, "--input", 2);
   const int tokens = static_cast<int>(x.shape()[0]);
-  const moe::MoeGpuLayer gpu = moe::MoeGpuLayer::upload(
-      layer, std::max(tokens, 1), Device::cuda(0), moe::cuda::GemmVariant::kRegisterStream, tuner);
+  const moe::MoeGpuLayer gpu = moe::MoeGpuLayer::upload(layer, std::max(tokens, 1), Device::cuda(0),
+                                                        moe::cuda::GemmVariant::kAuto, tuner);
   GpuMoeRun run;
   for (int r = 0; r < gpu.num_ranks(); ++r) {
     const tune::Problem* problem = gpu.tune_problem(r);
@@ -88,9 +88,8 @@ GpuMoeRun run_moe_distributed(const moe::MoeLayer& layer, const Tensor& x, dist:
   require_rank(x, "--input", 2);
   const int tokens = static_cast<int>(x.shape()[0]);
   MXQ_CUDA_CHECK(cudaSetDevice(device));
-  const moe::MoeDistLayer dist =
-      moe::MoeDistLayer::upload(layer, comm, std::max(tokens, 1), Device::cuda(device),
-                                moe::cuda::GemmVariant::kRegisterStream, tuner);
+  const moe::MoeDistLayer dist = moe::MoeDistLayer::upload(
+      layer, comm, std::max(tokens, 1), Device::cuda(device), moe::cuda::GemmVariant::kAuto, tuner);
   GpuMoeRun run;
   run.world = comm.size();
   run.ranks.resize(static_cast<std::size_t>(layer.num_ranks()));

@@ -54,11 +54,15 @@ struct MoeDeviceWeights {
 //                    decoded weight fragment feeding 8 mma token tiles (the decode variants
 //                    decode every weight once per 8 slots, so at many tokens per expert they are
 //                    bound by decoding, not by the tensor cores).
-enum class GemmVariant : int { kRegisterStream = 0, kSharedTile = 1, kWideTile = 2 };
+//   kAuto:           the dispatch rule (resolve_gemm_variant): wide_tile from
+//                    kWideMinSlotsPerExpert expected slots per expert (T * top_k / E), else
+//                    register_stream — the crossover measured on an H200 (docs/PERF.md).
+enum class GemmVariant : int { kRegisterStream = 0, kSharedTile = 1, kWideTile = 2, kAuto = 3 };
 const char* to_string(GemmVariant variant);
+inline constexpr int kWideMinSlotsPerExpert = 32;
 
 struct MoeParams {
-  GemmVariant gemm = GemmVariant::kRegisterStream;
+  GemmVariant gemm = GemmVariant::kAuto;
   int top_k = 4;
   GpuActivation activation = GpuActivation::kSwigluOai;
   float swiglu_alpha = 1.702F;
@@ -89,6 +93,10 @@ struct MoeRoutingView {
 };
 MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens,
                                 void* workspace);
+
+// The variant a forward of `tokens` tokens runs: p.gemm, or for kAuto the dispatch rule above
+// (expected slots per expert from the router width, or the local experts without one).
+GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, int tokens);
 
 // Converts packed FP4 weights (w13 or w2 as prepared, `bytes` a multiple of 4) to the device
 // layout in place, on `stream`. Apply once per upload; the kernels read nothing else.

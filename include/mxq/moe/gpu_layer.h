@@ -36,16 +36,17 @@ namespace mxq::moe {
 class MoeGpuLayer {
  public:
   // Copies every rank's current weights (prepared or not) and the router to `device`. `gemm`:
-  // the variant that runs when `tuner` is null or its cache has no decision for a call.
+  // the variant that runs when `tuner` is null or its cache has no decision for a call (kAuto:
+  // the dispatch rule of cuda::resolve_gemm_variant, per call).
   static MoeGpuLayer upload(const MoeLayer& layer, int max_tokens, Device device = Device::cuda(0),
-                            cuda::GemmVariant gemm = cuda::GemmVariant::kRegisterStream,
+                            cuda::GemmVariant gemm = cuda::GemmVariant::kAuto,
                             const tune::Autotuner* tuner = nullptr);
 
   // Only rank `rank` of the layer's TP x EP grid (rank id = ep_rank * tp_size + tp_rank): what
   // one process of a distributed layer holds. Same contract as upload otherwise.
   static MoeGpuLayer upload_rank(const MoeLayer& layer, int rank, int max_tokens,
                                  Device device = Device::cuda(0),
-                                 cuda::GemmVariant gemm = cuda::GemmVariant::kRegisterStream,
+                                 cuda::GemmVariant gemm = cuda::GemmVariant::kAuto,
                                  const tune::Autotuner* tuner = nullptr);
 
   [[nodiscard]] int max_tokens() const;
@@ -55,10 +56,11 @@ class MoeGpuLayer {
   [[nodiscard]] int num_ranks() const;
   // The MoeLayer rank that held rank `rank` (0..num_ranks()-1) of this GPU layer.
   [[nodiscard]] int layer_rank(int rank) const;
-  // The tactic of the variant given at upload, e.g. "cuda.moe.decode_w4a16_mma.register_stream".
+  // The tactic of the variant given at upload, e.g. "cuda.moe.decode_w4a16_mma.auto".
   [[nodiscard]] std::string tactic_name() const;
 
-  // What forward() runs on `rank` for `tokens` tokens, and whether the tuner's cache chose it.
+  // What forward() runs on `rank` for `tokens` tokens (kAuto resolved), and whether the tuner's
+  // cache chose it.
   struct GemmChoice {
     cuda::GemmVariant gemm = cuda::GemmVariant::kRegisterStream;
     bool from_tuner = false;

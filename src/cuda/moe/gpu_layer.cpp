@@ -202,8 +202,13 @@ std::string MoeGpuLayer::tactic_name() const {
 
 MoeGpuLayer::GemmChoice MoeGpuLayer::gemm_choice(std::int64_t tokens, int rank) const noexcept {
   const State& s = *state_;
-  const GemmChoice fallback{s.params.gemm, false};
-  if (s.tuner == nullptr || rank < 0 || rank >= static_cast<int>(s.ranks.size())) return fallback;
+  if (rank < 0 || rank >= static_cast<int>(s.ranks.size())) return {s.params.gemm, false};
+  cuda::MoeParams params = s.params;
+  const GemmChoice fallback{
+      cuda::resolve_gemm_variant(s.ranks[static_cast<std::size_t>(rank)].weights, params,
+                                 static_cast<int>(tokens)),
+      false};
+  if (s.tuner == nullptr) return fallback;
   const tune::Problem& problem = s.ranks[static_cast<std::size_t>(rank)].problem;
   if (problem.empty()) return fallback;
   const tune::Selection selection = s.tuner->lookup(problem, tokens);

@@ -526,6 +526,8 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
           cudaEventRecordWithFlags(run.phase_events[phase], stream, cudaEventRecordExternal));
   };
   mark(0);
+  MoeParams resolved = p;
+  resolved.gemm = resolve_gemm_variant(w, p, run.tokens);
   const Workspace ws = detail::carve_workspace(w, p, max_tokens, workspace, nullptr);
   const int pairs = run.tokens * p.top_k;
   const bool routing = run.topk_ids == nullptr;
@@ -542,7 +544,7 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
                                 w.first_local_expert,
                                 w.num_local_experts,
                                 detail::route_group_tokens(run.tokens),
-                                detail::tile_tokens_for(p.gemm),
+                                detail::tile_tokens_for(resolved.gemm),
                                 ws};
   const int router_blocks =
       routing ? (w.num_global_experts + detail::kRouteWarps - 1) / detail::kRouteWarps : 1;
@@ -555,8 +557,8 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
 
   mark(1);
   const int max_tiles =
-      detail::max_tiles_for(pairs, w.num_local_experts, detail::tile_tokens_for(p.gemm));
-  const GemmArgs args{w, p, run.x, p.top_k, ws};
+      detail::max_tiles_for(pairs, w.num_local_experts, detail::tile_tokens_for(resolved.gemm));
+  const GemmArgs args{w, resolved, run.x, p.top_k, ws};
   launch_gemm<true>(args, max_tiles, stream);
   mark(2);
   launch_gemm<false>(args, max_tiles, stream);
@@ -565,6 +567,15 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
          p.programmatic_launch, ws.y, ws.pair_slot, weights, p.top_k, w.hidden, run.out_f32,
          run.out_bf16);
   mark(4);
+}
+
+GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, int tokens) {
+  if (p.gemm != GemmVariant::kAuto) return p.gemm;
+  const int experts =
+      std::max(w.num_global_experts > 0 ? w.num_global_experts : w.num_local_experts, 1);
+  const double slots_per_expert = static_cast<double>(tokens) * p.top_k / experts;
+  return slots_per_expert >= kWideMinSlotsPerExpert ? GemmVariant::kWideTile
+                                                    : GemmVariant::kRegisterStream;
 }
 
 void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t bytes, cudaStream_t stream) {
@@ -586,6 +597,8 @@ const char* to_string(GemmVariant variant) {
       return "shared_tile";
     case GemmVariant::kWideTile:
       return "wide_tile";
+    case GemmVariant::kAuto:
+      return "auto";
     case GemmVariant::kRegisterStream:
     default:
       return "register_stream";

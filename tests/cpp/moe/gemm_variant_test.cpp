@@ -1,0 +1,73 @@
+// The CUDA MoE forward's GEMM variant names and its dispatch rule (cuda::resolve_gemm_variant),
+// host-side: kAuto runs wide_tile from kWideMinSlotsPerExpert expected slots per expert
+// (T * top_k / router width) and register_stream below; a concrete variant is kept as given.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "mxq/moe/cuda_moe.h"
+
+namespace mxq::moe::cuda {
+namespace {
+
+#if MXQ_WITH_CUDA
+MoeDeviceWeights gpt_oss_120b() {
+  MoeDeviceWeights w;
+  w.num_local_experts = 128;
+  w.num_global_experts = 128;
+  w.hidden = 2880;
+  w.inter = 2880;
+  w.inter_padded = 2944;
+  return w;
+}
+#endif
+
+TEST(GemmVariant, AutoRunsWideTilesFromThirtyTwoSlotsPerExpert) {
+#if !MXQ_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  const MoeDeviceWeights w = gpt_oss_120b();
+  MoeParams p;  // kAuto by default, top-4
+  EXPECT_EQ(p.gemm, GemmVariant::kAuto);
+  EXPECT_EQ(resolve_gemm_variant(w, p, 1), GemmVariant::kRegisterStream);
+  EXPECT_EQ(resolve_gemm_variant(w, p, 512), GemmVariant::kRegisterStream);
+  EXPECT_EQ(resolve_gemm_variant(w, p, 1023), GemmVariant::kRegisterStream);  // 31.97 per expert
+  EXPECT_EQ(resolve_gemm_variant(w, p, 1024), GemmVariant::kWideTile);        // 32
+  EXPECT_EQ(resolve_gemm_variant(w, p, 4096), GemmVariant::kWideTile);
+  p.top_k = 8;  // twice the slots per token
+  EXPECT_EQ(resolve_gemm_variant(w, p, 512), GemmVariant::kWideTile);
+  // EP: the router width, not the local experts, spreads the slots.
+  MoeDeviceWeights ep = w;
+  ep.num_local_experts = 64;
+  p.top_k = 4;
+  EXPECT_EQ(resolve_gemm_variant(ep, p, 1023), GemmVariant::kRegisterStream);
+  // No router (precomputed routing on a layer without one): the local experts.
+  MoeDeviceWeights no_router = w;
+  no_router.num_global_experts = 0;
+  no_router.num_local_experts = 8;
+  EXPECT_EQ(resolve_gemm_variant(no_router, p, 64), GemmVariant::kWideTile);
+  EXPECT_EQ(resolve_gemm_variant(no_router, p, 63), GemmVariant::kRegisterStream);
+#endif
+}
+
+TEST(GemmVariant, ConcreteVariantsAreKept) {
+#if !MXQ_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  const MoeDeviceWeights w = gpt_oss_120b();
+  for (const GemmVariant v :
+       {GemmVariant::kRegisterStream, GemmVariant::kSharedTile, GemmVariant::kWideTile}) {
+    MoeParams p;
+    p.gemm = v;
+    EXPECT_EQ(resolve_gemm_variant(w, p, 1), v);
+    EXPECT_EQ(resolve_gemm_variant(w, p, 4096), v);
+  }
+  EXPECT_EQ(std::string(to_string(GemmVariant::kAuto)), "auto");
+  EXPECT_EQ(std::string(to_string(GemmVariant::kWideTile)), "wide_tile");
+  EXPECT_EQ(std::string(to_string(GemmVariant::kRegisterStream)), "register_stream");
+  EXPECT_EQ(std::string(to_string(GemmVariant::kSharedTile)), "shared_tile");
+#endif
+}
+
+}  // namespace
+}  // namespace mxq::moe::cuda
