@@ -528,6 +528,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
       point["mxq_register_stream"] = measure(moe::cuda::GemmVariant::kRegisterStream, true);
       point["mxq_shared_tile"] = measure(moe::cuda::GemmVariant::kSharedTile, true);
       point["mxq_wide_tile"] = measure(moe::cuda::GemmVariant::kWideTile, true);
+      point["mxq_wgmma_tile"] = measure(moe::cuda::GemmVariant::kWgmmaTile, true);
       // Same-run ablation: the default tactic in plain stream order.
       point["mxq_no_pdl"] = measure(moe::cuda::GemmVariant::kAuto, false);
     }

@@ -17,7 +17,8 @@ struct MoeBenchOptions {
   int repeats = 50;  // timed replays per point (median reported)
   bool baseline = true;
   // Besides the default (kAuto, as "mxq"), also time each variant ("mxq_register_stream",
-  // "mxq_shared_tile", "mxq_wide_tile") and the default without PDL ("mxq_no_pdl").
+  // "mxq_shared_tile", "mxq_wide_tile", "mxq_wgmma_tile") and the default without PDL
+  // ("mxq_no_pdl").
   bool all_gemm_variants = true;
 };
 

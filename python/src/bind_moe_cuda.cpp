@@ -45,13 +45,13 @@ class CurrentDevice {
 };
 
 moe::cuda::GemmVariant gemm_arg(const std::string& text) {
-  for (const auto variant :
-       {moe::cuda::GemmVariant::kAuto, moe::cuda::GemmVariant::kRegisterStream,
-        moe::cuda::GemmVariant::kSharedTile, moe::cuda::GemmVariant::kWideTile}) {
+  for (const auto variant : {moe::cuda::GemmVariant::kAuto, moe::cuda::GemmVariant::kRegisterStream,
+                             moe::cuda::GemmVariant::kSharedTile, moe::cuda::GemmVariant::kWideTile,
+                             moe::cuda::GemmVariant::kWgmmaTile}) {
     if (text == moe::cuda::to_string(variant)) return variant;
   }
   fail_argument(ErrorCode::kInvalidArgument, "gemm",
-                "\"auto\", \"register_stream\", \"shared_tile\" or \"wide_tile\"",
+                "\"auto\", \"register_stream\", \"shared_tile\", \"wide_tile\" or \"wgmma_tile\"",
                 "\"" + text + "\"");
 }
 

@@ -10,26 +10,20 @@
 
 #include <cstdint>
 
+#include "cuda/linear/device_ptx.cuh"
+
 namespace mxq::moe::cuda::detail {
 
-__device__ __forceinline__ std::uint32_t shared_address(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
+// The barrier set-up and the shared-address conversion are the block-FP8 kernels' (the same
+// instructions). fence_barrier_init makes the barriers' initialization visible to the async
+// proxy (the copy engine).
+using linear::device::fence_barrier_init;
+using linear::device::mbarrier_arrive_expect_tx;
+using linear::device::mbarrier_init;
+using linear::device::smem_addr;
 
-__device__ __forceinline__ void mbarrier_init(std::uint32_t bar, std::uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
-}
-
-// Makes barrier initialization visible to the async proxy (the copy engine).
-__device__ __forceinline__ void fence_mbarrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-
+// Not linear::device::mbarrier_wait: that one traps after 2^26 polls; this one spins until the
+// phase completes.
 __device__ __forceinline__ void mbarrier_wait_parity(std::uint32_t bar, std::uint32_t parity) {
   std::uint32_t done = 0;
   do {

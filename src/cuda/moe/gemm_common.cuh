@@ -10,6 +10,7 @@
 
 #include "mxq/moe/cuda_moe.h"
 #include "routing.cuh"
+#include "wgmma_k_order.h"
 #include "workspace.cuh"
 
 namespace mxq::moe::cuda::detail {
@@ -21,6 +22,18 @@ struct GemmArgs {
   int top_k;
   Workspace ws;
 };
+
+// A GEMM block's work tile (blockIdx.y): `rows` (<= the variant's tile tokens) expert-sorted
+// slots from slot0, all routed to `expert`, as the routing kernel listed them.
+struct WorkTile {
+  int expert;
+  int slot0;
+  int rows;
+};
+
+__device__ __forceinline__ WorkTile read_work_tile(const Workspace& ws, int tile) {
+  return {ws.tile_expert[tile], ws.tile_slot0[tile], ws.tile_rows[tile]};
+}
 
 __device__ __forceinline__ float sigmoidf_(float z) { return 1.0F / (1.0F + expf(-z)); }
 
@@ -41,7 +54,10 @@ __device__ __forceinline__ float apply_activation(GpuActivation kind, float g, f
   }
 }
 
-// GEMM1 epilogue of one (slot, channel): gate and up sums of the expert's rows.
+// GEMM1 epilogue of one (slot, channel): gate and up sums of the expert's rows. kWgmmaOrder: the
+// activation lands at the channel's position in the wgmma K order, which GEMM2 of kWgmmaTile
+// reads (wgmma_k_order.h).
+template <bool kWgmmaOrder = false>
 __device__ __forceinline__ void store_gemm1(const GemmArgs& args, int expert, int channel, int slot,
                                             float g, float u) {
   if (args.w.b13 != nullptr) {
@@ -52,7 +68,8 @@ __device__ __forceinline__ void store_gemm1(const GemmArgs& args, int expert, in
   }
   const float out =
       apply_activation(args.p.activation, g, u, args.p.swiglu_alpha, args.p.swiglu_limit);
-  args.ws.act[static_cast<std::size_t>(slot) * args.w.inter + channel] = __float2bfloat16_rn(out);
+  const int column = kWgmmaOrder ? wgmma_k_position(channel) : channel;
+  args.ws.act[static_cast<std::size_t>(slot) * args.w.inter + column] = __float2bfloat16_rn(out);
 }
 
 // GEMM2 epilogue of one (slot, hidden row); only one TP rank adds the down bias.

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 
+#include "cuda/linear/device_ptx.cuh"
 #include "gemm_common.cuh"
 #include "mxfp4_mma.cuh"
 #include "pdl.cuh"
@@ -54,19 +55,13 @@ __device__ __forceinline__ int wide_unit(int n, int u) {
   return u ^ (((u >> 3) & 1) << 1) ^ (n & 1);
 }
 
-__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, bool valid) {
-  // src-size 0 writes 16 zero bytes and reads nothing.
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
+// The block-FP8 kernels' cp.async wrappers and shared-address conversion. A cp_async_16 of 0
+// source bytes writes 16 zero bytes and reads nothing: copy_stage zero-fills the slot rows past
+// the tile's count, the K tail and the rows past the matrix that way.
+using linear::device::cp_async_16;
+using linear::device::cp_async_commit;
+using linear::device::cp_async_wait;
+using linear::device::smem_addr;
 
 // One lane's weights of one chunk: MX block c of rows r and r+8 of both mma tiles.
 struct WideWeightRegs {
@@ -94,17 +89,8 @@ __device__ __forceinline__ void wide_mma_chunk(const WideWeightRegs& regs,
     for (int a = 0; a < 2; ++a) {
       const std::uint32_t w0[4] = {regs.w[a][0].x, regs.w[a][0].y, regs.w[a][0].z, regs.w[a][0].w};
       const std::uint32_t w1[4] = {regs.w[a][1].x, regs.w[a][1].y, regs.w[a][1].z, regs.w[a][1].w};
-      std::uint32_t lo[4];  // row r
-      std::uint32_t hi[4];  // row r + 8
-      decode_e2m1x8<kWideScales>(w0[j], f[a][0], lo);
-      decode_e2m1x8<kWideScales>(w1[j], f[a][1], hi);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        frag[a][h][0] = lo[2 * h];
-        frag[a][h][1] = hi[2 * h];
-        frag[a][h][2] = lo[2 * h + 1];
-        frag[a][h][3] = hi[2 * h + 1];
-      }
+      decode_word_pair_fragments<kWideScales>(w0[j], w1[j], f[a][0], f[a][1], frag[a][0],
+                                              frag[a][1]);
     }
     const int unit = 4 * c + j;
 #pragma unroll
@@ -129,9 +115,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, kWideBlocksPerSm)
   if (tile >= *args.ws.num_tiles) return;
   extern __shared__ __align__(128) std::uint8_t wide_smem[];
   __shared__ const std::uint16_t* slot_row[kWideTileTokens];  // activations of each tile slot
-  const int expert = args.ws.tile_expert[tile];
-  const int slot0 = args.ws.tile_slot0[tile];
-  const int rows = args.ws.tile_rows[tile];
+  const auto [expert, slot0, rows] = read_work_tile(args.ws, tile);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int r = lane / 4;
@@ -179,7 +163,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, kWideBlocksPerSm)
       my_scale_row >= 0 ? scales + static_cast<std::size_t>(my_scale_row) * scale_pitch : nullptr;
   __syncthreads();  // slot_row
 
-  const std::uint32_t smem_base = shared_address(wide_smem);
+  const std::uint32_t smem_base = smem_addr(wide_smem);
   const int chunks = (k_total + kWideChunk - 1) / kWideChunk;
   // Activations and weights of `chunk` by cp.async: 64 x 16 + 128 x 4 units, 12 per thread.
   const auto copy_stage = [&](int chunk) {
@@ -191,7 +175,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, kWideBlocksPerSm)
       const std::uint16_t* src = slot_row[n];
       const bool valid = src != nullptr && k < k_total;
       cp_async_16(stage + n * kWideRowBytes + wide_unit(n, u) * 16, valid ? src + k : args.x,
-                  valid);
+                  valid ? 16 : 0);
     }
     for (int q = threadIdx.x; q < kWideWeightRows * 4; q += blockDim.x) {
       const int s = q / 4;
@@ -200,7 +184,8 @@ __global__ void __launch_bounds__(kWideWarps * 32, kWideBlocksPerSm)
       const int k = chunk * kWideChunk + 32 * u;
       const bool valid = row >= 0 && k < k_total;
       cp_async_16(stage + kWideXBytes + s * (kWideChunk / 2) + u * 16,
-                  valid ? weights + static_cast<std::size_t>(row) * pitch + k / 2 : weights, valid);
+                  valid ? weights + static_cast<std::size_t>(row) * pitch + k / 2 : weights,
+                  valid ? 16 : 0);
     }
   };
   // The 4 scales of this thread's row for `chunk` (zero past the matrix or K: zero weights
@@ -253,12 +238,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, kWideBlocksPerSm)
             *reinterpret_cast<const uint4*>(stage + kWideXBytes + s * (kWideChunk / 2) + c * 16);
         cur.scale[a][h] = stage[kWideXBytes + kWideWBytes + s * 4 + c];
       }
-    bool wide = false;
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) wide = wide || (cur.scale[a][h] - 129U < 126U);
-    if (__any_sync(0xFFFFFFFFU, wide)) {
+    if (warp_any_wide_scale(cur.scale)) {
       wide_mma_chunk<true>(cur, stage, lane, acc);
     } else {
       wide_mma_chunk<false>(cur, stage, lane, acc);

@@ -203,7 +203,7 @@ std::string MoeGpuLayer::tactic_name() const {
 MoeGpuLayer::GemmChoice MoeGpuLayer::gemm_choice(std::int64_t tokens, int rank) const noexcept {
   const State& s = *state_;
   if (rank < 0 || rank >= static_cast<int>(s.ranks.size())) return {s.params.gemm, false};
-  cuda::MoeParams params = s.params;
+  const cuda::MoeParams& params = s.params;
   const GemmChoice fallback{
       cuda::resolve_gemm_variant(s.ranks[static_cast<std::size_t>(rank)].weights, params,
                                  static_cast<int>(tokens)),

@@ -14,6 +14,7 @@
 
 #include "bulk_copy.cuh"
 #include "gemm_common.cuh"
+#include "gemm_wgmma.cuh"
 #include "gemm_wide.cuh"
 #include "mxfp4_mma.cuh"
 #include "mxq/core/cuda_check.h"
@@ -79,12 +80,7 @@ __device__ __forceinline__ void load_chunk(const RowPair<kAcc>& rp, const std::u
 // One chunk's tensor-core work; scales above 2 (E8M0 129..254) take the two-multiply decode.
 template <int kAcc>
 __device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc>& regs, float (&acc)[kAcc][4]) {
-  bool wide = false;
-#pragma unroll
-  for (int a = 0; a < kAcc; ++a)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) wide = wide || (regs.scale[a][h] - 129U < 126U);
-  if (__any_sync(0xFFFFFFFFU, wide)) {
+  if (detail::warp_any_wide_scale(regs.scale)) {
     detail::mma_mx_chunk<kAcc, true>(regs.w, regs.scale, regs.x, acc);
   } else {
     detail::mma_mx_chunk<kAcc, false>(regs.w, regs.scale, regs.x, acc);
@@ -144,9 +140,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;
   __shared__ float red[(kGemmWarps - 1) * 2 * 4 * 32];
-  const int expert = args.ws.tile_expert[tile];
-  const int slot0 = args.ws.tile_slot0[tile];
-  const int rows = args.ws.tile_rows[tile];
+  const auto [expert, slot0, rows] = detail::read_work_tile(args.ws, tile);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int n = lane / 4;  // this lane's token column of the B operand
@@ -194,9 +188,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;
   __shared__ float red[(kGemmWarps - 1) * kGemm2Tiles * 4 * 32];
-  const int expert = args.ws.tile_expert[tile];
-  const int slot0 = args.ws.tile_slot0[tile];
-  const int rows = args.ws.tile_rows[tile];
+  const auto [expert, slot0, rows] = detail::read_work_tile(args.ws, tile);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int n = lane / 4;
@@ -286,9 +278,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
   const TileShape shape = tile_shape(args.w, kGemm1);
   std::uint8_t* sw = tile_smem;
   std::uint8_t* ss = tile_smem + kTileRows * shape.stride;
-  const int expert = args.ws.tile_expert[tile];
-  const int slot0 = args.ws.tile_slot0[tile];
-  const int rows = args.ws.tile_rows[tile];
+  const auto [expert, slot0, rows] = detail::read_work_tile(args.ws, tile);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
 
@@ -306,12 +296,11 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
   const int stages = (shape.k + kStageK - 1) / kStageK;
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s)
-      detail::mbarrier_init(detail::shared_address(&stage_bar[s]), 1);
-    detail::fence_mbarrier_init();
+    for (int s = 0; s < stages; ++s) detail::mbarrier_init(&stage_bar[s], 1);
+    detail::fence_barrier_init();
     for (int s = 0; s < stages; ++s) {
       const int kn = min(kStageK, shape.k - s * kStageK);
-      detail::mbarrier_arrive_expect_tx(detail::shared_address(&stage_bar[s]),
+      detail::mbarrier_arrive_expect_tx(&stage_bar[s],
                                         static_cast<std::uint32_t>(kTileRows * (kn / 2)));
     }
   }
@@ -321,10 +310,9 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
     const int s = q / kTileRows;
     const int k0 = s * kStageK;
     const int kn = min(kStageK, shape.k - k0);
-    detail::bulk_copy_g2s(detail::shared_address(sw + i * shape.stride + k0 / 2),
+    detail::bulk_copy_g2s(detail::smem_addr(sw + i * shape.stride + k0 / 2),
                           weights + global_row(i) * shape.row_pitch + k0 / 2,
-                          static_cast<std::uint32_t>(kn / 2),
-                          detail::shared_address(&stage_bar[s]));
+                          static_cast<std::uint32_t>(kn / 2), detail::smem_addr(&stage_bar[s]));
   }
   // Scales (1/16 of the bytes) by ordinary 8-byte loads: rows of 8 consecutive channels are
   // contiguous and 8-byte aligned (GEMM1: two such regions; GEMM2: one of 16 rows).
@@ -362,7 +350,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
       xv[i] = has_block && brow != nullptr ? __ldg(reinterpret_cast<const uint4*>(brow + k0) + i)
                                            : make_uint4(0, 0, 0, 0);
     }
-    detail::mbarrier_wait_parity(detail::shared_address(&stage_bar[ch * kChunk / kStageK]), 0);
+    detail::mbarrier_wait_parity(detail::smem_addr(&stage_bar[ch * kChunk / kStageK]), 0);
     uint4 wv[1][2];
     std::uint32_t sc[1][2];
 #pragma unroll
@@ -372,9 +360,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
                      : make_uint4(0, 0, 0, 0);
       sc[0][h] = has_block ? ss[(r + 8 * h) * shape.scale_row + k0 / 32] : 127U;
     }
-    const bool wide =
-        (sc[0][0] > 128U && sc[0][0] != 255U) || (sc[0][1] > 128U && sc[0][1] != 255U);
-    if (__any_sync(0xFFFFFFFFU, wide)) {
+    if (detail::warp_any_wide_scale(sc)) {
       detail::mma_mx_chunk<1, true>(wv, sc, xv, acc);
     } else {
       detail::mma_mx_chunk<1, false>(wv, sc, xv, acc);
@@ -417,7 +403,15 @@ template <bool kGemm1>
 void launch_gemm(const GemmArgs& args, int max_tiles, cudaStream_t stream) {
   const int row_blocks = kGemm1 ? args.w.inter / (kTileRows / 2) : args.w.hidden / kTileRows;
   const TileShape shape = tile_shape(args.w, kGemm1);
-  if (args.p.gemm == GemmVariant::kWideTile) {
+  if (args.p.gemm == GemmVariant::kWgmmaTile) {
+    MXQ_CUDA_CHECK(cudaFuncSetAttribute(detail::gemm_wgmma_kernel<kGemm1>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        detail::kWgmmaSmemBytes));
+    launch(detail::gemm_wgmma_kernel<kGemm1>,
+           dim3(detail::wgmma_row_blocks(args.w, kGemm1), max_tiles), dim3(detail::kWgmmaThreads),
+           static_cast<std::size_t>(detail::kWgmmaSmemBytes), stream, args.p.programmatic_launch,
+           args);
+  } else if (args.p.gemm == GemmVariant::kWideTile) {
     // 3 blocks of 48.5 KB per SM need more than the default carveout may give.
     MXQ_CUDA_CHECK(cudaFuncSetAttribute(detail::gemm_wide_kernel<kGemm1>,
                                         cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -543,15 +537,24 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
                                 run.tokens,
                                 w.first_local_expert,
                                 w.num_local_experts,
-                                detail::route_group_tokens(run.tokens),
                                 detail::tile_tokens_for(resolved.gemm),
                                 ws};
+  const int route_tiles = routing ? detail::route_tiles_for(run.tokens) : 1;
   const int router_blocks =
-      routing ? (w.num_global_experts + detail::kRouteWarps - 1) / detail::kRouteWarps : 1;
+      routing ? (w.num_global_experts + 8 * route_tiles - 1) / (8 * route_tiles) : 1;
+  if (resolved.gemm == GemmVariant::kWgmmaTile) {
+    // x in the wgmma K order for GEMM1 (plain stream order, like the routing kernel after it).
+    const std::size_t units = static_cast<std::size_t>(run.tokens) * (w.hidden / 8);
+    const int blocks = static_cast<int>(std::min<std::size_t>((units + 255) / 256, 132 * 8));
+    launch(detail::permute_activations_kernel, dim3(blocks), dim3(256), 0, stream, false,
+           reinterpret_cast<const std::uint32_t*>(run.x), reinterpret_cast<uint4*>(ws.x_wgmma),
+           run.tokens, w.hidden);
+    MXQ_CUDA_CHECK_LAUNCH();
+  }
   // The first kernel of the forward: plain stream order after whatever the caller enqueued.
-  launch(detail::route_kernel, dim3(router_blocks, detail::token_groups_for(run.tokens)),
-         dim3(detail::kRouteWarps * 32), detail::route_smem_bytes(w.num_local_experts), stream,
-         false, route);
+  launch(route_tiles == 4 ? detail::route_kernel<4> : detail::route_kernel<1>,
+         dim3(router_blocks, detail::token_groups_for(run.tokens)), dim3(detail::kRouteWarps * 32),
+         detail::route_smem_bytes(w.num_local_experts), stream, false, route);
   MXQ_CUDA_CHECK_LAUNCH();
   const float* weights = routing ? ws.topk_w : run.topk_weights;
 
@@ -597,6 +600,8 @@ const char* to_string(GemmVariant variant) {
       return "shared_tile";
     case GemmVariant::kWideTile:
       return "wide_tile";
+    case GemmVariant::kWgmmaTile:
+      return "wgmma_tile";
     case GemmVariant::kAuto:
       return "auto";
     case GemmVariant::kRegisterStream:

@@ -1,6 +1,7 @@
 // Registers the CUDA MoE forward's tactics with the autotuner (see
 // include/mxq/tune/moe_gpu_forward.h): the ways the grouped GEMMs stream MXFP4 weights,
-// cuda::GemmVariant::kRegisterStream (the default), kSharedTile and kWideTile (prefill).
+// cuda::GemmVariant::kRegisterStream (the default), kSharedTile, kWideTile and kWgmmaTile
+// (prefill).
 //
 // Workload: one rank's weights (random FP4 codes, scales mostly 2^-9..2^-6 with a few above 2,
 // bf16 biases; padded to P as the layer's preparation does), bf16 tokens and precomputed top-k
@@ -401,6 +402,7 @@ void register_moe_gpu_forward_autotune(TacticRegistry& registry) {
   registry.add_tactic(make(moe::cuda::GemmVariant::kRegisterStream, false));
   registry.add_tactic(make(moe::cuda::GemmVariant::kSharedTile, true));
   registry.add_tactic(make(moe::cuda::GemmVariant::kWideTile, true));
+  registry.add_tactic(make(moe::cuda::GemmVariant::kWgmmaTile, true));
 }
 
 }  // namespace mxq::tune

@@ -61,6 +61,46 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const std::uint32_
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Decodes one word of the MX blocks of rows r (word_r) and r+8 (word_r8) of a 16-row mma tile
+// into the A registers of two k-steps. Why a word pair gives two: lane (r, c)'s m16n8k16 A
+// registers are rows r (a0, a2) and r+8 (a1, a3) at k pairs (2c, 2c+1) (a0, a1) and
+// (2c+8, 2c+9) (a2, a3), i.e. 2 bf16x2 of each row per k-step, and a word decodes to 4 bf16x2 of
+// its row: registers 2h, 2h+1 of both rows make k-step h (the k order of both operands is
+// permuted to match; mma_mx_chunk).
+template <bool kWideScales>
+__device__ __forceinline__ void decode_word_pair_fragments(std::uint32_t word_r,
+                                                           std::uint32_t word_r8, ScaleFactors f_r,
+                                                           ScaleFactors f_r8,
+                                                           std::uint32_t (&frag_k0)[4],
+                                                           std::uint32_t (&frag_k1)[4]) {
+  std::uint32_t lo[4];  // row r
+  std::uint32_t hi[4];  // row r + 8
+  decode_e2m1x8<kWideScales>(word_r, f_r, lo);
+  decode_e2m1x8<kWideScales>(word_r8, f_r8, hi);
+  frag_k0[0] = lo[0];
+  frag_k0[1] = hi[0];
+  frag_k0[2] = lo[1];
+  frag_k0[3] = hi[1];
+  frag_k1[0] = lo[2];
+  frag_k1[1] = hi[2];
+  frag_k1[2] = lo[3];
+  frag_k1[3] = hi[3];
+}
+
+// Whether any lane of the warp holds a scale that needs the two-multiply decode
+// (decode_e2m1x8<true>): E8M0 129..254 (2^2..2^127), the scales whose e8m0_scale_factors have a
+// second factor. A warp vote because the choice must be uniform: mma.sync needs the whole warp
+// on one path. The scales are bytes (0..255), on which this is `scale > 128 && scale != 255`.
+template <int kAcc>
+__device__ __forceinline__ bool warp_any_wide_scale(const std::uint32_t (&scale)[kAcc][2]) {
+  bool wide = false;
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) wide = wide || (scale[a][h] - 129U < 126U);
+  return __any_sync(0xFFFFFFFFU, wide);
+}
+
 // One 128-wide K chunk of kAcc 16x8 tiles that share their B operand (GEMM1: gate and up rows
 // of the same channels): lane (r = lane/4, c = lane%4) holds the 16-byte MX block c of rows r
 // (wv[a][0]) and r+8 (wv[a][1]) of tile a with their E8M0 scales, and elements 32c..32c+31 of
@@ -87,15 +127,11 @@ __device__ __forceinline__ void mma_mx_chunk(const uint4 (&wv)[kAcc][2],
     for (int a = 0; a < kAcc; ++a) {
       const std::uint32_t w0[4] = {wv[a][0].x, wv[a][0].y, wv[a][0].z, wv[a][0].w};
       const std::uint32_t w1[4] = {wv[a][1].x, wv[a][1].y, wv[a][1].z, wv[a][1].w};
-      std::uint32_t lo[4];  // row r
-      std::uint32_t hi[4];  // row r + 8
-      decode_e2m1x8<kWideScales>(w0[j], f[a][0], lo);
-      decode_e2m1x8<kWideScales>(w1[j], f[a][1], hi);
+      std::uint32_t frag[2][4];  // [k-step][A registers]
+      decode_word_pair_fragments<kWideScales>(w0[j], w1[j], f[a][0], f[a][1], frag[0], frag[1]);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const std::uint32_t frag[4] = {lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1]};
-        mma_bf16_16816(acc[a], frag, xw[4 * j + 2 * h], xw[4 * j + 2 * h + 1]);
-      }
+      for (int h = 0; h < 2; ++h)
+        mma_bf16_16816(acc[a], frag[h], xw[4 * j + 2 * h], xw[4 * j + 2 * h + 1]);
     }
   }
 }

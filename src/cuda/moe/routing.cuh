@@ -2,28 +2,29 @@
 // counts, expert-sorted slots and GEMM work tiles (tile_tokens slots each), with no host
 // synchronization.
 //
-// Grid (router blocks, token groups); a block is kRouteWarps warps, one router row (expert) per
-// warp, for the tokens of its group (route_group_tokens: 1 at small T, up to kRouteTokens). Blocks
+// Grid (router blocks, token groups of kRouteTokens); a block takes 8 or 32 router rows
+// (route_tiles_for: 32 at large T, so each token's activations are read from L2 fewer times) for
+// the tokens of its group, its kRouteWarps warps splitting K (router_logits). Blocks
 // meet through tickets in the workspace's sync region (workspace.cuh) instead of kernel boundaries:
 //   1. every block writes its logits; the last router block of a token group (group ticket)
 //      takes the top-k of that group's tokens and adds its pairs to the per-expert counts;
 //   2. the last token group to finish (final ticket) scans the counts, writes the tiles and the
 //      slot of every pair, and returns the tickets and counts to zero for the next forward.
 // With precomputed routing the grid is (1, token groups) and step 1 only counts the given ids.
-// With one token group (T = 1) the group's last block builds the lists at once.
+// With one token group (T <= kRouteTokens) the group's last block builds the lists at once.
 // One kernel instead of a router launch plus a one-block list kernel: at T = 1 the list work is
 // a few hundred instructions, so its launch and its dependent round trips were the cost.
 #pragma once
 
 #include <cstdint>
 
+#include "mxfp4_mma.cuh"  // mma_bf16_16816
 #include "pdl.cuh"
 #include "workspace.cuh"
 
 namespace mxq::moe::cuda::detail {
 
-constexpr int kRouteWarps = 4;
-constexpr int kRouteUnroll = 12;  // 16-byte vectors per lane in flight per round (2880 = 1 round)
+constexpr int kRouteWarps = 8;  // split K of the router product; top-k of one token each
 constexpr int kMaxTopK = 8;
 constexpr int kMaxRouterExperts = 1024;
 
@@ -38,7 +39,6 @@ struct RouteArgs {
   int tokens;
   int first_expert;  // global id of local expert 0
   int experts;       // local experts
-  int group_tokens;  // tokens per group (<= kRouteTokens)
   int tile_tokens;   // slots per GEMM work tile (the GEMM variant's; tile_tokens_for)
   Workspace ws;
 };
@@ -47,55 +47,89 @@ __device__ __forceinline__ float bf16_bits_to_float(std::uint16_t bits) {
   return __uint_as_float(static_cast<std::uint32_t>(bits) << 16);
 }
 
-// Logits of expert e for tokens t0 .. t0+nt-1 (fp32). The router row is loaded once per round
-// and reused for every token of the group; lane l visits vectors l, l+32, ... in increasing
-// order and the lanes are summed by an xor butterfly, so each logit's rounding does not depend on
-// the group size.
-__device__ __forceinline__ void router_logits(const RouteArgs& a, int e, int t0, int nt, int lane) {
-  const uint4* wrow =
-      reinterpret_cast<const uint4*>(a.router_w + static_cast<std::size_t>(e) * a.hidden);
-  const int vectors = a.hidden / 8;
-  float acc[kRouteTokens] = {};
-  for (int v0 = lane; v0 < vectors; v0 += 32 * kRouteUnroll) {
-    uint4 wa[kRouteUnroll];
+// Logits of the router rows e0 .. e0 + 8 kNTiles - 1 for the tokens t0 .. t0 + nt - 1 (fp32), on
+// the tensor cores: logits = x (tokens x H) * router_w^T, bf16 inputs, fp32 accumulation.
+// Warp w takes the 32-wide K steps w, w + kRouteWarps, ... in increasing order and keeps a 16 x 8
+// mma tile per 8 router rows; the warps' partial sums are added in warp order in shared memory.
+// Lane (r, c) loads 8 consecutive values (one 16-byte vector) of tokens r and r + 8 and of router
+// row r of each tile per step, and the same registers serve as A (tokens) and B (router rows):
+// the k order inside a step is permuted the same way for both operands, so the dot products are
+// unchanged. Why this shape: every logit is computed by the same instructions in the same order
+// whatever T and kNTiles are (rows of an mma do not interact), so a token's routing does not
+// depend on the batch it arrives in; and at T = 4096 the 1.5 GFLOP of router work takes the
+// tensor cores microseconds where the fp32 FMA version took half a millisecond.
+template <int kNTiles>
+__device__ __forceinline__ void router_logits(const RouteArgs& a, int e0, int t0, int nt,
+                                              float (*partial)[kRouteTokens][8 * kNTiles]) {
+  constexpr int kBatch = kNTiles == 1 ? 6 : 3;  // steps whose loads are in flight together
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int r = lane / 4;
+  const int c = lane % 4;
+  const int steps = a.hidden / 32;
+  const auto token_row = [&](int t) -> const uint4* {
+    return t < nt
+               ? reinterpret_cast<const uint4*>(a.x + static_cast<std::size_t>(t0 + t) * a.hidden)
+               : nullptr;
+  };
+  const uint4* x_lo = token_row(r);
+  const uint4* x_hi = token_row(r + 8);
+  const uint4* w_row[kNTiles];
 #pragma unroll
-    for (int u = 0; u < kRouteUnroll; ++u) {
-      const int v = v0 + 32 * u;
-      wa[u] = v < vectors ? __ldg(wrow + v) : make_uint4(0, 0, 0, 0);
+  for (int j = 0; j < kNTiles; ++j) {
+    const int e = e0 + 8 * j + r;
+    w_row[j] =
+        e < a.router_experts
+            ? reinterpret_cast<const uint4*>(a.router_w + static_cast<std::size_t>(e) * a.hidden)
+            : nullptr;
+  }
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  float acc[kNTiles][4] = {};
+  for (int s0 = warp; s0 < steps; s0 += kRouteWarps * kBatch) {
+    uint4 xl[kBatch];
+    uint4 xh[kBatch];
+    uint4 wv[kBatch][kNTiles];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int s = s0 + b * kRouteWarps;
+      const int v = 4 * s + c;  // this lane's vector of the step
+      const bool in = s < steps;
+      xl[b] = in && x_lo != nullptr ? __ldg(x_lo + v) : zero;
+      xh[b] = in && x_hi != nullptr ? __ldg(x_hi + v) : zero;
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j)
+        wv[b][j] = in && w_row[j] != nullptr ? __ldg(w_row[j] + v) : zero;
     }
 #pragma unroll
-    for (int t = 0; t < kRouteTokens; ++t) {
-      if (t >= nt) break;
-      const uint4* xrow =
-          reinterpret_cast<const uint4*>(a.x + static_cast<std::size_t>(t0 + t) * a.hidden);
-      uint4 xa[kRouteUnroll];
+    for (int b = 0; b < kBatch; ++b) {
+      if (s0 + b * kRouteWarps >= steps) break;
+      const std::uint32_t a0[4] = {xl[b].x, xh[b].x, xl[b].y,
+                                   xh[b].y};  // values 0..3 of the vector
+      const std::uint32_t a1[4] = {xl[b].z, xh[b].z, xl[b].w, xh[b].w};  // values 4..7
 #pragma unroll
-      for (int u = 0; u < kRouteUnroll; ++u) {
-        const int v = v0 + 32 * u;
-        xa[u] = v < vectors ? __ldg(xrow + v) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < kRouteUnroll; ++u) {
-        if (v0 + 32 * u >= vectors) break;
-        const std::uint32_t xs[4] = {xa[u].x, xa[u].y, xa[u].z, xa[u].w};
-        const std::uint32_t ws[4] = {wa[u].x, wa[u].y, wa[u].z, wa[u].w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          acc[t] = fmaf(__uint_as_float(xs[i] << 16), __uint_as_float(ws[i] << 16), acc[t]);
-          acc[t] = fmaf(__uint_as_float(xs[i] & 0xFFFF0000U), __uint_as_float(ws[i] & 0xFFFF0000U),
-                        acc[t]);
-        }
+      for (int j = 0; j < kNTiles; ++j) {
+        mma_bf16_16816(acc[j], a0, wv[b][j].x, wv[b][j].y);
+        mma_bf16_16816(acc[j], a1, wv[b][j].z, wv[b][j].w);
       }
     }
   }
-  const float bias = a.router_b != nullptr ? bf16_bits_to_float(a.router_b[e]) : 0.0F;
+  // acc[j][i]: token r (i < 2) or r + 8, router row 8 j + 2 c + (i & 1).
 #pragma unroll
-  for (int t = 0; t < kRouteTokens; ++t) {
-    if (t >= nt) break;
-    float sum = acc[t];
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFU, sum, offset);
-    if (lane == 0)
-      a.ws.logits[static_cast<std::size_t>(t0 + t) * a.router_experts + e] = sum + bias;
+  for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      partial[warp][r + (i >= 2 ? 8 : 0)][8 * j + 2 * c + (i & 1)] = acc[j][i];
+  __syncthreads();
+  for (int q = static_cast<int>(threadIdx.x); q < kRouteTokens * 8 * kNTiles; q += blockDim.x) {
+    const int t = q / (8 * kNTiles);
+    const int n = q % (8 * kNTiles);
+    const int e = e0 + n;
+    if (t >= nt || e >= a.router_experts) continue;
+    float sum = 0.0F;
+#pragma unroll
+    for (int w = 0; w < kRouteWarps; ++w) sum += partial[w][t][n];
+    const float bias = a.router_b != nullptr ? bf16_bits_to_float(a.router_b[e]) : 0.0F;
+    a.ws.logits[static_cast<std::size_t>(t0 + t) * a.router_experts + e] = sum + bias;
   }
 }
 
@@ -280,17 +314,18 @@ __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, 
   if (threadIdx.x == 0) *a.ws.final_ticket = 0;
 }
 
+template <int kNTiles>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
   extern __shared__ int route_smem[];  // build_lists: 4 E + 2 ints
+  __shared__ float partial[kRouteWarps][kRouteTokens][8 * kNTiles];
   allow_dependents();
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int t0 = blockIdx.y * a.group_tokens;
-  const int nt = min(a.group_tokens, a.tokens - t0);
+  const int t0 = blockIdx.y * kRouteTokens;
+  const int nt = min(kRouteTokens, a.tokens - t0);
   const bool routing = a.router_w != nullptr;
   if (routing) {
-    const int e = blockIdx.x * kRouteWarps + warp;
-    if (e < a.router_experts) router_logits(a, e, t0, nt, lane);
+    router_logits<kNTiles>(a, blockIdx.x * 8 * kNTiles, t0, nt, partial);
     if (!block_is_last(a.ws.group_tickets + blockIdx.y, static_cast<int>(gridDim.x))) return;
     for (int t = t0 + warp; t < t0 + nt; t += kRouteWarps) token_topk_softmax(a, t, lane);
     __syncthreads();

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "mxq/moe/cuda_moe.h"
 
@@ -19,38 +20,45 @@ namespace mxq::moe::cuda::detail {
 
 constexpr int kTileTokens = 8;          // slots per work tile of the decode GEMMs (mma n)
 constexpr int kWideTileTokens = 64;     // slots per work tile of the wide (prefill) GEMMs
+constexpr int kWgmmaTileTokens = 128;   // slots per work tile of the wgmma (prefill) GEMMs
 constexpr int kMaxLocalExperts = 1024;  // moe_decode_unsupported_reason enforces it
-constexpr int kRouteTokens = 8;         // most tokens per routing block (one token group)
+constexpr int kRouteTokens = 16;        // tokens per routing group (the router mma's m)
 
 struct Workspace {
-  int* final_ticket;   // [1] routing blocks done with their token group's counts
-  int* expert_counts;  // [kMaxLocalExperts] pairs per local expert (routing, then zeroed)
-  int* group_tickets;  // [token groups] router blocks done with a token group's logits
-  int* topk_ids;       // [T*k] (router output)
-  float* topk_w;       // [T*k]
-  float* logits;       // [T, E_global] (router output)
-  int* num_tiles;      // [1]
-  int* slot_pair;      // [T*k] pair index of each expert-sorted slot
-  int* pair_slot;      // [T*k] slot of each pair, -1 when the expert is not local
-  int* tile_expert;    // [max_tiles]
-  int* tile_slot0;     // [max_tiles]
-  int* tile_rows;      // [max_tiles]
-  __nv_bfloat16* act;  // [T*k, I]
-  float* y;            // [T*k, H]
+  int* final_ticket;       // [1] routing blocks done with their token group's counts
+  int* expert_counts;      // [kMaxLocalExperts] pairs per local expert (routing, then zeroed)
+  int* group_tickets;      // [token groups] router blocks done with a token group's logits
+  int* topk_ids;           // [T*k] (router output)
+  float* topk_w;           // [T*k]
+  float* logits;           // [T, E_global] (router output)
+  int* num_tiles;          // [1]
+  int* slot_pair;          // [T*k] pair index of each expert-sorted slot
+  int* pair_slot;          // [T*k] slot of each pair, -1 when the expert is not local
+  int* tile_expert;        // [max_tiles]
+  int* tile_slot0;         // [max_tiles]
+  int* tile_rows;          // [max_tiles]
+  __nv_bfloat16* act;      // [T*k, I] (in the wgmma K order for GemmVariant::kWgmmaTile)
+  std::uint16_t* x_wgmma;  // [T, H] bf16: x in the wgmma K order (kWgmmaTile only)
+  float* y;                // [T*k, H]
 };
 
-// Tokens per routing group: one at small T (more router blocks, shorter per-warp token loops),
-// up to kRouteTokens at large T (each router row is read from L2 once per group).
-inline int route_group_tokens(int tokens) { return std::clamp(tokens / 16, 1, kRouteTokens); }
-inline int token_groups_for(int tokens) {
-  const int group = route_group_tokens(tokens);
-  return (tokens + group - 1) / group;
-}
+inline int token_groups_for(int tokens) { return (tokens + kRouteTokens - 1) / kRouteTokens; }
+
+// Router mma tiles (8 router rows each) per routing block: 4 from 64 token groups on (each
+// block then reads its tokens' activations for 32 rows), 1 below (more blocks for fewer tokens).
+inline int route_tiles_for(int tokens) { return token_groups_for(tokens) >= 64 ? 4 : 1; }
 
 // Slots per work tile of a GEMM variant: the routing kernel cuts each expert's slots into tiles
 // of this many, and the GEMM kernels take one tile per block row.
 inline int tile_tokens_for(GemmVariant variant) {
-  return variant == GemmVariant::kWideTile ? kWideTileTokens : kTileTokens;
+  switch (variant) {
+    case GemmVariant::kWideTile:
+      return kWideTileTokens;
+    case GemmVariant::kWgmmaTile:
+      return kWgmmaTileTokens;
+    default:
+      return kTileTokens;
+  }
 }
 
 // At most this many tiles: every expert with slots ends in one partial tile.
@@ -60,7 +68,8 @@ inline int max_tiles_for(int pairs, int experts, int tile_tokens = kTileTokens) 
 
 // Bytes of the sync region (offset 0) for up to max_tokens tokens.
 inline std::size_t sync_region_bytes(int max_tokens) {
-  // Groups of one token are the most groups any T <= max_tokens makes.
+  // One group ticket per token group; sized for one-token groups, so the region's size does not
+  // depend on the group size.
   return (1 + static_cast<std::size_t>(kMaxLocalExperts) + static_cast<std::size_t>(max_tokens)) *
          sizeof(int);
 }
@@ -96,6 +105,8 @@ inline Workspace carve_workspace(const MoeDeviceWeights& w, const MoeParams& p, 
   ws.tile_rows = reinterpret_cast<int*>(take(tiles * sizeof(int)));
   ws.act = reinterpret_cast<__nv_bfloat16*>(take(pairs * static_cast<std::size_t>(w.inter) * 2));
   ws.y = reinterpret_cast<float*>(take(pairs * static_cast<std::size_t>(w.hidden) * 4));
+  ws.x_wgmma = reinterpret_cast<std::uint16_t*>(
+      take(static_cast<std::size_t>(max_tokens) * static_cast<std::size_t>(w.hidden) * 2));
   if (bytes != nullptr) *bytes = offset;
   return ws;
 }

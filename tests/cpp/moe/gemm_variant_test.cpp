@@ -55,8 +55,8 @@ TEST(GemmVariant, ConcreteVariantsAreKept) {
   GTEST_SKIP() << "built without CUDA";
 #else
   const MoeDeviceWeights w = gpt_oss_120b();
-  for (const GemmVariant v :
-       {GemmVariant::kRegisterStream, GemmVariant::kSharedTile, GemmVariant::kWideTile}) {
+  for (const GemmVariant v : {GemmVariant::kRegisterStream, GemmVariant::kSharedTile,
+                              GemmVariant::kWideTile, GemmVariant::kWgmmaTile}) {
     MoeParams p;
     p.gemm = v;
     EXPECT_EQ(resolve_gemm_variant(w, p, 1), v);
@@ -64,6 +64,7 @@ TEST(GemmVariant, ConcreteVariantsAreKept) {
   }
   EXPECT_EQ(std::string(to_string(GemmVariant::kAuto)), "auto");
   EXPECT_EQ(std::string(to_string(GemmVariant::kWideTile)), "wide_tile");
+  EXPECT_EQ(std::string(to_string(GemmVariant::kWgmmaTile)), "wgmma_tile");
   EXPECT_EQ(std::string(to_string(GemmVariant::kRegisterStream)), "register_stream");
   EXPECT_EQ(std::string(to_string(GemmVariant::kSharedTile)), "shared_tile");
 #endif

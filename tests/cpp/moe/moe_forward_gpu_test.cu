@@ -146,7 +146,7 @@ TEST_P(MoeGpuVsCpu, MatchesTheReference) {
   const Routing* routing = c.precomputed ? &ref.routing : nullptr;
   for (const cuda::GemmVariant variant :
        {cuda::GemmVariant::kRegisterStream, cuda::GemmVariant::kSharedTile,
-        cuda::GemmVariant::kWideTile, cuda::GemmVariant::kAuto}) {
+        cuda::GemmVariant::kWideTile, cuda::GemmVariant::kWgmmaTile, cuda::GemmVariant::kAuto}) {
     SCOPED_TRACE(cuda::to_string(variant));
     const MoeGpuLayer gpu =
         MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0), variant);

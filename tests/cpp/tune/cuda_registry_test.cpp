@@ -68,9 +68,10 @@ TEST(CudaRegistry, MoeGpuForwardOffersBothGemmVariants) {
     ids.insert(t->id());
     EXPECT_TRUE(t->native.has_value()) << t->id();
   }
-  EXPECT_EQ(ids, (std::set<std::string>{"register_stream", "shared_tile", "wide_tile"}));
+  EXPECT_EQ(ids,
+            (std::set<std::string>{"register_stream", "shared_tile", "wide_tile", "wgmma_tile"}));
   // The other variants' predicate is the kernels' own (top-k at most 8); it needs no device.
-  for (const char* variant : {"shared_tile", "wide_tile"}) {
+  for (const char* variant : {"shared_tile", "wide_tile", "wgmma_tile"}) {
     SCOPED_TRACE(variant);
     const Tactic* tactic = builtin_tactics().find_tactic(kMoeGpuForwardOp, Backend::kCuda, variant);
     ASSERT_NE(tactic, nullptr);
