@@ -55,10 +55,11 @@ struct MoeDeviceWeights {
 //                    decode every weight once per 8 slots, so at many tokens per expert they are
 //                    bound by decoding, not by the tensor cores).
 //   kWgmmaTile:      prefill: 128-slot work tiles, the decoded weights the register A operand of
-//                    Hopper's wgmma (64 rows x up to 128 slots x 16 per instruction), activations
-//                    staged in shared memory in wgmma's K order.
-//   kAuto:           the dispatch rule (resolve_gemm_variant): wide_tile from
-//                    kWideMinSlotsPerExpert expected slots per expert (T * top_k / E), else
+//                    Hopper's wgmma (64 rows x up to 128 slots x 16 per instruction), activations,
+//                    weights and scales brought by a TMA producer warp (the fastest from 32
+//                    slots per expert on; the default there).
+//   kAuto:           the dispatch rule (resolve_gemm_variant): wgmma_tile from
+//                    kPrefillMinSlotsPerExpert expected slots per expert (T * top_k / E), else
 //                    register_stream — the crossover measured on an H200 (docs/PERF.md).
 enum class GemmVariant : int {
   kRegisterStream = 0,
@@ -68,7 +69,7 @@ enum class GemmVariant : int {
   kWgmmaTile = 4,
 };
 const char* to_string(GemmVariant variant);
-inline constexpr int kWideMinSlotsPerExpert = 32;
+inline constexpr int kPrefillMinSlotsPerExpert = 32;
 
 struct MoeParams {
   GemmVariant gemm = GemmVariant::kAuto;

@@ -1,7 +1,7 @@
 // moe_gpu_forward: the autotuner's view of one rank's CUDA MXFP4 MoE forward (mxq/moe/cuda_moe.h:
 // lists, grouped GEMM1 + SwiGLU, grouped GEMM2, combine). Its tactics are the ways the grouped
 // GEMMs stream the MXFP4 weights (cuda::GemmVariant): `register_stream` (the default),
-// `shared_tile` and `wide_tile` (prefill; it sums K in another order than the other two); the
+// `shared_tile`, `wide_tile` and `wgmma_tile` (prefill; these two sum K in other orders); the
 // workload checks each against the CPU reference (normalized error <= 4e-3, the bound of the GPU
 // tests). Registered only in builds with CUDA (src/cuda/moe/moe_gpu_forward_autotune.cpp);
 // moe::MoeGpuLayer consults an autotuner given at upload.

@@ -1,53 +1,17 @@
-// Host launcher of the Hopper (sm_90a) block-FP8 GEMM: builds the four TMA tensor maps through
-// the driver's cuTensorMapEncodeTiled, reached via cudaGetDriverEntryPointByVersion so that
-// mxq never links libcuda directly, and launches a persistent grid of one CTA per SM.
+// Host launcher of the Hopper (sm_90a) block-FP8 GEMM: builds the four TMA tensor maps
+// (cuda/tensor_map.h) and launches a persistent grid of one CTA per SM.
 #include <cuda.h>
-#include <cudaTypedefs.h>
 
 #include <cstdint>
 
 #include "cuda/linear/launch.h"
 #include "cuda/linear/wgmma_gemm.cuh"
+#include "cuda/tensor_map.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
 
 namespace mxq::linear::cuda {
 namespace {
-
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  void* function = nullptr;
-  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
-  MXQ_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
-                                                  cudaEnableDefault, &status));
-  if (status != cudaDriverEntryPointSuccess || function == nullptr) {
-    fail(ErrorCode::kUnsupported,
-         "cuTensorMapEncodeTiled is not available from the CUDA driver (driver too old for TMA)");
-  }
-  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
-}
-
-// A 2-D row-major tensor [rows, cols] with a row stride of `row_stride_bytes`; boxes of
-// [box_rows, box_cols]; out-of-bounds elements read as zero and are skipped on store.
-CUtensorMap make_tensor_map(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMapDataType type,
-                            const void* base, std::uint64_t rows, std::uint64_t cols,
-                            std::uint64_t row_stride_bytes, std::uint32_t box_rows,
-                            std::uint32_t box_cols, CUtensorMapSwizzle swizzle, const char* what) {
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {cols, rows};
-  const cuuint64_t strides[1] = {row_stride_bytes};
-  const cuuint32_t box[2] = {box_cols, box_rows};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult result =
-      encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS) {
-    fail(ErrorCode::kCuda, "cuTensorMapEncodeTiled failed for ", what, " (CUresult ",
-         static_cast<int>(result), "): rows ", rows, ", cols ", cols, ", row stride ",
-         row_stride_bytes, " bytes, box ", box_rows, "x", box_cols);
-  }
-  return map;
-}
 
 bool aligned(const void* pointer, std::uintptr_t bytes) {
   return reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0;
@@ -62,24 +26,23 @@ void require(bool condition, const char* what) {
 
 template <typename Tile>
 void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   const int k_groups = (args.k + args.block_k - 1) / args.block_k;
-  const CUtensorMap map_a = make_tensor_map(
-      encode, CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a, static_cast<std::uint64_t>(args.m),
-      static_cast<std::uint64_t>(args.k), static_cast<std::uint64_t>(args.lda), Tile::kBm, 128,
-      CU_TENSOR_MAP_SWIZZLE_128B, "activations");
-  const CUtensorMap map_w = make_tensor_map(
-      encode, CU_TENSOR_MAP_DATA_TYPE_UINT8, args.w, static_cast<std::uint64_t>(args.n),
-      static_cast<std::uint64_t>(args.k), static_cast<std::uint64_t>(args.ldw), Tile::kBn, 128,
-      CU_TENSOR_MAP_SWIZZLE_128B, "weights");
-  const CUtensorMap map_a_scale = make_tensor_map(
-      encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, args.a_scale, static_cast<std::uint64_t>(k_groups),
+  const CUtensorMap map_a =
+      tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a, static_cast<std::uint64_t>(args.m),
+                   static_cast<std::uint64_t>(args.k), static_cast<std::uint64_t>(args.lda),
+                   Tile::kBm, 128, CU_TENSOR_MAP_SWIZZLE_128B, "activations");
+  const CUtensorMap map_w =
+      tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, args.w, static_cast<std::uint64_t>(args.n),
+                   static_cast<std::uint64_t>(args.k), static_cast<std::uint64_t>(args.ldw),
+                   Tile::kBn, 128, CU_TENSOR_MAP_SWIZZLE_128B, "weights");
+  const CUtensorMap map_a_scale = tma::make_2d(
+      CU_TENSOR_MAP_DATA_TYPE_FLOAT32, args.a_scale, static_cast<std::uint64_t>(k_groups),
       static_cast<std::uint64_t>(args.m), static_cast<std::uint64_t>(args.a_scale_ld) * 4,
       Tile::kKSplit, Tile::kBm, CU_TENSOR_MAP_SWIZZLE_NONE, "activation scales");
-  const CUtensorMap map_out = make_tensor_map(
-      encode, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.out, static_cast<std::uint64_t>(args.m),
-      static_cast<std::uint64_t>(args.n), static_cast<std::uint64_t>(args.ldo) * 2, 64, 64,
-      CU_TENSOR_MAP_SWIZZLE_128B, "output");
+  const CUtensorMap map_out =
+      tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.out, static_cast<std::uint64_t>(args.m),
+                   static_cast<std::uint64_t>(args.n), static_cast<std::uint64_t>(args.ldo) * 2, 64,
+                   64, CU_TENSOR_MAP_SWIZZLE_128B, "output");
 
   WgmmaGemmArgs kernel_args;
   kernel_args.m = args.m;

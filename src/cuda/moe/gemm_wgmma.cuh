@@ -6,24 +6,31 @@
 // k-step does the work of 16-32 mma.sync, and runs asynchronously while the warps decode the
 // next chunk.
 //
-// Block = 2 warpgroups, each on 64 weight rows (A rows), over a 128-slot work tile (B columns):
-//   GEMM1: warp w of warpgroup g holds 8 channels: A rows 0..7 their gate rows, 8..15 their up
-//          rows, so each lane's accumulators hold gate and up of the same (channel, slot) and the
-//          SwiGLU epilogue needs no exchange; 64 channels per block;
+// Block = 2 consumer warpgroups, each on 64 weight rows (A rows), over a 128-slot work tile (B
+// columns), and 1 producer warp:
+//   GEMM1: warp w of warpgroup g holds channels 32 g + 8 w .. + 7 of the block: A rows 0..7 their
+//          gate rows, 8..15 their up rows, so each lane's accumulators hold gate and up of the
+//          same (channel, slot) and the SwiGLU epilogue needs no exchange; 64 channels per block;
 //   GEMM2: warpgroup g takes 64 rows of w2; 128 per block.
 // Tiles of at most 64 slots run the n64 instruction (half the tensor work and copies).
-// Per 128-wide K chunk a stage holds the tile's activations (two 64-wide K atoms of 128 slots x
-// 128 bytes, 128-byte swizzled as wgmma's descriptor expects), 128 weight rows x 64 bytes and
-// their scales; cp.async fills stage i + 2 while chunk i is decoded and multiplied, 4 stages
-// (the stage of chunk i - 1 may still be read by its wgmma until the wait at the end of
-// iteration i). The A fragments of consecutive chunks live in two register sets, so decoding
-// chunk i + 1 never touches registers a running wgmma reads.
-// The activations arrive in the wgmma K order (wgmma_k_order.h): GEMM1 reads a permuted copy of
-// x (permute_activations_kernel), GEMM1's epilogue writes the GEMM2 activations permuted.
-// Lane (r, c) decodes word c of MX block b of its rows r and r + 8: the A fragments of k-steps 2b
-// and 2b + 1 (mxfp4_mma.cuh). Weight rows in a stage keep their 4 MX blocks at unit
-// b ^ ((row / 2) % 4), so the 32 lanes' 4-byte reads hit 32 distinct banks.
+// The producer warp fills a ring of kWgmmaStages stages, one 128-wide K chunk each, by TMA:
+// the tile's activations (64 slot rows x 64 K per box, 128-byte swizzled as wgmma's descriptor
+// reads them: the activations are in slot order, so a tile's rows are contiguous), the weights
+// (64-row boxes, 64-byte swizzled: MX block b of stage row s at unit b ^ ((s / 2) % 4), so the
+// consumers' 4-byte reads hit 32 distinct banks). A stage's "full" barrier completes with the
+// copies' bytes; consumers hand a stage back on its "empty" barrier once the wgmma reading it are
+// done (the wait at the end of the next chunk). Consumers: lane (r, c) decodes word c of MX block b
+// of its rows (mxfp4_mma.cuh): the A fragments of k-steps 2b and 2b + 1. The fragments of
+// consecutive chunks live in two register sets, so decoding chunk i + 1 never touches registers a
+// running wgmma reads. The E8M0 scales (rows not 16-byte aligned, which TMA needs) are read by the
+// consumer lanes themselves from global memory, one chunk ahead: shared memory is written by TMA
+// only. The activations arrive in slot order and the wgmma K order (wgmma_k_order.h): GEMM1 reads x
+// gathered and permuted by gather_activations_kernel, GEMM1's epilogue writes the GEMM2
+// activations permuted. (Gathering rows by TMA instead, one 1 x 64 box per slot row, measured 4x
+// slower: TMA's cost is per box.)
 #pragma once
+
+#include <cuda.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -36,23 +43,28 @@
 
 namespace mxq::moe::cuda::detail {
 
-constexpr int kWgmmaGroups = 2;  // consumer warpgroups per block
-constexpr int kWgmmaThreads = 128 * kWgmmaGroups;
+constexpr int kWgmmaGroups = 2;                            // consumer warpgroups per block
+constexpr int kWgmmaConsumerThreads = 128 * kWgmmaGroups;  // warps 0..7
+constexpr int kWgmmaThreads = kWgmmaConsumerThreads + 32;  // + the producer warp
 constexpr int kWgmmaStages = 4;
-constexpr int kWgmmaLookahead = 2;  // chunks in flight ahead of the one multiplied
-constexpr int kWgmmaChunk = 128;    // K values per stage
-constexpr int kWgmmaAtomBytes = kWgmmaTileTokens * 128;            // 64 K values of every slot
-constexpr int kWgmmaXBytes = 2 * kWgmmaAtomBytes;                  // 32 KB
-constexpr int kWgmmaRows = 64 * kWgmmaGroups;                      // weight rows per stage
-constexpr int kWgmmaWBytes = kWgmmaRows * (kWgmmaChunk / 2);       // 8 KB
-constexpr int kWgmmaScaleBytes = kWgmmaRows * (kWgmmaChunk / 32);  // 512 B
-// x stages first (1024-byte aligned atoms), then weights, then scales; + slack to align the base.
-constexpr int kWgmmaSmemBytes =
-    kWgmmaStages * (kWgmmaXBytes + kWgmmaWBytes + kWgmmaScaleBytes) + 1024;
+constexpr int kWgmmaChunk = 128;                              // K values per stage
+constexpr int kWgmmaAtomBytes = kWgmmaTileTokens * 128;       // 64 K values of every slot
+constexpr int kWgmmaXBytes = 2 * kWgmmaAtomBytes;             // 32 KB
+constexpr int kWgmmaRows = 64 * kWgmmaGroups;                 // weight rows per stage
+constexpr int kWgmmaWBytes = kWgmmaRows * (kWgmmaChunk / 2);  // 8 KB
+// x stages first (1024-byte aligned atoms), then weights, barriers; + slack to align.
+constexpr int kWgmmaBarrierOffset = kWgmmaStages * (kWgmmaXBytes + kWgmmaWBytes);
+constexpr int kWgmmaSmemBytes = kWgmmaBarrierOffset + 2 * kWgmmaStages * 8 + 1024;
 constexpr int kWgmmaGemm1Channels = 32 * kWgmmaGroups;  // channels per GEMM1 block
 constexpr int kWgmmaGemm2Rows = 64 * kWgmmaGroups;      // w2 rows per GEMM2 block
-static_assert(kWgmmaRows <= kWgmmaThreads, "one scale row per thread");
-constexpr std::uint32_t kNoRow = 0xFFFFFFFFU;  // a tile slot without activations
+
+// The TMA views of a GEMM's operands (built by the launcher): activations [slots, K] bf16 in
+// boxes of 64 x 64 (128-byte swizzle), packed weights [rows, K / 2] bytes in boxes of 64 x 64
+// (64-byte swizzle).
+struct WgmmaMaps {
+  CUtensorMap x;
+  CUtensorMap w;
+};
 
 // acc (64 x kN fp32, warpgroup fragments) += A (64 x 16 bf16, registers) * B (16 x kN bf16,
 // K-major in shared memory, 128-byte swizzle).
@@ -109,200 +121,166 @@ __device__ __forceinline__ void wgmma_bf16_rs<128>(float (&d)[64], const std::ui
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
-// Writes activations permuted into the wgmma K order: xp[t][wgmma_k_position(k)] = x[t][k].
-// One thread per 16-byte unit of xp: 4 bf16x2 pairs of one MX block, gathered from 4 places.
-__global__ void permute_activations_kernel(const std::uint32_t* __restrict__ x,
-                                           uint4* __restrict__ xp, int tokens, int hidden) {
+// GEMM1's activations: x_sorted[slot][wgmma_k_position(k)] = x[token of the slot's pair][k].
+// One thread per 16-byte unit of a pair's row: 4 bf16x2 pairs of one MX block, gathered from 4
+// places (positions 4v .. 4v + 3 of block b hold pairs 4c + 2h + u, h = v / 2, u = v % 2).
+__global__ void gather_activations_kernel(const std::uint32_t* __restrict__ x,
+                                          const int* __restrict__ pair_slot, int pairs, int top_k,
+                                          int hidden, uint4* __restrict__ x_sorted) {
+  wait_for_predecessor();  // the routing kernel's slots
+  allow_dependents();
   const int units_per_row = hidden / 8;
-  const std::size_t units = static_cast<std::size_t>(tokens) * units_per_row;
+  const std::size_t units = static_cast<std::size_t>(pairs) * units_per_row;
   for (std::size_t q = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; q < units;
        q += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const std::size_t row = q / units_per_row;
+    const int pair = static_cast<int>(q / units_per_row);
     const int unit = static_cast<int>(q % units_per_row);
-    // Positions 4v .. 4v + 3 of block b hold pairs with h = v / 2, u = v % 2 and c = 0..3.
+    const int slot = pair_slot[pair];
+    if (slot < 0) continue;  // an expert of another rank
     const int block = unit / 4;
     const int v = unit % 4;
-    const std::uint32_t* src = x + row * (hidden / 2) + 16 * block;
-    const int h = v / 2;
-    const int u = v % 2;
+    const std::uint32_t* src = x + static_cast<std::size_t>(pair / top_k) * (hidden / 2) +
+                               16 * block + (v / 2) * 2 + v % 2;
     uint4 out;
-    out.x = __ldg(src + 0 + 2 * h + u);
-    out.y = __ldg(src + 4 + 2 * h + u);
-    out.z = __ldg(src + 8 + 2 * h + u);
-    out.w = __ldg(src + 12 + 2 * h + u);
-    xp[q] = out;
+    out.x = __ldg(src + 0);
+    out.y = __ldg(src + 4);
+    out.z = __ldg(src + 8);
+    out.w = __ldg(src + 12);
+    x_sorted[static_cast<std::size_t>(slot) * units_per_row + unit] = out;
   }
 }
 
 // The work of one block on one tile with the n = kN instruction (kN >= the tile's slots).
 template <bool kGemm1, int kN>
-__device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const WorkTile& tile,
-                                                std::uint8_t* smem, const uint4* x_rows,
-                                                const std::uint32_t* slot_vec) {
-  using namespace mxq::linear::device;  // cp.async, wgmma, fences
+__device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const WgmmaMaps& maps,
+                                                const WorkTile& tile, std::uint8_t* smem) {
+  using namespace mxq::linear::device;  // TMA, mbarrier, wgmma
   const int tid = static_cast<int>(threadIdx.x);
+  const int k_total = kGemm1 ? args.w.hidden : args.w.inter;
+  const int P = args.w.inter_padded;
+  const int matrix_rows = kGemm1 ? args.w.inter : args.w.hidden;
+  const int block_first = blockIdx.x * (kGemm1 ? kWgmmaGemm1Channels : kWgmmaGemm2Rows);
+  const int chunks = (k_total + kWgmmaChunk - 1) / kWgmmaChunk;
+  std::uint8_t* const w_smem = smem + kWgmmaStages * kWgmmaXBytes;
+  auto* const full = reinterpret_cast<std::uint64_t*>(smem + kWgmmaBarrierOffset);
+  std::uint64_t* const empty = full + kWgmmaStages;
+  // Stage rows: GEMM1 rows 0..63 the gate rows of the block's channels, 64..127 their up rows;
+  // GEMM2 rows 0..127 the block's w2 rows.
+  const auto stage_row_global = [&](int s) -> std::int64_t {
+    const std::int64_t expert = tile.expert;
+    if constexpr (kGemm1) {
+      const int channel = block_first + s % 64;
+      if (channel >= matrix_rows) return -1;
+      return expert * 2 * P + channel + (s >= 64 ? P : 0);
+    } else {
+      const int row = block_first + s;
+      if (row >= matrix_rows) return -1;
+      return expert * args.w.hidden + row;
+    }
+  };
+
+  if (tid >= kWgmmaConsumerThreads) {  // ---- producer warp
+    const int lane = tid % 32;
+    const std::int64_t w_first =
+        kGemm1 ? static_cast<std::int64_t>(tile.expert) * 2 * P + block_first
+               : static_cast<std::int64_t>(tile.expert) * args.w.hidden + block_first;
+    const std::int64_t w_second = kGemm1 ? w_first + P : w_first + 64;
+    // Boxes past the tile's slots read other experts' slots or zeros: their B columns only reach
+    // accumulator columns that are never stored.
+    constexpr std::uint32_t kTxBytes = kN * 256 + kWgmmaWBytes;
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      const int stage = chunk % kWgmmaStages;
+      if (chunk >= kWgmmaStages) mbarrier_wait(&empty[stage], ((chunk / kWgmmaStages) - 1) & 1);
+      std::uint8_t* const x_stage = smem + stage * kWgmmaXBytes;
+      std::uint8_t* const w_stage = w_smem + stage * kWgmmaWBytes;
+      if (lane == 0) {
+        mbarrier_arrive_expect_tx(&full[stage], kTxBytes);
+#pragma unroll
+        for (int atom = 0; atom < 2; ++atom)
+#pragma unroll
+          for (int half = 0; half < kN / 64; ++half)
+            tma_load_2d(x_stage + atom * kWgmmaAtomBytes + half * 64 * 128, &maps.x, &full[stage],
+                        chunk * kWgmmaChunk + 64 * atom, tile.slot0 + 64 * half);
+        tma_load_2d(w_stage, &maps.w, &full[stage], chunk * (kWgmmaChunk / 2),
+                    static_cast<int>(w_first));
+        tma_load_2d(w_stage + 64 * (kWgmmaChunk / 2), &maps.w, &full[stage],
+                    chunk * (kWgmmaChunk / 2), static_cast<int>(w_second));
+      }
+    }
+    return;
+  }
+
+  // ---- consumers
   const int group = tid / 128;
   const int warp = (tid / 32) % 4;
   const int lane = tid % 32;
   const int r = lane / 4;
   const int c = lane % 4;
-  const int k_total = kGemm1 ? args.w.hidden : args.w.inter;
-  const int P = args.w.inter_padded;
-  const int matrix_rows = kGemm1 ? args.w.inter : args.w.hidden;
-  const int block_first = blockIdx.x * (kGemm1 ? kWgmmaGemm1Channels : kWgmmaGemm2Rows);
-  const std::size_t expert_row =
-      static_cast<std::size_t>(tile.expert) * (kGemm1 ? 2 * P : args.w.hidden);
-  const int pitch = kGemm1 ? args.w.hidden / 2 : P / 2;  // bytes per packed row
-  const int scale_pitch = pitch / 16;
-  const std::uint8_t* weights = kGemm1 ? args.w.w13 : args.w.w2;
-  const std::uint8_t* scales = kGemm1 ? args.w.w13_scale : args.w.w2_scale;
-  // Global row of stage row s (64 g + 16 w + i), or -1 past the matrix. GEMM1: rows i < 8 are the
-  // gate rows of channels block_first + 32 g + 8 w + i, rows i >= 8 their up rows (P further).
-  const auto stage_row_global = [&](int s) -> std::int64_t {
-    if constexpr (kGemm1) {
-      const int channel = block_first + 32 * (s / 64) + 8 * ((s / 16) % 4) + s % 8;
-      if (channel >= matrix_rows) return -1;
-      return static_cast<std::int64_t>(expert_row) + channel + (s % 16 >= 8 ? P : 0);
-    } else {
-      const int row = block_first + s;
-      if (row >= matrix_rows) return -1;
-      return static_cast<std::int64_t>(expert_row) + row;
-    }
-  };
-  const std::int64_t my_scale_row = tid < kWgmmaRows ? stage_row_global(tid) : -1;
-  const std::uint8_t* my_scales =
-      my_scale_row >= 0 ? scales + static_cast<std::size_t>(my_scale_row) * scale_pitch : nullptr;
-
-  const std::uint32_t x_base = smem_addr(smem);
-  const std::uint32_t w_base = x_base + kWgmmaStages * kWgmmaXBytes;
-  std::uint8_t* const w_smem = smem + kWgmmaStages * kWgmmaXBytes;
-  std::uint8_t* const scale_smem = w_smem + kWgmmaStages * kWgmmaWBytes;
-  const int chunks = (k_total + kWgmmaChunk - 1) / kWgmmaChunk;
-
-  // This thread's copies of every stage, fixed but for the chunk's K offset (the copies are most
-  // of a chunk's non-tensor instructions, so their addresses are worked out once):
-  //   activations: 16-byte unit x_unit (atom x_unit / 8) of slots n0 + 16 j, j < kN / 16: the
-  //   swizzle term n % 8 is n0 % 8 for all of them;
-  //   weights: MX block tid % 4 of stage rows tid / 4 + 64 j, j < 2.
-  // Slots past the tile's rows are not copied: their B columns only reach accumulator columns
-  // that are never stored. Their K tail is zero-filled (stale values times zero weights could be
-  // NaN); so are the weights' (stale weights past the matrix only reach rows never stored).
-  const int x_unit = tid % 16;
-  const int n0 = tid / 16;
-  const std::uint32_t x_dst =
-      (x_unit / 8) * kWgmmaAtomBytes + n0 * 128 + (((x_unit % 8) ^ (n0 % 8)) * 16);
-  constexpr int kXCopies = kN / 16;
-  std::uint32_t x_src[kXCopies];  // vector index of the unit at chunk 0, or kNoRow
-#pragma unroll
-  for (int j = 0; j < kXCopies; ++j) {
-    const std::uint32_t row = slot_vec[n0 + 16 * j];
-    x_src[j] = row == kNoRow ? kNoRow : row + x_unit;
-  }
-  constexpr int kWCopies = kWgmmaRows * 4 / kWgmmaThreads;
-  const std::uint8_t* w_src[kWCopies];
-  std::uint32_t w_dst[kWCopies];
-#pragma unroll
-  for (int j = 0; j < kWCopies; ++j) {
-    const int s = tid / 4 + (kWgmmaThreads / 4) * j;
-    const int b = tid % 4;
-    const std::int64_t row = stage_row_global(s);
-    w_src[j] = row >= 0 ? weights + static_cast<std::size_t>(row) * pitch + 16 * b : nullptr;
-    w_dst[j] = s * (kWgmmaChunk / 2) + ((b ^ ((s / 2) % 4)) * 16);
-  }
-  const auto copy_stage = [&](int chunk) {
-    const int stage = chunk % kWgmmaStages;
-    const std::uint32_t x_stage = x_base + stage * kWgmmaXBytes + x_dst;
-    const bool x_in_k = chunk * kWgmmaChunk + 8 * x_unit < k_total;
-#pragma unroll
-    for (int j = 0; j < kXCopies; ++j) {
-      if (x_src[j] == kNoRow) continue;
-      cp_async_16(x_stage + j * 16 * 128,
-                  x_in_k ? x_rows + x_src[j] + chunk * (kWgmmaChunk / 8) : x_rows, x_in_k ? 16 : 0);
-    }
-    const std::uint32_t w_stage = w_base + stage * kWgmmaWBytes;
-    const bool w_in_k = chunk * kWgmmaChunk + 32 * (tid % 4) < k_total;
-#pragma unroll
-    for (int j = 0; j < kWCopies; ++j) {
-      if (w_src[j] == nullptr) continue;
-      cp_async_16(w_stage + w_dst[j], w_in_k ? w_src[j] + chunk * (kWgmmaChunk / 2) : w_src[j],
-                  w_in_k ? 16 : 0);
-    }
-  };
-  // This thread's scale row for `chunk`: 4 bytes packed little-endian (0 past the matrix or K,
-  // where the weights are zero too).
-  const auto load_scales = [&](int chunk) -> std::uint32_t {
+  // Stage rows of this lane's A rows r and r + 8.
+  const int row_lo = kGemm1 ? 32 * group + 8 * warp + r : 64 * group + 16 * warp + r;
+  const int row_hi = kGemm1 ? row_lo + 64 : row_lo + 8;
+  const int unit_xor = (r / 2) % 4;  // (row / 2) % 4 of both rows: the 64-byte swizzle
+  // E8M0 scales of rows row_lo and row_hi, the chunk's 4 MX blocks packed little-endian (0 past
+  // the matrix or K, where the weights are zero too); loaded one chunk ahead of their use.
+  const int scale_pitch = (kGemm1 ? args.w.hidden : P) / 32;
+  const std::uint8_t* const scales = kGemm1 ? args.w.w13_scale : args.w.w2_scale;
+  const std::int64_t scale_row_lo = stage_row_global(row_lo);
+  const std::int64_t scale_row_hi = stage_row_global(row_hi);
+  const std::uint8_t* const scales_lo =
+      scale_row_lo >= 0 ? scales + scale_row_lo * scale_pitch : nullptr;
+  const std::uint8_t* const scales_hi =
+      scale_row_hi >= 0 ? scales + scale_row_hi * scale_pitch : nullptr;
+  const auto load_scales = [&](const std::uint8_t* row, int chunk) -> std::uint32_t {
     std::uint32_t packed = 0;
-    if (my_scales == nullptr || chunk >= chunks) return 0;
+    if (row == nullptr || chunk >= chunks) return 0;
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
       const int k = chunk * kWgmmaChunk + 32 * b;
-      if (k < k_total) packed |= static_cast<std::uint32_t>(__ldg(my_scales + k / 32)) << (8 * b);
+      if (k < k_total) packed |= static_cast<std::uint32_t>(__ldg(row + k / 32)) << (8 * b);
     }
     return packed;
   };
-  const auto store_scales = [&](int chunk, std::uint32_t packed) {
-    if (tid < kWgmmaRows)
-      *reinterpret_cast<std::uint32_t*>(scale_smem + (chunk % kWgmmaStages) * kWgmmaScaleBytes +
-                                        tid * 4) = packed;
-  };
-#pragma unroll
-  for (int s = 0; s < kWgmmaLookahead; ++s) {
-    if (s < chunks) {
-      copy_stage(s);
-      store_scales(s, load_scales(s));
-    }
-    cp_async_commit();
-  }
-  // Scales of chunk i + 2 are loaded in iteration i and stored in iteration i + 1, when their
-  // stage is free (its last reader, chunk i - 2, finished before iteration i's barrier); the
-  // barrier of iteration i + 2 publishes them.
-  std::uint32_t pending_scales = load_scales(kWgmmaLookahead);
-
+  std::uint32_t next_scales_lo = load_scales(scales_lo, 0);
+  std::uint32_t next_scales_hi = load_scales(scales_hi, 0);
+  const std::uint32_t x_base = smem_addr(smem);
   float acc[kN / 2];
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0F;
-  const int row_lo = 64 * group + 16 * warp + r;  // stage rows of this lane: row_lo, row_lo + 8
-  const int unit_xor = (r / 2) % 4;               // (row / 2) % 4 for both rows
   std::uint32_t frag_even[8][4];
   std::uint32_t frag_odd[8][4];
   const auto step = [&](int chunk, std::uint32_t(&frag)[8][4]) {
-    cp_async_wait<kWgmmaLookahead - 1>();  // this thread's copies of `chunk` have landed
-    fence_proxy_async_shared();            // ... and are visible to wgmma's reads
-    __syncthreads();  // everyone's have; stage (chunk + 2) % 4 is no longer read by anyone
-    if (chunk + kWgmmaLookahead < chunks) copy_stage(chunk + kWgmmaLookahead);
-    cp_async_commit();  // possibly empty: one group per chunk for the wait above
-    if (chunk >= 1 && chunk + 1 < chunks) store_scales(chunk + 1, pending_scales);
-    if (chunk >= 1) pending_scales = load_scales(chunk + kWgmmaLookahead);
-
     const int stage = chunk % kWgmmaStages;
+    mbarrier_wait(&full[stage], (chunk / kWgmmaStages) & 1);
     const std::uint8_t* w_stage = w_smem + stage * kWgmmaWBytes;
-    const std::uint8_t* s_stage = scale_smem + stage * kWgmmaScaleBytes;
-    const std::uint32_t scale_lo = *reinterpret_cast<const std::uint32_t*>(s_stage + row_lo * 4);
-    const std::uint32_t scale_hi =
-        *reinterpret_cast<const std::uint32_t*>(s_stage + (row_lo + 8) * 4);
+    const std::uint32_t scale_lo = next_scales_lo;
+    const std::uint32_t scale_hi = next_scales_hi;
+    next_scales_lo = load_scales(scales_lo, chunk + 1);
+    next_scales_hi = load_scales(scales_hi, chunk + 1);
+    std::uint32_t scale_bytes[4][2];
+    ScaleFactors f_lo[4];
+    ScaleFactors f_hi[4];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      scale_bytes[b][0] = (scale_lo >> (8 * b)) & 0xFFU;
+      scale_bytes[b][1] = (scale_hi >> (8 * b)) & 0xFFU;
+      f_lo[b] = e8m0_scale_factors(scale_bytes[b][0]);
+      f_hi[b] = e8m0_scale_factors(scale_bytes[b][1]);
+    }
     std::uint32_t words_lo[4];
     std::uint32_t words_hi[4];
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
       const int offset = ((b ^ unit_xor) * 16) + 4 * c;
       words_lo[b] = *reinterpret_cast<const std::uint32_t*>(w_stage + row_lo * 64 + offset);
-      words_hi[b] = *reinterpret_cast<const std::uint32_t*>(w_stage + (row_lo + 8) * 64 + offset);
-    }
-    std::uint32_t scale_bytes[4][2];
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      scale_bytes[b][0] = (scale_lo >> (8 * b)) & 0xFFU;
-      scale_bytes[b][1] = (scale_hi >> (8 * b)) & 0xFFU;
+      words_hi[b] = *reinterpret_cast<const std::uint32_t*>(w_stage + row_hi * 64 + offset);
     }
     const auto decode = [&](auto wide_scales) {
 #pragma unroll
-      for (int b = 0; b < 4; ++b) {
+      for (int b = 0; b < 4; ++b)
         decode_word_pair_fragments<decltype(wide_scales)::value>(
-            words_lo[b], words_hi[b], e8m0_scale_factors(scale_bytes[b][0]),
-            e8m0_scale_factors(scale_bytes[b][1]), frag[2 * b], frag[2 * b + 1]);
-      }
+            words_lo[b], words_hi[b], f_lo[b], f_hi[b], frag[2 * b], frag[2 * b + 1]);
     };
-    if (warp_any_wide_scale(scale_bytes)) {
+    if (warp_any_wide_scale(scale_bytes)) {  // scales above 2^1: the two-factor decode
       decode(std::true_type{});
     } else {
       decode(std::false_type{});
@@ -317,6 +295,7 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Work
     }
     wgmma_commit();
     wgmma_wait<1>();  // chunk - 1's wgmma are done: its fragments and stage are free
+    if (chunk >= 1 && lane == 0) mbarrier_arrive(&empty[(chunk - 1) % kWgmmaStages]);
   };
   for (int chunk = 0; chunk < chunks; chunk += 2) {
     step(chunk, frag_even);
@@ -324,7 +303,6 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Work
   }
   wgmma_wait<0>();
   wgmma_fence_operands(acc);
-  allow_dependents();
 
   // acc[4 i + j]: A row 16 warp + r (+ 8 for j >= 2), slot column 8 i + 2 c + (j & 1).
 #pragma unroll
@@ -334,12 +312,12 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Work
       const int col = 8 * i + 2 * c + t;
       if (col >= tile.rows) continue;
       if constexpr (kGemm1) {
-        const int channel = block_first + 32 * group + 8 * warp + r;
+        const int channel = block_first + row_lo;
         if (channel < matrix_rows)
           store_gemm1<true>(args, tile.expert, channel, tile.slot0 + col, acc[4 * i + t],
                             acc[4 * i + 2 + t]);
       } else {
-        const int row = block_first + 64 * group + 16 * warp + r;
+        const int row = block_first + row_lo;
         if (row < matrix_rows)
           store_gemm2(args, tile.expert, row, tile.slot0 + col, acc[4 * i + t]);
         if (row + 8 < matrix_rows)
@@ -349,35 +327,36 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Work
 }
 
 template <bool kGemm1>
-__global__ void __launch_bounds__(kWgmmaThreads, 1) gemm_wgmma_kernel(GemmArgs args) {
+__global__ void __launch_bounds__(kWgmmaThreads, 1)
+    gemm_wgmma_kernel(GemmArgs args, const __grid_constant__ WgmmaMaps maps) {
+  using namespace mxq::linear::device;
+  if (threadIdx.x == kWgmmaConsumerThreads) {
+    prefetch_tensor_map(&maps.x);
+    prefetch_tensor_map(&maps.w);
+  }
   wait_for_predecessor();
   const int tile_index = blockIdx.y;
   if (tile_index >= *args.ws.num_tiles) return;
   extern __shared__ std::uint8_t wgmma_smem_raw[];
-  // The first 16-byte vector of each tile slot's activation row in x_rows, kNoRow past the tile.
-  __shared__ std::uint32_t slot_vec[kWgmmaTileTokens];
-  const WorkTile tile = read_work_tile(args.ws, tile_index);
-  const uint4* x_rows = kGemm1 ? reinterpret_cast<const uint4*>(args.ws.x_wgmma)
-                               : reinterpret_cast<const uint4*>(args.ws.act);
-  for (int n = static_cast<int>(threadIdx.x); n < kWgmmaTileTokens; n += kWgmmaThreads) {
-    std::uint32_t row = kNoRow;
-    if (n < tile.rows) {
-      row = kGemm1 ? static_cast<std::uint32_t>(args.ws.slot_pair[tile.slot0 + n] / args.top_k) *
-                         static_cast<std::uint32_t>(args.w.hidden / 8)
-                   : static_cast<std::uint32_t>(tile.slot0 + n) *
-                         static_cast<std::uint32_t>(args.w.inter / 8);
+  // The swizzle patterns are functions of address bits: the atoms must be 1024-byte aligned.
+  const std::uint32_t raw = smem_addr(wgmma_smem_raw);
+  std::uint8_t* smem = wgmma_smem_raw + ((1024U - (raw % 1024U)) % 1024U);
+  if (threadIdx.x == 0) {
+    auto* const full = reinterpret_cast<std::uint64_t*>(smem + kWgmmaBarrierOffset);
+    for (int s = 0; s < kWgmmaStages; ++s) {
+      mbarrier_init(&full[s], 1);                 // the producer's expect_tx arrival
+      mbarrier_init(&full[kWgmmaStages + s], 8);  // empty: one arrival per consumer warp
     }
-    slot_vec[n] = row;
+    fence_barrier_init();
   }
   __syncthreads();
-  // The swizzle pattern is a function of address bits: the atoms must be 1024-byte aligned.
-  const std::uint32_t raw = mxq::linear::device::smem_addr(wgmma_smem_raw);
-  std::uint8_t* smem = wgmma_smem_raw + ((1024U - (raw % 1024U)) % 1024U);
+  const WorkTile tile = read_work_tile(args.ws, tile_index);
   if (tile.rows <= 64) {
-    wgmma_tile_gemm<kGemm1, 64>(args, tile, smem, x_rows, slot_vec);
+    wgmma_tile_gemm<kGemm1, 64>(args, maps, tile, smem);
   } else {
-    wgmma_tile_gemm<kGemm1, kWgmmaTileTokens>(args, tile, smem, x_rows, slot_vec);
+    wgmma_tile_gemm<kGemm1, kWgmmaTileTokens>(args, maps, tile, smem);
   }
+  allow_dependents();
 }
 
 // Row blocks of a wgmma GEMM launch.

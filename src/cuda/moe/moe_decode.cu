@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "bulk_copy.cuh"
+#include "cuda/tensor_map.h"
 #include "gemm_common.cuh"
 #include "gemm_wgmma.cuh"
 #include "gemm_wide.cuh"
@@ -397,10 +398,29 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
   }
 }
 
+// The TMA views of the wgmma GEMMs' operands: the activations by slot ([T * k, H] for GEMM1,
+// [T * k, I] for GEMM2) in boxes of 64 slots x 64 values, the packed weights (w13 [E * 2P, H / 2],
+// w2 [E * H, P / 2] bytes) in boxes of 64 rows x 64 bytes.
+detail::WgmmaMaps wgmma_maps(const GemmArgs& args, bool gemm1, int tokens) {
+  const MoeDeviceWeights& w = args.w;
+  const auto experts = static_cast<std::uint64_t>(w.num_local_experts);
+  const std::uint64_t slots = static_cast<std::uint64_t>(tokens) * args.top_k;
+  const std::uint64_t k = gemm1 ? w.hidden : w.inter;
+  detail::WgmmaMaps maps;
+  maps.x = tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                        gemm1 ? static_cast<const void*>(args.ws.x_wgmma) : args.ws.act, slots, k,
+                        k * 2, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B, "MoE wgmma activations");
+  const std::uint64_t w_rows = gemm1 ? experts * 2 * w.inter_padded : experts * w.hidden;
+  const std::uint64_t w_cols = gemm1 ? w.hidden / 2 : w.inter_padded / 2;
+  maps.w = tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, gemm1 ? w.w13 : w.w2, w_rows, w_cols, w_cols,
+                        64, 64, CU_TENSOR_MAP_SWIZZLE_64B, "MoE wgmma weights");
+  return maps;
+}
+
 // Launches the variant's GEMM; shared_tile falls back to the register-streaming one when K does
 // not fit a tile.
 template <bool kGemm1>
-void launch_gemm(const GemmArgs& args, int max_tiles, cudaStream_t stream) {
+void launch_gemm(const GemmArgs& args, int tokens, int max_tiles, cudaStream_t stream) {
   const int row_blocks = kGemm1 ? args.w.inter / (kTileRows / 2) : args.w.hidden / kTileRows;
   const TileShape shape = tile_shape(args.w, kGemm1);
   if (args.p.gemm == GemmVariant::kWgmmaTile) {
@@ -410,7 +430,7 @@ void launch_gemm(const GemmArgs& args, int max_tiles, cudaStream_t stream) {
     launch(detail::gemm_wgmma_kernel<kGemm1>,
            dim3(detail::wgmma_row_blocks(args.w, kGemm1), max_tiles), dim3(detail::kWgmmaThreads),
            static_cast<std::size_t>(detail::kWgmmaSmemBytes), stream, args.p.programmatic_launch,
-           args);
+           args, wgmma_maps(args, kGemm1, tokens));
   } else if (args.p.gemm == GemmVariant::kWideTile) {
     // 3 blocks of 48.5 KB per SM need more than the default carveout may give.
     MXQ_CUDA_CHECK(cudaFuncSetAttribute(detail::gemm_wide_kernel<kGemm1>,
@@ -542,29 +562,30 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   const int route_tiles = routing ? detail::route_tiles_for(run.tokens) : 1;
   const int router_blocks =
       routing ? (w.num_global_experts + 8 * route_tiles - 1) / (8 * route_tiles) : 1;
-  if (resolved.gemm == GemmVariant::kWgmmaTile) {
-    // x in the wgmma K order for GEMM1 (plain stream order, like the routing kernel after it).
-    const std::size_t units = static_cast<std::size_t>(run.tokens) * (w.hidden / 8);
-    const int blocks = static_cast<int>(std::min<std::size_t>((units + 255) / 256, 132 * 8));
-    launch(detail::permute_activations_kernel, dim3(blocks), dim3(256), 0, stream, false,
-           reinterpret_cast<const std::uint32_t*>(run.x), reinterpret_cast<uint4*>(ws.x_wgmma),
-           run.tokens, w.hidden);
-    MXQ_CUDA_CHECK_LAUNCH();
-  }
   // The first kernel of the forward: plain stream order after whatever the caller enqueued.
   launch(route_tiles == 4 ? detail::route_kernel<4> : detail::route_kernel<1>,
          dim3(router_blocks, detail::token_groups_for(run.tokens)), dim3(detail::kRouteWarps * 32),
          detail::route_smem_bytes(w.num_local_experts), stream, false, route);
   MXQ_CUDA_CHECK_LAUNCH();
   const float* weights = routing ? ws.topk_w : run.topk_weights;
+  if (resolved.gemm == GemmVariant::kWgmmaTile) {
+    // GEMM1's activations by slot, in the wgmma K order (after the routing kernel's slots).
+    const std::size_t units = static_cast<std::size_t>(pairs) * (w.hidden / 8);
+    const int blocks = static_cast<int>(std::min<std::size_t>((units + 255) / 256, 132 * 16));
+    launch(detail::gather_activations_kernel, dim3(blocks), dim3(256), 0, stream,
+           p.programmatic_launch, reinterpret_cast<const std::uint32_t*>(run.x),
+           static_cast<const int*>(ws.pair_slot), pairs, p.top_k, w.hidden,
+           reinterpret_cast<uint4*>(ws.x_wgmma));
+    MXQ_CUDA_CHECK_LAUNCH();
+  }
 
   mark(1);
   const int max_tiles =
       detail::max_tiles_for(pairs, w.num_local_experts, detail::tile_tokens_for(resolved.gemm));
   const GemmArgs args{w, resolved, run.x, p.top_k, ws};
-  launch_gemm<true>(args, max_tiles, stream);
+  launch_gemm<true>(args, run.tokens, max_tiles, stream);
   mark(2);
-  launch_gemm<false>(args, max_tiles, stream);
+  launch_gemm<false>(args, run.tokens, max_tiles, stream);
   mark(3);
   launch(combine_kernel, dim3((w.hidden + 255) / 256, run.tokens), dim3(256), 0, stream,
          p.programmatic_launch, ws.y, ws.pair_slot, weights, p.top_k, w.hidden, run.out_f32,
@@ -577,7 +598,7 @@ GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, 
   const int experts =
       std::max(w.num_global_experts > 0 ? w.num_global_experts : w.num_local_experts, 1);
   const double slots_per_expert = static_cast<double>(tokens) * p.top_k / experts;
-  return slots_per_expert >= kWideMinSlotsPerExpert ? GemmVariant::kWideTile
+  return slots_per_expert >= kPrefillMinSlotsPerExpert ? GemmVariant::kWgmmaTile
                                                     : GemmVariant::kRegisterStream;
 }
 

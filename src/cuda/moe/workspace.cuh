@@ -38,7 +38,7 @@ struct Workspace {
   int* tile_slot0;         // [max_tiles]
   int* tile_rows;          // [max_tiles]
   __nv_bfloat16* act;      // [T*k, I] (in the wgmma K order for GemmVariant::kWgmmaTile)
-  std::uint16_t* x_wgmma;  // [T, H] bf16: x in the wgmma K order (kWgmmaTile only)
+  std::uint16_t* x_wgmma;  // [T*k, H] bf16: x by slot, in the wgmma K order (kWgmmaTile only)
   float* y;                // [T*k, H]
 };
 
@@ -105,8 +105,8 @@ inline Workspace carve_workspace(const MoeDeviceWeights& w, const MoeParams& p, 
   ws.tile_rows = reinterpret_cast<int*>(take(tiles * sizeof(int)));
   ws.act = reinterpret_cast<__nv_bfloat16*>(take(pairs * static_cast<std::size_t>(w.inter) * 2));
   ws.y = reinterpret_cast<float*>(take(pairs * static_cast<std::size_t>(w.hidden) * 4));
-  ws.x_wgmma = reinterpret_cast<std::uint16_t*>(
-      take(static_cast<std::size_t>(max_tokens) * static_cast<std::size_t>(w.hidden) * 2));
+  ws.x_wgmma =
+      reinterpret_cast<std::uint16_t*>(take(pairs * static_cast<std::size_t>(w.hidden) * 2));
   if (bytes != nullptr) *bytes = offset;
   return ws;
 }

@@ -1,5 +1,5 @@
 // The CUDA MoE forward's GEMM variant names and its dispatch rule (cuda::resolve_gemm_variant),
-// host-side: kAuto runs wide_tile from kWideMinSlotsPerExpert expected slots per expert
+// host-side: kAuto runs wgmma_tile from kPrefillMinSlotsPerExpert expected slots per expert
 // (T * top_k / router width) and register_stream below; a concrete variant is kept as given.
 #include <gtest/gtest.h>
 
@@ -22,7 +22,7 @@ MoeDeviceWeights gpt_oss_120b() {
 }
 #endif
 
-TEST(GemmVariant, AutoRunsWideTilesFromThirtyTwoSlotsPerExpert) {
+TEST(GemmVariant, AutoRunsWgmmaTilesFromThirtyTwoSlotsPerExpert) {
 #if !MXQ_WITH_CUDA
   GTEST_SKIP() << "built without CUDA";
 #else
@@ -32,10 +32,10 @@ TEST(GemmVariant, AutoRunsWideTilesFromThirtyTwoSlotsPerExpert) {
   EXPECT_EQ(resolve_gemm_variant(w, p, 1), GemmVariant::kRegisterStream);
   EXPECT_EQ(resolve_gemm_variant(w, p, 512), GemmVariant::kRegisterStream);
   EXPECT_EQ(resolve_gemm_variant(w, p, 1023), GemmVariant::kRegisterStream);  // 31.97 per expert
-  EXPECT_EQ(resolve_gemm_variant(w, p, 1024), GemmVariant::kWideTile);        // 32
-  EXPECT_EQ(resolve_gemm_variant(w, p, 4096), GemmVariant::kWideTile);
+  EXPECT_EQ(resolve_gemm_variant(w, p, 1024), GemmVariant::kWgmmaTile);       // 32
+  EXPECT_EQ(resolve_gemm_variant(w, p, 4096), GemmVariant::kWgmmaTile);
   p.top_k = 8;  // twice the slots per token
-  EXPECT_EQ(resolve_gemm_variant(w, p, 512), GemmVariant::kWideTile);
+  EXPECT_EQ(resolve_gemm_variant(w, p, 512), GemmVariant::kWgmmaTile);
   // EP: the router width, not the local experts, spreads the slots.
   MoeDeviceWeights ep = w;
   ep.num_local_experts = 64;
@@ -45,7 +45,7 @@ TEST(GemmVariant, AutoRunsWideTilesFromThirtyTwoSlotsPerExpert) {
   MoeDeviceWeights no_router = w;
   no_router.num_global_experts = 0;
   no_router.num_local_experts = 8;
-  EXPECT_EQ(resolve_gemm_variant(no_router, p, 64), GemmVariant::kWideTile);
+  EXPECT_EQ(resolve_gemm_variant(no_router, p, 64), GemmVariant::kWgmmaTile);
   EXPECT_EQ(resolve_gemm_variant(no_router, p, 63), GemmVariant::kRegisterStream);
 #endif
 }
