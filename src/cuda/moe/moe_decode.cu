@@ -599,7 +599,7 @@ GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, 
       std::max(w.num_global_experts > 0 ? w.num_global_experts : w.num_local_experts, 1);
   const double slots_per_expert = static_cast<double>(tokens) * p.top_k / experts;
   return slots_per_expert >= kPrefillMinSlotsPerExpert ? GemmVariant::kWgmmaTile
-                                                    : GemmVariant::kRegisterStream;
+                                                       : GemmVariant::kRegisterStream;
 }
 
 void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t bytes, cudaStream_t stream) {
