@@ -231,14 +231,8 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   const std::uint8_t* const scales_hi =
       scale_row_hi >= 0 ? scales + scale_row_hi * scale_pitch : nullptr;
   const auto load_scales = [&](const std::uint8_t* row, int chunk) -> std::uint32_t {
-    std::uint32_t packed = 0;
-    if (row == nullptr || chunk >= chunks) return 0;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const int k = chunk * kWgmmaChunk + 32 * b;
-      if (k < k_total) packed |= static_cast<std::uint32_t>(__ldg(row + k / 32)) << (8 * b);
-    }
-    return packed;
+    if (row == nullptr || chunk >= chunks) return 0U;
+    return load_chunk_scales(row, chunk * kWgmmaChunk, k_total);
   };
   std::uint32_t next_scales_lo = load_scales(scales_lo, 0);
   std::uint32_t next_scales_hi = load_scales(scales_hi, 0);

@@ -191,14 +191,8 @@ __global__ void __launch_bounds__(kWideWarps * 32, kWideBlocksPerSm)
   // The 4 scales of this thread's row for `chunk` (zero past the matrix or K: zero weights
   // there, and 2^-127 * 0 is 0), packed little-endian, and their store into the stage.
   const auto load_scales = [&](int chunk) -> std::uint32_t {
-    std::uint32_t packed = 0;
-    if (my_scales == nullptr || chunk >= chunks) return 0;
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int k = chunk * kWideChunk + 32 * u;
-      if (k < k_total) packed |= static_cast<std::uint32_t>(__ldg(my_scales + k / 32)) << (8 * u);
-    }
-    return packed;
+    if (my_scales == nullptr || chunk >= chunks) return 0U;
+    return load_chunk_scales(my_scales, chunk * kWideChunk, k_total);
   };
   const auto store_scales = [&](int chunk, std::uint32_t packed) {
     *reinterpret_cast<std::uint32_t*>(wide_smem + (chunk % kWideStages) * kWideStageBytes +

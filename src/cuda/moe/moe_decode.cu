@@ -561,7 +561,7 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
                                 ws};
   const int route_tiles = routing ? detail::route_tiles_for(run.tokens) : 1;
   const int router_blocks =
-      routing ? (w.num_global_experts + 8 * route_tiles - 1) / (8 * route_tiles) : 1;
+      routing ? detail::router_blocks_for(w.num_global_experts, route_tiles) : 1;
   // The first kernel of the forward: plain stream order after whatever the caller enqueued.
   launch(route_tiles == 4 ? detail::route_kernel<4> : detail::route_kernel<1>,
          dim3(router_blocks, detail::token_groups_for(run.tokens)), dim3(detail::kRouteWarps * 32),

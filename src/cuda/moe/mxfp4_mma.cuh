@@ -87,6 +87,20 @@ __device__ __forceinline__ void decode_word_pair_fragments(std::uint32_t word_r,
   frag_k1[3] = hi[3];
 }
 
+// The E8M0 scales of one row's 4 MX blocks from K = k0 (a 128-wide chunk), packed little-endian
+// (block b in byte b); blocks at or past k_total read as 0 (their weights are zero-filled). Byte
+// loads: scale rows are K / 32 bytes long, so a chunk's 4 bytes are not 4-byte aligned.
+__device__ __forceinline__ std::uint32_t load_chunk_scales(const std::uint8_t* row, int k0,
+                                                           int k_total) {
+  std::uint32_t packed = 0;
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const int k = k0 + 32 * b;
+    if (k < k_total) packed |= static_cast<std::uint32_t>(__ldg(row + k / 32)) << (8 * b);
+  }
+  return packed;
+}
+
 // Whether any lane of the warp holds a scale that needs the two-multiply decode
 // (decode_e2m1x8<true>): E8M0 129..254 (2^2..2^127), the scales whose e8m0_scale_factors have a
 // second factor. A warp vote because the choice must be uniform: mma.sync needs the whole warp

@@ -18,7 +18,8 @@
 
 #include <cstdint>
 
-#include "mxfp4_mma.cuh"  // mma_bf16_16816
+#include "cuda/linear/device_ptx.cuh"  // bf16_bits_to_float
+#include "mxfp4_mma.cuh"               // mma_bf16_16816
 #include "pdl.cuh"
 #include "workspace.cuh"
 
@@ -43,9 +44,7 @@ struct RouteArgs {
   Workspace ws;
 };
 
-__device__ __forceinline__ float bf16_bits_to_float(std::uint16_t bits) {
-  return __uint_as_float(static_cast<std::uint32_t>(bits) << 16);
-}
+using mxq::linear::device::bf16_bits_to_float;
 
 // Logits of the router rows e0 .. e0 + 8 kNTiles - 1 for the tokens t0 .. t0 + nt - 1 (fp32), on
 // the tensor cores: logits = x (tokens x H) * router_w^T, bf16 inputs, fp32 accumulation.
@@ -59,8 +58,9 @@ __device__ __forceinline__ float bf16_bits_to_float(std::uint16_t bits) {
 // depend on the batch it arrives in; and at T = 4096 the 1.5 GFLOP of router work takes the
 // tensor cores microseconds where the fp32 FMA version took half a millisecond.
 template <int kNTiles>
-__device__ __forceinline__ void router_logits(const RouteArgs& a, int e0, int t0, int nt,
-                                              float (*partial)[kRouteTokens][8 * kNTiles]) {
+__device__ __forceinline__ void router_logits(
+    const RouteArgs& a, int e0, int t0, int nt,
+    float (*partial)[kRouteTokens][kRouterTileRows * kNTiles]) {
   constexpr int kBatch = kNTiles == 1 ? 6 : 3;  // steps whose loads are in flight together
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -77,7 +77,7 @@ __device__ __forceinline__ void router_logits(const RouteArgs& a, int e0, int t0
   const uint4* w_row[kNTiles];
 #pragma unroll
   for (int j = 0; j < kNTiles; ++j) {
-    const int e = e0 + 8 * j + r;
+    const int e = e0 + kRouterTileRows * j + r;
     w_row[j] =
         e < a.router_experts
             ? reinterpret_cast<const uint4*>(a.router_w + static_cast<std::size_t>(e) * a.hidden)
@@ -118,11 +118,12 @@ __device__ __forceinline__ void router_logits(const RouteArgs& a, int e0, int t0
   for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      partial[warp][r + (i >= 2 ? 8 : 0)][8 * j + 2 * c + (i & 1)] = acc[j][i];
+      partial[warp][r + (i >= 2 ? 8 : 0)][kRouterTileRows * j + 2 * c + (i & 1)] = acc[j][i];
   __syncthreads();
-  for (int q = static_cast<int>(threadIdx.x); q < kRouteTokens * 8 * kNTiles; q += blockDim.x) {
-    const int t = q / (8 * kNTiles);
-    const int n = q % (8 * kNTiles);
+  for (int q = static_cast<int>(threadIdx.x); q < kRouteTokens * kRouterTileRows * kNTiles;
+       q += blockDim.x) {
+    const int t = q / (kRouterTileRows * kNTiles);
+    const int n = q % (kRouterTileRows * kNTiles);
     const int e = e0 + n;
     if (t >= nt || e >= a.router_experts) continue;
     float sum = 0.0F;
@@ -317,7 +318,7 @@ __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, 
 template <int kNTiles>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
   extern __shared__ int route_smem[];  // build_lists: 4 E + 2 ints
-  __shared__ float partial[kRouteWarps][kRouteTokens][8 * kNTiles];
+  __shared__ float partial[kRouteWarps][kRouteTokens][kRouterTileRows * kNTiles];
   allow_dependents();
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -325,7 +326,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
   const int nt = min(kRouteTokens, a.tokens - t0);
   const bool routing = a.router_w != nullptr;
   if (routing) {
-    router_logits<kNTiles>(a, blockIdx.x * 8 * kNTiles, t0, nt, partial);
+    router_logits<kNTiles>(a, blockIdx.x * kRouterTileRows * kNTiles, t0, nt, partial);
     if (!block_is_last(a.ws.group_tickets + blockIdx.y, static_cast<int>(gridDim.x))) return;
     for (int t = t0 + warp; t < t0 + nt; t += kRouteWarps) token_topk_softmax(a, t, lane);
     __syncthreads();

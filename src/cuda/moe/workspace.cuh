@@ -44,9 +44,17 @@ struct Workspace {
 
 inline int token_groups_for(int tokens) { return (tokens + kRouteTokens - 1) / kRouteTokens; }
 
-// Router mma tiles (8 router rows each) per routing block: 4 from 64 token groups on (each
-// block then reads its tokens' activations for 32 rows), 1 below (more blocks for fewer tokens).
+constexpr int kRouterTileRows = 8;  // router rows per router mma tile (the mma's n)
+
+// Router mma tiles per routing block: 4 from 64 token groups on (each block then reads its
+// tokens' activations for 32 rows), 1 below (more blocks for fewer tokens).
 inline int route_tiles_for(int tokens) { return token_groups_for(tokens) >= 64 ? 4 : 1; }
+
+// Routing blocks along the router rows for `tiles` mma tiles per block.
+inline int router_blocks_for(int router_experts, int tiles) {
+  const int rows = kRouterTileRows * tiles;
+  return (router_experts + rows - 1) / rows;
+}
 
 // Slots per work tile of a GEMM variant: the routing kernel cuts each expert's slots into tiles
 // of this many, and the GEMM kernels take one tile per block row.
