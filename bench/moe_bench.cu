@@ -341,6 +341,9 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
   auto* w13s = device_alloc<std::uint8_t>(w13_rows * hidden / 32);
   auto* w2 = device_alloc<std::uint8_t>(w2_rows * padded / 2);
   auto* w2s = device_alloc<std::uint8_t>(w2_rows * padded / 32);
+  // The scales in the kernels' device layout (rows padded to moe_scale_pitch), filled below.
+  auto* w13s_device = device_alloc<std::uint8_t>(w13_rows * moe::cuda::moe_scale_pitch(hidden));
+  auto* w2s_device = device_alloc<std::uint8_t>(w2_rows * moe::cuda::moe_scale_pitch(padded));
   auto* b13 = device_alloc<__nv_bfloat16>(w13_rows);
   auto* b2 = device_alloc<__nv_bfloat16>(w2_rows);
   auto* router = device_alloc<__nv_bfloat16>(static_cast<std::size_t>(experts) * hidden);
@@ -361,9 +364,9 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
 
   MoeDeviceWeights w;
   w.w13 = w13;
-  w.w13_scale = w13s;
+  w.w13_scale = w13s_device;
   w.w2 = w2;
-  w.w2_scale = w2s;
+  w.w2_scale = w2s_device;
   w.b13 = reinterpret_cast<const std::uint16_t*>(b13);
   w.b2 = reinterpret_cast<const std::uint16_t*>(b2);
   w.router_w = reinterpret_cast<const std::uint16_t*>(router);
@@ -422,6 +425,8 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
   // checkpoint layout above.
   moe::cuda::moe_weights_to_device_layout(w13, w13_rows * hidden / 2, stream);
   moe::cuda::moe_weights_to_device_layout(w2, w2_rows * padded / 2, stream);
+  moe::cuda::moe_scales_to_device_layout(w13s, w13_rows, hidden, w13s_device, stream);
+  moe::cuda::moe_scales_to_device_layout(w2s, w2_rows, padded, w2s_device, stream);
   MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
 
   std::vector<cudaEvent_t> events(5);

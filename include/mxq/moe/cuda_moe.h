@@ -20,19 +20,28 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "mxq/core/macros.h"
+
 namespace mxq::moe::cuda {
 
 enum class GpuActivation : int { kSwigluOai = 0, kSwigluClamp = 1, kSwiglu = 2 };
 
+// Bytes per row of E8M0 scales on the device for a K-long weight row: the K/32 scales, zero-padded
+// to a multiple of 16 bytes, so a 128-wide K chunk's 4 scales are one aligned 32-bit load and
+// scale rows meet TMA's 16-byte stride rule. (Padding scales are 0 = 2^-127 and meet zero
+// weights: they contribute nothing and are never NaN.)
+MXQ_HD_INLINE constexpr int moe_scale_pitch(int k) { return (k / 32 + 15) / 16 * 16; }
+
 // w13 and w2 hold packed FP4 in the device layout: the checkpoint's bytes after
 // moe_weights_to_device_layout (a bit permutation within each 32-bit word that makes the
-// kernels' decode cheaper); scales and biases are as prepared.
+// kernels' decode cheaper); the scales' rows are padded to moe_scale_pitch bytes by
+// moe_scales_to_device_layout; biases are as prepared.
 struct MoeDeviceWeights {
   const std::uint8_t* w13 = nullptr;        // [E, 2P, H/2]: gate rows [0, I), up rows [P, P+I)
-  const std::uint8_t* w13_scale = nullptr;  // [E, 2P, H/32] E8M0
+  const std::uint8_t* w13_scale = nullptr;  // [E, 2P, moe_scale_pitch(H)] E8M0
   const std::uint16_t* b13 = nullptr;       // [E, 2P] bf16, or null
   const std::uint8_t* w2 = nullptr;         // [E, H, P/2]
-  const std::uint8_t* w2_scale = nullptr;   // [E, H, P/32] E8M0
+  const std::uint8_t* w2_scale = nullptr;   // [E, H, moe_scale_pitch(P)] E8M0
   const std::uint16_t* b2 = nullptr;        // [E, H] bf16, or null
   const std::uint16_t* router_w = nullptr;  // [E_global, H] bf16 (null: routing is precomputed)
   const std::uint16_t* router_b = nullptr;  // [E_global] bf16, or null
@@ -56,8 +65,8 @@ struct MoeDeviceWeights {
 //                    bound by decoding, not by the tensor cores).
 //   kWgmmaTile:      prefill: 128-slot work tiles, the decoded weights the register A operand of
 //                    Hopper's wgmma (64 rows x up to 128 slots x 16 per instruction), activations,
-//                    weights and scales brought by a TMA producer warp (the fastest from 32
-//                    slots per expert on; the default there).
+//                    weights brought by a TMA producer warp (the fastest from ~12 slots per
+//                    expert on; the default there).
 //   kAuto:           the dispatch rule (resolve_gemm_variant): wgmma_tile from
 //                    kPrefillMinSlotsPerExpert expected slots per expert (T * top_k / E), else
 //                    register_stream — the crossover measured on an H200 (docs/PERF.md).
@@ -69,7 +78,7 @@ enum class GemmVariant : int {
   kWgmmaTile = 4,
 };
 const char* to_string(GemmVariant variant);
-inline constexpr int kPrefillMinSlotsPerExpert = 32;
+inline constexpr int kPrefillMinSlotsPerExpert = 12;
 
 struct MoeParams {
   GemmVariant gemm = GemmVariant::kAuto;
@@ -111,6 +120,12 @@ GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, 
 // Converts packed FP4 weights (w13 or w2 as prepared, `bytes` a multiple of 4) to the device
 // layout in place, on `stream`. Apply once per upload; the kernels read nothing else.
 void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t bytes, cudaStream_t stream);
+
+// Copies E8M0 scales [rows, k/32] as prepared (host or device memory) into the device layout
+// `dst` [rows, moe_scale_pitch(k)] (device memory, moe_scale_pitch(k) * rows bytes), padding with
+// zeros, on `stream`.
+void moe_scales_to_device_layout(const std::uint8_t* src, std::size_t rows, int k,
+                                 std::uint8_t* dst, cudaStream_t stream);
 
 // Per-expert bytes the decode tactic streams for one expert (valid rows/columns only).
 std::size_t moe_expert_weight_bytes(const MoeDeviceWeights& w);

@@ -122,8 +122,8 @@ __device__ __forceinline__ void wgmma_bf16_rs<128>(float (&d)[64], const std::ui
 }
 
 // GEMM1's activations: x_sorted[slot][wgmma_k_position(k)] = x[token of the slot's pair][k].
-// One thread per 16-byte unit of a pair's row: 4 bf16x2 pairs of one MX block, gathered from 4
-// places (positions 4v .. 4v + 3 of block b hold pairs 4c + 2h + u, h = v / 2, u = v % 2).
+// One thread per 16-byte unit of a pair's row: positions 4v .. 4v + 3 of one MX block, gathered
+// from the 4 places of their pairs (wgmma_position_pair).
 __global__ void gather_activations_kernel(const std::uint32_t* __restrict__ x,
                                           const int* __restrict__ pair_slot, int pairs, int top_k,
                                           int hidden, uint4* __restrict__ x_sorted) {
@@ -139,13 +139,14 @@ __global__ void gather_activations_kernel(const std::uint32_t* __restrict__ x,
     if (slot < 0) continue;  // an expert of another rank
     const int block = unit / 4;
     const int v = unit % 4;
-    const std::uint32_t* src = x + static_cast<std::size_t>(pair / top_k) * (hidden / 2) +
-                               16 * block + (v / 2) * 2 + v % 2;
+    // The MX block's 16 bf16x2 pairs in the token's row.
+    const std::uint32_t* src =
+        x + static_cast<std::size_t>(pair / top_k) * (hidden / 2) + 16 * block;
     uint4 out;
-    out.x = __ldg(src + 0);
-    out.y = __ldg(src + 4);
-    out.z = __ldg(src + 8);
-    out.w = __ldg(src + 12);
+    out.x = __ldg(src + wgmma_position_pair(4 * v + 0));
+    out.y = __ldg(src + wgmma_position_pair(4 * v + 1));
+    out.z = __ldg(src + wgmma_position_pair(4 * v + 2));
+    out.w = __ldg(src + wgmma_position_pair(4 * v + 3));
     x_sorted[static_cast<std::size_t>(slot) * units_per_row + unit] = out;
   }
 }
@@ -222,7 +223,7 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   const int unit_xor = (r / 2) % 4;  // (row / 2) % 4 of both rows: the 64-byte swizzle
   // E8M0 scales of rows row_lo and row_hi, the chunk's 4 MX blocks packed little-endian (0 past
   // the matrix or K, where the weights are zero too); loaded one chunk ahead of their use.
-  const int scale_pitch = (kGemm1 ? args.w.hidden : P) / 32;
+  const int scale_pitch = moe_scale_pitch(kGemm1 ? args.w.hidden : P);
   const std::uint8_t* const scales = kGemm1 ? args.w.w13_scale : args.w.w2_scale;
   const std::int64_t scale_row_lo = stage_row_global(row_lo);
   const std::int64_t scale_row_hi = stage_row_global(row_hi);
@@ -232,7 +233,7 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
       scale_row_hi >= 0 ? scales + scale_row_hi * scale_pitch : nullptr;
   const auto load_scales = [&](const std::uint8_t* row, int chunk) -> std::uint32_t {
     if (row == nullptr || chunk >= chunks) return 0U;
-    return load_chunk_scales(row, chunk * kWgmmaChunk, k_total);
+    return load_chunk_scales(row, chunk);
   };
   std::uint32_t next_scales_lo = load_scales(scales_lo, 0);
   std::uint32_t next_scales_hi = load_scales(scales_hi, 0);
@@ -250,16 +251,6 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
     const std::uint32_t scale_hi = next_scales_hi;
     next_scales_lo = load_scales(scales_lo, chunk + 1);
     next_scales_hi = load_scales(scales_hi, chunk + 1);
-    std::uint32_t scale_bytes[4][2];
-    ScaleFactors f_lo[4];
-    ScaleFactors f_hi[4];
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      scale_bytes[b][0] = (scale_lo >> (8 * b)) & 0xFFU;
-      scale_bytes[b][1] = (scale_hi >> (8 * b)) & 0xFFU;
-      f_lo[b] = e8m0_scale_factors(scale_bytes[b][0]);
-      f_hi[b] = e8m0_scale_factors(scale_bytes[b][1]);
-    }
     std::uint32_t words_lo[4];
     std::uint32_t words_hi[4];
 #pragma unroll
@@ -268,16 +259,26 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
       words_lo[b] = *reinterpret_cast<const std::uint32_t*>(w_stage + row_lo * 64 + offset);
       words_hi[b] = *reinterpret_cast<const std::uint32_t*>(w_stage + row_hi * 64 + offset);
     }
-    const auto decode = [&](auto wide_scales) {
+    if (__any_sync(0xFFFFFFFFU, any_wide_scale_byte(scale_lo) || any_wide_scale_byte(scale_hi))) {
+      // A scale above 2^1 or NaN somewhere in the warp: the two-factor decode.
 #pragma unroll
       for (int b = 0; b < 4; ++b)
-        decode_word_pair_fragments<decltype(wide_scales)::value>(
-            words_lo[b], words_hi[b], f_lo[b], f_hi[b], frag[2 * b], frag[2 * b + 1]);
-    };
-    if (warp_any_wide_scale(scale_bytes)) {  // scales above 2^1: the two-factor decode
-      decode(std::true_type{});
+        decode_word_pair_fragments<true>(
+            words_lo[b], words_hi[b], e8m0_scale_factors((scale_lo >> (8 * b)) & 0xFFU),
+            e8m0_scale_factors((scale_hi >> (8 * b)) & 0xFFU), frag[2 * b], frag[2 * b + 1]);
     } else {
-      decode(std::false_type{});
+      const std::uint32_t biased_lo = scale_lo + kPackedScaleBias;
+      const std::uint32_t biased_hi = scale_hi + kPackedScaleBias;
+      const auto decode_block = [&](auto block) {
+        constexpr int b = decltype(block)::value;
+        decode_word_pair_fragments<false>(
+            words_lo[b], words_hi[b], {packed_narrow_scale_factor<b>(biased_lo), 0U},
+            {packed_narrow_scale_factor<b>(biased_hi), 0U}, frag[2 * b], frag[2 * b + 1]);
+      };
+      decode_block(std::integral_constant<int, 0>{});
+      decode_block(std::integral_constant<int, 1>{});
+      decode_block(std::integral_constant<int, 2>{});
+      decode_block(std::integral_constant<int, 3>{});
     }
     const std::uint32_t x_stage = x_base + stage * kWgmmaXBytes;
     wgmma_fence();  // the fragments (and, first time, the zeroed accumulators) are written

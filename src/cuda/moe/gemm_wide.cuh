@@ -81,7 +81,7 @@ __device__ __forceinline__ void wide_mma_chunk(const WideWeightRegs& regs,
 #pragma unroll
   for (int a = 0; a < 2; ++a)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) f[a][h] = e8m0_scale_factors(regs.scale[a][h]);
+    for (int h = 0; h < 2; ++h) f[a][h] = scale_factors<kWideScales>(regs.scale[a][h]);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     std::uint32_t frag[2][2][4];  // [tile][k-step][A registers]
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, kWideBlocksPerSm)
   const std::size_t expert_row =
       static_cast<std::size_t>(expert) * (kGemm1 ? 2 * P : args.w.hidden);
   const int pitch = kGemm1 ? args.w.hidden / 2 : P / 2;  // bytes per packed row
-  const int scale_pitch = pitch / 16;
+  const int scale_pitch = moe_scale_pitch(kGemm1 ? args.w.hidden : P);
   const std::uint8_t* weights = kGemm1 ? args.w.w13 : args.w.w2;
   const std::uint8_t* scales = kGemm1 ? args.w.w13_scale : args.w.w2_scale;
   // Global row of stage row s, or -1 past the matrix.
@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, kWideBlocksPerSm)
   // there, and 2^-127 * 0 is 0), packed little-endian, and their store into the stage.
   const auto load_scales = [&](int chunk) -> std::uint32_t {
     if (my_scales == nullptr || chunk >= chunks) return 0U;
-    return load_chunk_scales(my_scales, chunk * kWideChunk, k_total);
+    return load_chunk_scales(my_scales, chunk);
   };
   const auto store_scales = [&](int chunk, std::uint32_t packed) {
     *reinterpret_cast<std::uint32_t*>(wide_smem + (chunk % kWideStages) * kWideStageBytes +

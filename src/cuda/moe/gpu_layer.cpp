@@ -56,6 +56,20 @@ Tensor upload_view(const TensorView& view, Device device) {
   return out;
 }
 
+// E8M0 scales [..., K/32] as prepared -> the device layout [..., moe_scale_pitch(K)].
+Tensor upload_scales(const TensorView& view, Device device) {
+  Shape shape = view.shape();
+  const int last = shape.rank() - 1;
+  const int k = static_cast<int>(32 * shape[last]);
+  const auto rows = static_cast<std::size_t>(view.numel() / shape[last]);
+  shape[last] = cuda::moe_scale_pitch(k);
+  Tensor out = Tensor::empty(view.dtype(), shape, device);
+  cuda::moe_scales_to_device_layout(static_cast<const std::uint8_t*>(view.data()), rows, k,
+                                    static_cast<std::uint8_t*>(out.data()), nullptr);
+  MXQ_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  return out;
+}
+
 }  // namespace
 
 MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device device,
@@ -117,7 +131,9 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
     cuda::MoeDeviceWeights& w = out.weights;
     for (const MoeParam param : kAllMoeParams) {
       if (!rank.has(param)) continue;
-      out.params.push_back(upload_view(rank.view(param), device));
+      const bool scales = param == MoeParam::kW13Scale || param == MoeParam::kW2Scale;
+      out.params.push_back(scales ? upload_scales(rank.view(param), device)
+                                  : upload_view(rank.view(param), device));
       Tensor& uploaded = out.params.back();
       if (param == MoeParam::kW13 || param == MoeParam::kW2) {
         // The kernels read packed FP4 in their device layout. Legacy default stream, then a

@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
   const int ch0 = blockIdx.x * kTileRows;
   const int r = lane / 4;
   const std::size_t row_bytes = hidden / 2;
-  const std::size_t scale_row = hidden / 32;
+  const std::size_t scale_row = moe_scale_pitch(hidden);
   const std::size_t base_row = static_cast<std::size_t>(expert) * 2 * args.w.inter_padded;
   RowPair<2> rp;
   for (int h = 0; h < 2; ++h) {
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
   const int h0 = blockIdx.x * kTileRows * kGemm2Tiles;
   const int r = lane / 4;
   const std::size_t row_bytes = args.w.inter_padded / 2;
-  const std::size_t scale_row = args.w.inter_padded / 32;
+  const std::size_t scale_row = moe_scale_pitch(args.w.inter_padded);
   const std::size_t base_row = static_cast<std::size_t>(expert) * args.w.hidden;
   RowPair<kGemm2Tiles> rp;
   for (int a = 0; a < kGemm2Tiles; ++a) {
@@ -252,7 +252,7 @@ __host__ __device__ constexpr int padded_row_stride(int row_bytes) {
 struct TileShape {
   int k;           // K values
   int stride;      // smem bytes per weight row
-  int scale_row;   // global (and smem) bytes per scale row
+  int scale_row;   // global (and smem) bytes per scale row: moe_scale_pitch
   int row_pitch;   // global bytes per weight row
   int smem_bytes;  // dynamic shared memory
 };
@@ -261,7 +261,7 @@ __host__ __device__ inline TileShape tile_shape(const MoeDeviceWeights& w, bool 
   TileShape t{};
   t.k = gemm1 ? w.hidden : w.inter;
   t.stride = padded_row_stride(t.k / 2);
-  t.scale_row = (gemm1 ? w.hidden : w.inter_padded) / 32;
+  t.scale_row = moe_scale_pitch(gemm1 ? w.hidden : w.inter_padded);
   t.row_pitch = (gemm1 ? w.hidden : w.inter_padded) / 2;
   t.smem_bytes = kTileRows * t.stride + (kTileRows * t.scale_row + 15) / 16 * 16;
   return t;
@@ -570,8 +570,14 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   const float* weights = routing ? ws.topk_w : run.topk_weights;
   if (resolved.gemm == GemmVariant::kWgmmaTile) {
     // GEMM1's activations by slot, in the wgmma K order (after the routing kernel's slots).
+    // Grid-stride over 16-byte units: two waves of 8 resident 256-thread blocks per SM at most.
+    int device = 0;
+    int sms = 0;
+    MXQ_CUDA_CHECK(cudaGetDevice(&device));
+    MXQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const std::size_t units = static_cast<std::size_t>(pairs) * (w.hidden / 8);
-    const int blocks = static_cast<int>(std::min<std::size_t>((units + 255) / 256, 132 * 16));
+    const int blocks = static_cast<int>(
+        std::min<std::size_t>((units + 255) / 256, static_cast<std::size_t>(sms) * 16));
     launch(detail::gather_activations_kernel, dim3(blocks), dim3(256), 0, stream,
            p.programmatic_launch, reinterpret_cast<const std::uint32_t*>(run.x),
            static_cast<const int*>(ws.pair_slot), pairs, p.top_k, w.hidden,
@@ -613,6 +619,17 @@ void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t bytes, cudaS
   to_device_layout_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<std::uint32_t*>(packed),
                                                       words);
   MXQ_CUDA_CHECK_LAUNCH();
+}
+
+void moe_scales_to_device_layout(const std::uint8_t* src, std::size_t rows, int k,
+                                 std::uint8_t* dst, cudaStream_t stream) {
+  MXQ_CHECK(k > 0 && k % 32 == 0, ErrorCode::kInvalidArgument,
+            "moe_scales_to_device_layout: k: expected a positive multiple of 32, found ", k);
+  if (rows == 0) return;
+  const std::size_t pitch = static_cast<std::size_t>(moe_scale_pitch(k));
+  const std::size_t width = static_cast<std::size_t>(k / 32);
+  MXQ_CUDA_CHECK(cudaMemsetAsync(dst, 0, rows * pitch, stream));
+  MXQ_CUDA_CHECK(cudaMemcpy2DAsync(dst, pitch, src, width, width, rows, cudaMemcpyDefault, stream));
 }
 
 const char* to_string(GemmVariant variant) {

@@ -47,6 +47,10 @@ constexpr double kMaxNormalizedError = 4e-3;
 
 std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+bool is_scale(moe::MoeParam param) {
+  return param == moe::MoeParam::kW13Scale || param == moe::MoeParam::kW2Scale;
+}
+
 // What a moe_gpu_forward tactic runs on: one rank's forward with the GEMM variant left to the
 // tactic.
 struct MoeGpuForwardArgs {
@@ -270,10 +274,18 @@ class MoeGpuWorkload final : public Workload {
     // One input set: the rank's parameters, then tokens, ids and routing weights.
     std::vector<std::pair<moe::MoeParam, std::size_t>> param_at;
     std::size_t bytes = 0;
+    // Scales take their device layout's padded rows (moe_scale_pitch).
+    const auto device_bytes = [&](moe::MoeParam param) -> std::size_t {
+      const TensorView view = weights_.view(param);
+      if (!is_scale(param)) return view.nbytes();
+      const std::int64_t width = view.shape().dim(-1);
+      return static_cast<std::size_t>(view.numel() / width) *
+             moe::cuda::moe_scale_pitch(static_cast<int>(32 * width));
+    };
     for (const moe::MoeParam param : moe::kAllMoeParams) {
       if (!weights_.has(param)) continue;
       param_at.emplace_back(param, bytes);
-      bytes += align256(weights_.view(param).nbytes());
+      bytes += align256(device_bytes(param));
     }
     const std::size_t x_at = bytes;
     bytes += align256(x_bits_.size() * sizeof(std::uint16_t));
@@ -284,8 +296,17 @@ class MoeGpuWorkload final : public Workload {
     std::vector<std::uint8_t> set(bytes, 0);
     for (const auto& [param, at] : param_at) {
       const TensorView view = weights_.view(param);
+      // Packed FP4 and scales go to the GPU in the kernels' layout, as MoeGpuLayer uploads them.
+      if (is_scale(param)) {
+        const auto width = static_cast<std::size_t>(view.shape().dim(-1));
+        const auto pitch =
+            static_cast<std::size_t>(moe::cuda::moe_scale_pitch(static_cast<int>(32 * width)));
+        const auto* src = static_cast<const std::uint8_t*>(view.data());
+        for (std::size_t row = 0; row < view.nbytes() / width; ++row)
+          std::memcpy(set.data() + at + row * pitch, src + row * width, width);
+        continue;
+      }
       std::memcpy(set.data() + at, view.data(), view.nbytes());
-      // Packed FP4 goes to the GPU in the kernels' layout, as MoeGpuLayer uploads it.
       if (param == moe::MoeParam::kW13 || param == moe::MoeParam::kW2)
         moe::cuda::detail::to_device_layout_host(set.data() + at, view.nbytes());
     }

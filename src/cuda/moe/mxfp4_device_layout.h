@@ -49,6 +49,37 @@ MXQ_HD_INLINE constexpr std::uint32_t device_word_register(std::uint32_t w) {
   return (rotl32(w, 6) & 0x80C080C0U) | (rotl32(w, 14) & 0x01000100U);
 }
 
+// ---- E8M0 scale factors for those registers (the decode's fast path; mxfp4_mma.cuh has the
+// general e8m0_scale_factors for scales above 128 and NaN).
+
+// The one bf16x2 factor 2^(scale - 1) that turns e2m1 * 2^-126 into e2m1 * 2^(scale - 127), for
+// a scale byte <= 128: the biased exponent scale + 126 in bits 7..14 of both halves.
+MXQ_HD_INLINE constexpr std::uint32_t narrow_scale_factor(std::uint32_t scale) {
+  return scale * 0x00800080U + 0x3F003F00U;
+}
+
+// Packed scales (MX block b of a 128-wide K chunk in byte b): whether any byte is above 128
+// (129..254 need a second factor, 255 is NaN), i.e. has its top bit and any low bit set. No
+// carries cross bytes: 0x7F + 0x7F < 0x100.
+MXQ_HD_INLINE constexpr bool any_wide_scale_byte(std::uint32_t packed) {
+  return ((((packed & 0x7F7F7F7FU) + 0x7F7F7F7FU) & packed) & 0x80808080U) != 0U;
+}
+
+// narrow_scale_factor of byte kBlock of packed scales that are all <= 128, from
+// biased = packed + kPackedScaleBias (each byte scale + 126 <= 254: no carries): on the device
+// one byte permute (the byte to bits 8..15 and 24..31) and one shift.
+inline constexpr std::uint32_t kPackedScaleBias = 0x7E7E7E7EU;
+template <int kBlock>
+MXQ_HD_INLINE std::uint32_t packed_narrow_scale_factor(std::uint32_t biased) {
+  static_assert(kBlock >= 0 && kBlock < 4, "4 MX blocks per chunk");
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(biased, 0U, 0x0404U | (kBlock << 4) | (kBlock << 12)) >> 1;
+#else
+  const std::uint32_t exponent = (biased >> (8 * kBlock)) & 0xFFU;
+  return (exponent << 7) | (exponent << 23);
+#endif
+}
+
 // Checkpoint-layout word -> device word.
 MXQ_HD_INLINE constexpr std::uint32_t to_device_word(std::uint32_t natural) {
   std::uint32_t out = 0;

@@ -23,7 +23,8 @@ struct ScaleFactors {
   std::uint32_t second;  // 0 when one factor suffices
 };
 
-// Branch-free: the decode runs it for 4 scales per 128-wide chunk.
+// Branch-free, every scale byte (NaN 255 included): the decode's slow path, taken by a warp only
+// when one of its lanes holds a scale above 128 (warp_any_wide_scale).
 __device__ __forceinline__ ScaleFactors e8m0_scale_factors(std::uint32_t scale) {
   const std::uint32_t narrow = ((scale + 126U) << 7) * 0x10001U;  // 2^(scale - 1), scale <= 128
   const std::uint32_t wide = (scale << 7) * 0x10001U;             // 2^(scale - 127)
@@ -31,6 +32,16 @@ __device__ __forceinline__ ScaleFactors e8m0_scale_factors(std::uint32_t scale) 
   f.first = scale <= 128U ? narrow : (scale == 0xFFU ? 0x7FC07FC0U : 0x7E807E80U);
   f.second = scale > 128U && scale != 0xFFU ? wide : 0U;
   return f;
+}
+
+// The factors of a scale for the decode path kWideScales (false: every scale of the warp <= 128).
+template <bool kWideScales>
+__device__ __forceinline__ ScaleFactors scale_factors(std::uint32_t scale) {
+  if constexpr (kWideScales) {
+    return e8m0_scale_factors(scale);
+  } else {
+    return {narrow_scale_factor(scale), 0U};
+  }
 }
 
 // The 4 registers of a word in the device layout (mxfp4_device_layout.h), scaled:
@@ -87,31 +98,25 @@ __device__ __forceinline__ void decode_word_pair_fragments(std::uint32_t word_r,
   frag_k1[3] = hi[3];
 }
 
-// The E8M0 scales of one row's 4 MX blocks from K = k0 (a 128-wide chunk), packed little-endian
-// (block b in byte b); blocks at or past k_total read as 0 (their weights are zero-filled). Byte
-// loads: scale rows are K / 32 bytes long, so a chunk's 4 bytes are not 4-byte aligned.
-__device__ __forceinline__ std::uint32_t load_chunk_scales(const std::uint8_t* row, int k0,
-                                                           int k_total) {
-  std::uint32_t packed = 0;
-#pragma unroll
-  for (int b = 0; b < 4; ++b) {
-    const int k = k0 + 32 * b;
-    if (k < k_total) packed |= static_cast<std::uint32_t>(__ldg(row + k / 32)) << (8 * b);
-  }
-  return packed;
+// The E8M0 scales of one row's 4 MX blocks of 128-wide K chunk `chunk`, block b in byte b: one
+// aligned word of the device scale layout (moe_scale_pitch: rows padded with zeros to 16 bytes,
+// so blocks past K read 0, and their weights are zero too).
+__device__ __forceinline__ std::uint32_t load_chunk_scales(const std::uint8_t* row, int chunk) {
+  return __ldg(reinterpret_cast<const std::uint32_t*>(row) + chunk);
 }
 
-// Whether any lane of the warp holds a scale that needs the two-multiply decode
-// (decode_e2m1x8<true>): E8M0 129..254 (2^2..2^127), the scales whose e8m0_scale_factors have a
-// second factor. A warp vote because the choice must be uniform: mma.sync needs the whole warp
-// on one path. The scales are bytes (0..255), on which this is `scale > 128 && scale != 255`.
+// Whether any lane of the warp holds a scale byte above 128 (E8M0 129..254 = 2^2..2^127, which
+// need the two-multiply decode, or 255 = NaN), so the warp must take the slow path
+// (scale_factors<true>, decode_e2m1x8<true>). A warp vote because the choice must be uniform:
+// mma.sync needs the whole warp on one path. The scales are bytes; written as one unsigned
+// range test (ptxas kept GEMM1's streaming kernel at 127 registers this way; `> 128` spilled).
 template <int kAcc>
 __device__ __forceinline__ bool warp_any_wide_scale(const std::uint32_t (&scale)[kAcc][2]) {
   bool wide = false;
 #pragma unroll
   for (int a = 0; a < kAcc; ++a)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) wide = wide || (scale[a][h] - 129U < 126U);
+    for (int h = 0; h < 2; ++h) wide = wide || (scale[a][h] - 129U < 127U);
   return __any_sync(0xFFFFFFFFU, wide);
 }
 
@@ -129,8 +134,8 @@ __device__ __forceinline__ void mma_mx_chunk(const uint4 (&wv)[kAcc][2],
   ScaleFactors f[kAcc][2];
 #pragma unroll
   for (int a = 0; a < kAcc; ++a) {
-    f[a][0] = e8m0_scale_factors(sc[a][0]);
-    f[a][1] = e8m0_scale_factors(sc[a][1]);
+    f[a][0] = scale_factors<kWideScales>(sc[a][0]);
+    f[a][1] = scale_factors<kWideScales>(sc[a][1]);
   }
   const std::uint32_t xw[16] = {xv[0].x, xv[0].y, xv[0].z, xv[0].w, xv[1].x, xv[1].y,
                                 xv[1].z, xv[1].w, xv[2].x, xv[2].y, xv[2].z, xv[2].w,

@@ -23,6 +23,14 @@ MXQ_HD_INLINE constexpr int wgmma_pair_position(int pair) {
   return (h << 3) | (u << 2) | c;
 }
 
+// The pair stored at `position` (0..15) of an MX block: the inverse of wgmma_pair_position.
+MXQ_HD_INLINE constexpr int wgmma_position_pair(int position) {
+  const int h = position >> 3;
+  const int u = (position >> 2) & 1;
+  const int c = position & 3;
+  return (c << 2) | (h << 1) | u;
+}
+
 // Position of activation element k (any k >= 0) in the wgmma K order.
 MXQ_HD_INLINE constexpr int wgmma_k_position(int k) {
   return (k & ~31) | (wgmma_pair_position((k & 31) >> 1) << 1) | (k & 1);

@@ -22,31 +22,33 @@ MoeDeviceWeights gpt_oss_120b() {
 }
 #endif
 
-TEST(GemmVariant, AutoRunsWgmmaTilesFromThirtyTwoSlotsPerExpert) {
+TEST(GemmVariant, AutoRunsWgmmaTilesFromTwelveSlotsPerExpert) {
 #if !MXQ_WITH_CUDA
   GTEST_SKIP() << "built without CUDA";
 #else
   const MoeDeviceWeights w = gpt_oss_120b();
   MoeParams p;  // kAuto by default, top-4
   EXPECT_EQ(p.gemm, GemmVariant::kAuto);
+  EXPECT_EQ(kPrefillMinSlotsPerExpert, 12);
   EXPECT_EQ(resolve_gemm_variant(w, p, 1), GemmVariant::kRegisterStream);
-  EXPECT_EQ(resolve_gemm_variant(w, p, 512), GemmVariant::kRegisterStream);
-  EXPECT_EQ(resolve_gemm_variant(w, p, 1023), GemmVariant::kRegisterStream);  // 31.97 per expert
-  EXPECT_EQ(resolve_gemm_variant(w, p, 1024), GemmVariant::kWgmmaTile);       // 32
+  EXPECT_EQ(resolve_gemm_variant(w, p, 256), GemmVariant::kRegisterStream);
+  EXPECT_EQ(resolve_gemm_variant(w, p, 383), GemmVariant::kRegisterStream);  // 11.97 per expert
+  EXPECT_EQ(resolve_gemm_variant(w, p, 384), GemmVariant::kWgmmaTile);       // 12
   EXPECT_EQ(resolve_gemm_variant(w, p, 4096), GemmVariant::kWgmmaTile);
   p.top_k = 8;  // twice the slots per token
-  EXPECT_EQ(resolve_gemm_variant(w, p, 512), GemmVariant::kWgmmaTile);
+  EXPECT_EQ(resolve_gemm_variant(w, p, 192), GemmVariant::kWgmmaTile);
+  EXPECT_EQ(resolve_gemm_variant(w, p, 191), GemmVariant::kRegisterStream);
   // EP: the router width, not the local experts, spreads the slots.
   MoeDeviceWeights ep = w;
   ep.num_local_experts = 64;
   p.top_k = 4;
-  EXPECT_EQ(resolve_gemm_variant(ep, p, 1023), GemmVariant::kRegisterStream);
+  EXPECT_EQ(resolve_gemm_variant(ep, p, 383), GemmVariant::kRegisterStream);
   // No router (precomputed routing on a layer without one): the local experts.
   MoeDeviceWeights no_router = w;
   no_router.num_global_experts = 0;
   no_router.num_local_experts = 8;
-  EXPECT_EQ(resolve_gemm_variant(no_router, p, 64), GemmVariant::kWgmmaTile);
-  EXPECT_EQ(resolve_gemm_variant(no_router, p, 63), GemmVariant::kRegisterStream);
+  EXPECT_EQ(resolve_gemm_variant(no_router, p, 24), GemmVariant::kWgmmaTile);
+  EXPECT_EQ(resolve_gemm_variant(no_router, p, 23), GemmVariant::kRegisterStream);
 #endif
 }
 

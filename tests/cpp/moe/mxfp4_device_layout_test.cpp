@@ -70,6 +70,51 @@ TEST(Mxfp4DeviceLayout, RegistersHoldNaturalPairsOfEveryCode) {
   }
 }
 
+// bf16 bits of 2^e (normal range).
+std::uint32_t bf16_power_of_two(int e) { return static_cast<std::uint32_t>(e + 127) << 7; }
+
+TEST(Mxfp4DeviceScales, NarrowFactorIsTwoToTheScaleMinusOneInBothHalves) {
+  for (std::uint32_t scale = 0; scale <= 128; ++scale) {
+    const std::uint32_t half = bf16_power_of_two(static_cast<int>(scale) - 1);
+    EXPECT_EQ(narrow_scale_factor(scale), half | (half << 16)) << scale;
+  }
+}
+
+// Every scale byte at every position, the other bytes random.
+TEST(Mxfp4DeviceScales, WideByteTestFlagsExactlyTheScalesAbove128) {
+  std::mt19937 rng(5);
+  for (int position = 0; position < 4; ++position) {
+    for (std::uint32_t scale = 0; scale < 256; ++scale) {
+      for (int trial = 0; trial < 8; ++trial) {
+        std::uint32_t packed = 0;
+        bool want = false;
+        for (int b = 0; b < 4; ++b) {
+          // Other bytes mostly at or below 128, sometimes any value.
+          const std::uint32_t byte =
+              b == position ? scale : (trial < 6 ? rng() % 129 : rng() % 256);
+          packed |= byte << (8 * b);
+          want = want || byte > 128;
+        }
+        EXPECT_EQ(any_wide_scale_byte(packed), want) << std::hex << packed;
+      }
+    }
+  }
+}
+
+TEST(Mxfp4DeviceScales, PackedNarrowFactorsMatchTheOneScaleFactor) {
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::uint32_t s[4];
+    for (auto& v : s) v = trial < 129 ? static_cast<std::uint32_t>(trial) : rng() % 129;
+    const std::uint32_t packed = s[0] | (s[1] << 8) | (s[2] << 16) | (s[3] << 24);
+    const std::uint32_t biased = packed + kPackedScaleBias;
+    EXPECT_EQ(packed_narrow_scale_factor<0>(biased), narrow_scale_factor(s[0]));
+    EXPECT_EQ(packed_narrow_scale_factor<1>(biased), narrow_scale_factor(s[1]));
+    EXPECT_EQ(packed_narrow_scale_factor<2>(biased), narrow_scale_factor(s[2]));
+    EXPECT_EQ(packed_narrow_scale_factor<3>(biased), narrow_scale_factor(s[3]));
+  }
+}
+
 TEST(Mxfp4DeviceLayout, HostConversionConvertsEveryWord) {
   std::vector<std::uint8_t> bytes(64);
   std::mt19937 rng(3);

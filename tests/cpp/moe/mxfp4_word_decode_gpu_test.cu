@@ -22,8 +22,8 @@ namespace mxq {
 namespace {
 
 using moe::cuda::detail::decode_e2m1x8;
-using moe::cuda::detail::e8m0_scale_factors;
 using moe::cuda::detail::mma_mx_chunk;
+using moe::cuda::detail::scale_factors;
 
 template <typename T>
 class DeviceArray {
@@ -51,12 +51,14 @@ class DeviceArray {
 };
 
 // out[4 * (scale * words + i) + p] = register p of word i decoded under `scale`; the wide path
-// (two multiplies) when `wide`, else the one-multiply path the kernels take when no scale of the
-// warp exceeds 128 (the test only asks it for those scales).
+// (two multiplies, e8m0_scale_factors) when `wide`, else the one-multiply path with the one
+// factor the kernels take when no scale of the warp exceeds 128 (the test only asks it for
+// those scales).
 __global__ void decode_words_kernel(const std::uint32_t* words, int count, bool wide,
                                     std::uint32_t* out) {
   const int scale = blockIdx.y;
-  const auto f = e8m0_scale_factors(static_cast<std::uint32_t>(scale));
+  const auto f = wide ? scale_factors<true>(static_cast<std::uint32_t>(scale))
+                      : scale_factors<false>(static_cast<std::uint32_t>(scale));
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
     std::uint32_t regs[4];
     if (wide) {
@@ -104,7 +106,7 @@ void check_decode(bool wide) {
   const std::vector<std::uint32_t> out = d_out.download();
   std::int64_t mismatches = 0;
   for (int scale = 0; scale < 256; ++scale) {
-    if (!wide && scale > 128 && scale != 255) continue;  // the kernels take the wide path there
+    if (!wide && scale > 128) continue;  // the kernels take the wide path there
     for (int i = 0; i < count; ++i) {
       std::uint8_t packed[16] = {};
       std::memcpy(packed, &words[i], 4);
@@ -132,6 +134,49 @@ void check_decode(bool wide) {
 }
 
 TEST(Mxfp4WordDecode, OneMultiplyPathMatchesHostCodec) { check_decode(false); }
+
+// The device form of packed_narrow_scale_factor (a byte permute) against the one-scale factor,
+// for every scale <= 128 at every position, the other bytes varying.
+__global__ void packed_factor_kernel(std::uint32_t* out) {
+  const std::uint32_t scale = blockIdx.x;  // 0..128
+  const std::uint32_t other = (threadIdx.x * 37U) % 129U;
+  for (int position = 0; position < 4; ++position) {
+    std::uint32_t packed = 0;
+    for (int b = 0; b < 4; ++b) packed |= (b == position ? scale : other) << (8 * b);
+    const std::uint32_t biased = packed + moe::cuda::detail::kPackedScaleBias;
+    std::uint32_t got = 0;
+    switch (position) {
+      case 0:
+        got = moe::cuda::detail::packed_narrow_scale_factor<0>(biased);
+        break;
+      case 1:
+        got = moe::cuda::detail::packed_narrow_scale_factor<1>(biased);
+        break;
+      case 2:
+        got = moe::cuda::detail::packed_narrow_scale_factor<2>(biased);
+        break;
+      default:
+        got = moe::cuda::detail::packed_narrow_scale_factor<3>(biased);
+        break;
+    }
+    out[(scale * blockDim.x + threadIdx.x) * 4 + position] = got;
+  }
+}
+
+TEST(Mxfp4WordDecode, PackedScaleFactorsOnTheDevice) {
+  constexpr int kThreads = 129;
+  DeviceArray<std::uint32_t> d_out(129 * kThreads * 4);
+  packed_factor_kernel<<<129, kThreads>>>(d_out.get());
+  MXQ_CUDA_CHECK(cudaGetLastError());
+  MXQ_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<std::uint32_t> out = d_out.download();
+  for (std::uint32_t scale = 0; scale <= 128; ++scale)
+    for (int t = 0; t < kThreads; ++t)
+      for (int position = 0; position < 4; ++position)
+        ASSERT_EQ(out[(scale * kThreads + t) * 4 + position],
+                  moe::cuda::detail::narrow_scale_factor(scale))
+            << "scale " << scale << " position " << position << " thread " << t;
+}
 TEST(Mxfp4WordDecode, TwoMultiplyPathMatchesHostCodecOnEveryScale) { check_decode(true); }
 
 // One warp: D[32][8] = W[32][128] (MXFP4, row-major packed, 4 scales per row) x X[8][128]^T,

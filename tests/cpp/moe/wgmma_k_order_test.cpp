@@ -31,6 +31,13 @@ TEST(WgmmaKOrder, PermutesEachMxBlockOntoItself) {
   }
 }
 
+TEST(WgmmaKOrder, PositionPairInvertsPairPosition) {
+  for (int p = 0; p < 16; ++p) {
+    EXPECT_EQ(wgmma_position_pair(wgmma_pair_position(p)), p) << p;
+    EXPECT_EQ(wgmma_pair_position(wgmma_position_pair(p)), p) << p;
+  }
+}
+
 TEST(WgmmaKOrder, FragmentsMeetTheirActivations) {
   // Lane c, k-step h of block b, register slot u (a0/a1 or a2/a3), half t: the weight decoded
   // there is element 32b + 8c + 2(2h + u) + t; wgmma multiplies it with logical K
