@@ -101,8 +101,12 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint64_t* bar, st
                : "memory");
 }
 
+// Barriers by shared-memory address (smem_addr), for loops that keep the addresses in registers.
+__device__ __forceinline__ void mbarrier_arrive(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
 __device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+  mbarrier_arrive(smem_addr(bar));
 }
 
 // Blocks until the phase with the given parity has completed. The polling loop lives inside one
@@ -110,7 +114,7 @@ __device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
 // divergent path there makes ptxas serialize the wgmma, C7518). A wait that never ends (a TMA
 // that faulted, a broken pipeline) traps after 2^26 polls instead of hanging the GPU: every
 // legitimate wait here is a few microseconds.
-__device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t parity) {
+__device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t parity) {
   asm volatile(
       "{\n"
       ".reg .pred done;\n"
@@ -124,9 +128,20 @@ __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t 
       "@done bra MXQ_WAIT_LOOP;\n"
       "trap;\n"
       "MXQ_WAIT_DONE:\n"
-      "}\n" ::"r"(smem_addr(bar)),
+      "}\n" ::"r"(bar),
       "r"(parity)
       : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t parity) {
+  mbarrier_wait(smem_addr(bar), parity);
+}
+
+// A 32-bit shared-memory load by address. Volatile: it must stay after the barrier wait that
+// makes the data valid (the address repeats every ring cycle).
+__device__ __forceinline__ std::uint32_t ld_shared_u32(std::uint32_t addr) {
+  std::uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
 }
 
 // ---- TMA (bulk tensor copies) -------------------------------------------------------------------

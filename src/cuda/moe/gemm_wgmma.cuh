@@ -151,17 +151,17 @@ __global__ void gather_activations_kernel(const std::uint32_t* __restrict__ x,
   }
 }
 
-// The work of one block on one tile with the n = kN instruction (kN >= the tile's slots).
+// The work of one block (row block blockIdx.x of a tile) with the n = kN instruction (kN >= the
+// tile's slots).
 template <bool kGemm1, int kN>
 __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const WgmmaMaps& maps,
                                                 const WorkTile& tile, std::uint8_t* smem) {
   using namespace mxq::linear::device;  // TMA, mbarrier, wgmma
   const int tid = static_cast<int>(threadIdx.x);
-  const int k_total = kGemm1 ? args.w.hidden : args.w.inter;
   const int P = args.w.inter_padded;
   const int matrix_rows = kGemm1 ? args.w.inter : args.w.hidden;
   const int block_first = blockIdx.x * (kGemm1 ? kWgmmaGemm1Channels : kWgmmaGemm2Rows);
-  const int chunks = (k_total + kWgmmaChunk - 1) / kWgmmaChunk;
+  const int chunks = ((kGemm1 ? args.w.hidden : args.w.inter) + kWgmmaChunk - 1) / kWgmmaChunk;
   std::uint8_t* const w_smem = smem + kWgmmaStages * kWgmmaXBytes;
   auto* const full = reinterpret_cast<std::uint64_t*>(smem + kWgmmaBarrierOffset);
   std::uint64_t* const empty = full + kWgmmaStages;
@@ -219,7 +219,8 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   const int c = lane % 4;
   // Stage rows of this lane's A rows r and r + 8.
   const int row_lo = kGemm1 ? 32 * group + 8 * warp + r : 64 * group + 16 * warp + r;
-  const int row_hi = kGemm1 ? row_lo + 64 : row_lo + 8;
+  constexpr int kHiRows = kGemm1 ? 64 : 8;  // row_hi - row_lo
+  const int row_hi = row_lo + kHiRows;
   const int unit_xor = (r / 2) % 4;  // (row / 2) % 4 of both rows: the 64-byte swizzle
   // E8M0 scales of rows row_lo and row_hi, the chunk's 4 MX blocks packed little-endian (0 past
   // the matrix or K, where the weights are zero too); loaded one chunk ahead of their use.
@@ -237,7 +238,22 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   };
   std::uint32_t next_scales_lo = load_scales(scales_lo, 0);
   std::uint32_t next_scales_hi = load_scales(scales_hi, 0);
-  const std::uint32_t x_base = smem_addr(smem);
+  // Shared-memory addresses held in registers across the loop (the per-chunk work then adds the
+  // stage's offset instead of converting generic pointers again): this lane's words of MX block b
+  // of row row_lo (row_hi is kHiRowOffset bytes on), the barriers, and the activations' wgmma
+  // descriptor (start address in 16-byte units in its low bits: stage and k-step offsets add).
+  constexpr std::uint32_t kHiRowOffset = kHiRows * 64;
+  const std::uint32_t smem_base = smem_addr(smem);
+  const std::uint32_t full_base = smem_base + kWgmmaBarrierOffset;
+  const std::uint32_t empty_base = full_base + kWgmmaStages * 8;
+  std::uint32_t w_lane[4];
+#pragma unroll
+  for (int b = 0; b < 4; ++b)
+    w_lane[b] =
+        smem_base + kWgmmaStages * kWgmmaXBytes + row_lo * 64 + ((b ^ unit_xor) * 16) + 4 * c;
+  const std::uint64_t x_desc = wgmma_desc_k128_sw128(smem_base);
+  const auto x_desc_lo = static_cast<std::uint32_t>(x_desc);  // the address field, < 2^14
+  const std::uint64_t x_desc_hi = x_desc & ~0xFFFFFFFFULL;
   float acc[kN / 2];
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0F;
@@ -245,8 +261,7 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   std::uint32_t frag_odd[8][4];
   const auto step = [&](int chunk, std::uint32_t(&frag)[8][4]) {
     const int stage = chunk % kWgmmaStages;
-    mbarrier_wait(&full[stage], (chunk / kWgmmaStages) & 1);
-    const std::uint8_t* w_stage = w_smem + stage * kWgmmaWBytes;
+    mbarrier_wait(full_base + 8 * stage, (chunk / kWgmmaStages) & 1);
     const std::uint32_t scale_lo = next_scales_lo;
     const std::uint32_t scale_hi = next_scales_hi;
     next_scales_lo = load_scales(scales_lo, chunk + 1);
@@ -255,9 +270,9 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
     std::uint32_t words_hi[4];
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      const int offset = ((b ^ unit_xor) * 16) + 4 * c;
-      words_lo[b] = *reinterpret_cast<const std::uint32_t*>(w_stage + row_lo * 64 + offset);
-      words_hi[b] = *reinterpret_cast<const std::uint32_t*>(w_stage + row_hi * 64 + offset);
+      const std::uint32_t at = w_lane[b] + stage * kWgmmaWBytes;
+      words_lo[b] = ld_shared_u32(at);
+      words_hi[b] = ld_shared_u32(at + kHiRowOffset);
     }
     if (__any_sync(0xFFFFFFFFU, any_wide_scale_byte(scale_lo) || any_wide_scale_byte(scale_hi))) {
       // A scale above 2^1 or NaN somewhere in the warp: the two-factor decode.
@@ -280,17 +295,17 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
       decode_block(std::integral_constant<int, 2>{});
       decode_block(std::integral_constant<int, 3>{});
     }
-    const std::uint32_t x_stage = x_base + stage * kWgmmaXBytes;
+    // 32-bit offsets: smem addresses stay below 2^18 bytes, so the field never carries.
+    const std::uint32_t stage_desc_lo = x_desc_lo + ((stage * kWgmmaXBytes) >> 4);
     wgmma_fence();  // the fragments (and, first time, the zeroed accumulators) are written
 #pragma unroll
-    for (int s = 0; s < 8; ++s) {
-      const std::uint64_t desc =
-          wgmma_desc_k128_sw128(x_stage + (s / 4) * kWgmmaAtomBytes + (s % 4) * 32);
-      wgmma_bf16_rs<kN>(acc, frag[s], desc, true);
-    }
+    for (int s = 0; s < 8; ++s)
+      wgmma_bf16_rs<kN>(
+          acc, frag[s],
+          x_desc_hi | (stage_desc_lo + (((s / 4) * kWgmmaAtomBytes + (s % 4) * 32) >> 4)), true);
     wgmma_commit();
     wgmma_wait<1>();  // chunk - 1's wgmma are done: its fragments and stage are free
-    if (chunk >= 1 && lane == 0) mbarrier_arrive(&empty[(chunk - 1) % kWgmmaStages]);
+    if (chunk >= 1 && lane == 0) mbarrier_arrive(empty_base + 8 * ((chunk - 1) % kWgmmaStages));
   };
   for (int chunk = 0; chunk < chunks; chunk += 2) {
     step(chunk, frag_even);
@@ -321,6 +336,7 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
     }
 }
 
+// Grid: (row blocks, tiles); blocks past the routed tiles return at once.
 template <bool kGemm1>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
     gemm_wgmma_kernel(GemmArgs args, const __grid_constant__ WgmmaMaps maps) {
@@ -330,7 +346,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     prefetch_tensor_map(&maps.w);
   }
   wait_for_predecessor();
-  const int tile_index = blockIdx.y;
+  const int tile_index = static_cast<int>(blockIdx.y);
   if (tile_index >= *args.ws.num_tiles) return;
   extern __shared__ std::uint8_t wgmma_smem_raw[];
   // The swizzle patterns are functions of address bits: the atoms must be 1024-byte aligned.

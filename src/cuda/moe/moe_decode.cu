@@ -417,6 +417,15 @@ detail::WgmmaMaps wgmma_maps(const GemmArgs& args, bool gemm1, int tokens) {
   return maps;
 }
 
+// SMs of the current device (a cached attribute: cheap, and legal while a graph is captured).
+int sm_count() {
+  int device = 0;
+  int sms = 0;
+  MXQ_CUDA_CHECK(cudaGetDevice(&device));
+  MXQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
 // Launches the variant's GEMM; shared_tile falls back to the register-streaming one when K does
 // not fit a tile.
 template <bool kGemm1>
@@ -571,10 +580,7 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   if (resolved.gemm == GemmVariant::kWgmmaTile) {
     // GEMM1's activations by slot, in the wgmma K order (after the routing kernel's slots).
     // Grid-stride over 16-byte units: two waves of 8 resident 256-thread blocks per SM at most.
-    int device = 0;
-    int sms = 0;
-    MXQ_CUDA_CHECK(cudaGetDevice(&device));
-    MXQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int sms = sm_count();
     const std::size_t units = static_cast<std::size_t>(pairs) * (w.hidden / 8);
     const int blocks = static_cast<int>(
         std::min<std::size_t>((units + 255) / 256, static_cast<std::size_t>(sms) * 16));
