@@ -22,6 +22,7 @@ struct MoeBenchArgs {
   int align = 128;
   int repeats = 50;
   bool no_baseline = false;
+  bool default_only = false;
   bool json = false;
 };
 
@@ -113,6 +114,9 @@ void register_bench(CLI::App& app) {
   moe->add_option("--repeats", args->repeats, "Timed runs per point (median)")
       ->capture_default_str();
   moe->add_flag("--no-baseline", args->no_baseline, "Skip the bf16 baseline");
+  moe->add_flag("--default-only", args->default_only,
+                "Time only the default GEMM variant (auto), not every variant and the no-PDL "
+                "ablation");
   moe->add_flag("--json", args->json, "Print JSON");
   auto linear_args = std::make_shared<LinearBenchArgs>();
   auto* linear = bench->add_subcommand(
@@ -162,6 +166,7 @@ void register_bench(CLI::App& app) {
     options.align = args->align;
     options.repeats = args->repeats;
     options.baseline = !args->no_baseline;
+    options.all_gemm_variants = !args->default_only;
     const nlohmann::json result = bench::run_moe_bench(options, !args->json);
     if (args->json) {
       print_json(result);

@@ -155,5 +155,23 @@ TEST(Cli, MoeErrorsAreClearAndNonZero) {
   }
 }
 
+// `mxq bench moe` without a GPU (or CUDA build) fails at once and says why; its options are
+// checked before that.
+TEST(Cli, BenchMoeNeedsAGpuAndChecksItsOptions) {
+  testing::TempDir dir("bench");
+  CommandResult result = run("bench moe --preset gpt-oss-7b", dir);
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.err.find("gpt-oss-7b"), std::string::npos) << result.err;
+  result = run("bench moe --help", dir);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  for (const char* option : {"--tokens", "--tp", "--no-baseline", "--default-only", "--json"})
+    EXPECT_NE(result.out.find(option), std::string::npos) << option;
+  if (!query_gpus().gpus.empty()) return;
+  result = run("bench moe --tokens 1 --default-only --json", dir);
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.err.find("needs a CUDA"), std::string::npos) << result.err;
+  EXPECT_TRUE(result.out.empty()) << result.out;
+}
+
 }  // namespace
 }  // namespace mxq::moe
