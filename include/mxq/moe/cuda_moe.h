@@ -64,9 +64,9 @@ struct MoeDeviceWeights {
 //                    decode every weight once per 8 slots, so at many tokens per expert they are
 //                    bound by decoding, not by the tensor cores).
 //   kWgmmaTile:      prefill: 128-slot work tiles, the decoded weights the register A operand of
-//                    Hopper's wgmma (64 rows x up to 128 slots x 16 per instruction), activations,
-//                    weights brought by a TMA producer warp (the fastest from ~12 slots per
-//                    expert on; the default there).
+//                    Hopper's wgmma (64 rows x up to 128 slots x 16 per instruction), the
+//                    activations and weights brought by a TMA producer warp (the fastest from
+//                    ~12 slots per expert on; the default there).
 //   kAuto:           the dispatch rule (resolve_gemm_variant): wgmma_tile from
 //                    kPrefillMinSlotsPerExpert expected slots per expert (T * top_k / E), else
 //                    register_stream — the crossover measured on an H200 (docs/PERF.md).
