@@ -6,28 +6,32 @@
 // k-step does the work of 16-32 mma.sync, and runs asynchronously while the warps decode the
 // next chunk.
 //
-// Block = 2 consumer warpgroups, each on 64 weight rows (A rows), over a 128-slot work tile (B
+// Block = 3 consumer warpgroups, each on 64 weight rows (A rows), over a 128-slot work tile (B
 // columns), and 1 producer warp:
 //   GEMM1: warp w of warpgroup g holds channels 32 g + 8 w .. + 7 of the block: A rows 0..7 their
 //          gate rows, 8..15 their up rows, so each lane's accumulators hold gate and up of the
-//          same (channel, slot) and the SwiGLU epilogue needs no exchange; 64 channels per block;
-//   GEMM2: warpgroup g takes 64 rows of w2; 128 per block.
+//          same (channel, slot) and the SwiGLU epilogue needs no exchange; 96 channels per block;
+//   GEMM2: warpgroup g takes 64 rows of w2; 192 per block.
+// Why 3: with 2 the decode's dependency chains left the schedulers idle (2 consumer warps each);
+// 13 warps put 4 on one scheduler, whose 16K registers then cap every thread at 128, which fits
+// because the fragments live in a small ring (below) instead of two whole-chunk sets. 96 channels
+// and 192 rows also divide gpt-oss's 2880, and the activation tile is shared by 192 rows.
 // Tiles of at most 64 slots run the n64 instruction (half the tensor work and copies).
 // The producer warp fills a ring of kWgmmaStages stages, one 128-wide K chunk each, by TMA:
 // the tile's activations (64 slot rows x 64 K per box, 128-byte swizzled as wgmma's descriptor
 // reads them: the activations are in slot order, so a tile's rows are contiguous), the weights
-// (64-row boxes, 64-byte swizzled: MX block b of stage row s at unit b ^ ((s / 2) % 4), so the
-// consumers' 4-byte reads hit 32 distinct banks). A stage's "full" barrier completes with the
-// copies' bytes; consumers hand a stage back on its "empty" barrier once the wgmma reading it are
-// done (the wait at the end of the next chunk). Consumers: lane (r, c) decodes word c of MX block b
-// of its rows (mxfp4_mma.cuh): the A fragments of k-steps 2b and 2b + 1. The fragments of
-// consecutive chunks live in two register sets, so decoding chunk i + 1 never touches registers a
-// running wgmma reads. The E8M0 scales (rows not 16-byte aligned, which TMA needs) are read by the
-// consumer lanes themselves from global memory, one chunk ahead: shared memory is written by TMA
-// only. The activations arrive in slot order and the wgmma K order (wgmma_k_order.h): GEMM1 reads x
-// gathered and permuted by gather_activations_kernel, GEMM1's epilogue writes the GEMM2
-// activations permuted. (Gathering rows by TMA instead, one 1 x 64 box per slot row, measured 4x
-// slower: TMA's cost is per box.)
+// (kWgmmaWBoxRows-row boxes, 64-byte swizzled: MX block b of stage row s at unit b ^ ((s / 2) % 4),
+// so the consumers' 4-byte reads hit 32 distinct banks). A stage's "full" barrier completes with
+// the copies' bytes; consumers hand a stage back on its "empty" barrier once the wgmma reading it
+// are done. Consumers: lane (r, c) decodes word c of MX block b of its rows (mxfp4_mma.cuh): the A
+// fragments of k-steps 2b and 2b + 1, issued as one wgmma group. The fragments of kWgmmaRing MX
+// blocks are in flight per warp: a block's registers are rewritten only after a wait for the group
+// that read them, so decoding block j + 1 overlaps the wgmma of block j. The E8M0 scales are read
+// by the consumer lanes from global memory (one aligned word per row and chunk in the padded
+// device layout), one chunk ahead: shared memory is written by TMA only. The activations arrive
+// in slot order and the wgmma K order (wgmma_k_order.h): GEMM1 reads x gathered and permuted by
+// gather_activations_kernel, GEMM1's epilogue writes the GEMM2 activations permuted. (Gathering
+// rows by TMA instead, one 1 x 64 box per slot row, measured 4x slower: TMA's cost is per box.)
 #pragma once
 
 #include <cuda.h>
@@ -43,20 +47,25 @@
 
 namespace mxq::moe::cuda::detail {
 
-constexpr int kWgmmaGroups = 2;                            // consumer warpgroups per block
-constexpr int kWgmmaConsumerThreads = 128 * kWgmmaGroups;  // warps 0..7
+constexpr int kWgmmaGroups = 3;                            // consumer warpgroups per block
+constexpr int kWgmmaConsumerThreads = 128 * kWgmmaGroups;  // warps 0..11
 constexpr int kWgmmaThreads = kWgmmaConsumerThreads + 32;  // + the producer warp
 constexpr int kWgmmaStages = 4;
 constexpr int kWgmmaChunk = 128;                              // K values per stage
 constexpr int kWgmmaAtomBytes = kWgmmaTileTokens * 128;       // 64 K values of every slot
 constexpr int kWgmmaXBytes = 2 * kWgmmaAtomBytes;             // 32 KB
 constexpr int kWgmmaRows = 64 * kWgmmaGroups;                 // weight rows per stage
-constexpr int kWgmmaWBytes = kWgmmaRows * (kWgmmaChunk / 2);  // 8 KB
+constexpr int kWgmmaWBoxRows = kWgmmaRows / 2;                // rows per weight TMA box
+constexpr int kWgmmaWBytes = kWgmmaRows * (kWgmmaChunk / 2);  // 12 KB
 // x stages first (1024-byte aligned atoms), then weights, barriers; + slack to align.
 constexpr int kWgmmaBarrierOffset = kWgmmaStages * (kWgmmaXBytes + kWgmmaWBytes);
 constexpr int kWgmmaSmemBytes = kWgmmaBarrierOffset + 2 * kWgmmaStages * 8 + 1024;
 constexpr int kWgmmaGemm1Channels = 32 * kWgmmaGroups;  // channels per GEMM1 block
 constexpr int kWgmmaGemm2Rows = 64 * kWgmmaGroups;      // w2 rows per GEMM2 block
+// MX blocks (2 k-steps) of decoded A fragments a consumer warp keeps in flight: block b of a
+// chunk is decoded into ring[b % kWgmmaRing] once the wgmma that read it kWgmmaRing blocks ago
+// are done. 4 spilled at the 128-register cap.
+constexpr int kWgmmaRing = 2;
 
 // The TMA views of a GEMM's operands (built by the launcher): activations [slots, K] bf16 in
 // boxes of 64 x 64 (128-byte swizzle), packed weights [rows, K / 2] bytes in boxes of 64 x 64
@@ -170,9 +179,9 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   const auto stage_row_global = [&](int s) -> std::int64_t {
     const std::int64_t expert = tile.expert;
     if constexpr (kGemm1) {
-      const int channel = block_first + s % 64;
+      const int channel = block_first + s % kWgmmaWBoxRows;
       if (channel >= matrix_rows) return -1;
-      return expert * 2 * P + channel + (s >= 64 ? P : 0);
+      return expert * 2 * P + channel + (s >= kWgmmaWBoxRows ? P : 0);
     } else {
       const int row = block_first + s;
       if (row >= matrix_rows) return -1;
@@ -185,7 +194,7 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
     const std::int64_t w_first =
         kGemm1 ? static_cast<std::int64_t>(tile.expert) * 2 * P + block_first
                : static_cast<std::int64_t>(tile.expert) * args.w.hidden + block_first;
-    const std::int64_t w_second = kGemm1 ? w_first + P : w_first + 64;
+    const std::int64_t w_second = kGemm1 ? w_first + P : w_first + kWgmmaWBoxRows;
     // Boxes past the tile's slots read other experts' slots or zeros: their B columns only reach
     // accumulator columns that are never stored.
     constexpr std::uint32_t kTxBytes = kN * 256 + kWgmmaWBytes;
@@ -204,7 +213,7 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
                         chunk * kWgmmaChunk + 64 * atom, tile.slot0 + 64 * half);
         tma_load_2d(w_stage, &maps.w, &full[stage], chunk * (kWgmmaChunk / 2),
                     static_cast<int>(w_first));
-        tma_load_2d(w_stage + 64 * (kWgmmaChunk / 2), &maps.w, &full[stage],
+        tma_load_2d(w_stage + kWgmmaWBoxRows * (kWgmmaChunk / 2), &maps.w, &full[stage],
                     chunk * (kWgmmaChunk / 2), static_cast<int>(w_second));
       }
     }
@@ -219,7 +228,7 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   const int c = lane % 4;
   // Stage rows of this lane's A rows r and r + 8.
   const int row_lo = kGemm1 ? 32 * group + 8 * warp + r : 64 * group + 16 * warp + r;
-  constexpr int kHiRows = kGemm1 ? 64 : 8;  // row_hi - row_lo
+  constexpr int kHiRows = kGemm1 ? kWgmmaWBoxRows : 8;  // row_hi - row_lo
   const int row_hi = row_lo + kHiRows;
   const int unit_xor = (r / 2) % 4;  // (row / 2) % 4 of both rows: the 64-byte swizzle
   // E8M0 scales of rows row_lo and row_hi, the chunk's 4 MX blocks packed little-endian (0 past
@@ -257,9 +266,8 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   float acc[kN / 2];
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0F;
-  std::uint32_t frag_even[8][4];
-  std::uint32_t frag_odd[8][4];
-  const auto step = [&](int chunk, std::uint32_t(&frag)[8][4]) {
+  std::uint32_t ring[kWgmmaRing][2][4];  // [slot][k-step of the MX block][A registers]
+  for (int chunk = 0; chunk < chunks; ++chunk) {
     const int stage = chunk % kWgmmaStages;
     mbarrier_wait(full_base + 8 * stage, (chunk / kWgmmaStages) & 1);
     const std::uint32_t scale_lo = next_scales_lo;
@@ -274,66 +282,88 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
       words_lo[b] = ld_shared_u32(at);
       words_hi[b] = ld_shared_u32(at + kHiRowOffset);
     }
-    if (__any_sync(0xFFFFFFFFU, any_wide_scale_byte(scale_lo) || any_wide_scale_byte(scale_hi))) {
-      // A scale above 2^1 or NaN somewhere in the warp: the two-factor decode.
-#pragma unroll
-      for (int b = 0; b < 4; ++b)
-        decode_word_pair_fragments<true>(
-            words_lo[b], words_hi[b], e8m0_scale_factors((scale_lo >> (8 * b)) & 0xFFU),
-            e8m0_scale_factors((scale_hi >> (8 * b)) & 0xFFU), frag[2 * b], frag[2 * b + 1]);
-    } else {
-      const std::uint32_t biased_lo = scale_lo + kPackedScaleBias;
-      const std::uint32_t biased_hi = scale_hi + kPackedScaleBias;
-      const auto decode_block = [&](auto block) {
-        constexpr int b = decltype(block)::value;
-        decode_word_pair_fragments<false>(
-            words_lo[b], words_hi[b], {packed_narrow_scale_factor<b>(biased_lo), 0U},
-            {packed_narrow_scale_factor<b>(biased_hi), 0U}, frag[2 * b], frag[2 * b + 1]);
-      };
-      decode_block(std::integral_constant<int, 0>{});
-      decode_block(std::integral_constant<int, 1>{});
-      decode_block(std::integral_constant<int, 2>{});
-      decode_block(std::integral_constant<int, 3>{});
-    }
+    // A scale above 2^1 or NaN somewhere in the warp: the two-factor decode for this chunk.
+    const bool wide =
+        __any_sync(0xFFFFFFFFU, any_wide_scale_byte(scale_lo) || any_wide_scale_byte(scale_hi));
+    const std::uint32_t biased_lo = scale_lo + kPackedScaleBias;
+    const std::uint32_t biased_hi = scale_hi + kPackedScaleBias;
     // 32-bit offsets: smem addresses stay below 2^18 bytes, so the field never carries.
     const std::uint32_t stage_desc_lo = x_desc_lo + ((stage * kWgmmaXBytes) >> 4);
-    wgmma_fence();  // the fragments (and, first time, the zeroed accumulators) are written
+    // MX block b: k-steps 2b, 2b + 1, one wgmma group. Its ring slot was last read by the group
+    // kWgmmaRing blocks back; once that group is done, so is every group of the previous chunk
+    // when b == kWgmmaRing - 1, and that chunk's stage goes back to the producer.
+    const auto mx_block = [&](auto block) {
+      constexpr int b = decltype(block)::value;
+      std::uint32_t(&frag)[2][4] = ring[b % kWgmmaRing];
+      wgmma_wait<kWgmmaRing - 1>();
+      if (b == kWgmmaRing - 1 && chunk >= 1 && lane == 0)
+        mbarrier_arrive(empty_base + 8 * ((chunk - 1) % kWgmmaStages));
+      if (wide) {
+        decode_word_pair_fragments<true>(
+            words_lo[b], words_hi[b], e8m0_scale_factors((scale_lo >> (8 * b)) & 0xFFU),
+            e8m0_scale_factors((scale_hi >> (8 * b)) & 0xFFU), frag[0], frag[1]);
+      } else {
+        decode_word_pair_fragments<false>(
+            words_lo[b], words_hi[b], {packed_narrow_scale_factor<b>(biased_lo), 0U},
+            {packed_narrow_scale_factor<b>(biased_hi), 0U}, frag[0], frag[1]);
+      }
+      wgmma_fence();  // the fragments (and, first time, the zeroed accumulators) are written
 #pragma unroll
-    for (int s = 0; s < 8; ++s)
-      wgmma_bf16_rs<kN>(
-          acc, frag[s],
-          x_desc_hi | (stage_desc_lo + (((s / 4) * kWgmmaAtomBytes + (s % 4) * 32) >> 4)), true);
-    wgmma_commit();
-    wgmma_wait<1>();  // chunk - 1's wgmma are done: its fragments and stage are free
-    if (chunk >= 1 && lane == 0) mbarrier_arrive(empty_base + 8 * ((chunk - 1) % kWgmmaStages));
-  };
-  for (int chunk = 0; chunk < chunks; chunk += 2) {
-    step(chunk, frag_even);
-    if (chunk + 1 < chunks) step(chunk + 1, frag_odd);
+      for (int h = 0; h < 2; ++h) {
+        const int s = 2 * b + h;
+        wgmma_bf16_rs<kN>(
+            acc, frag[h],
+            x_desc_hi | (stage_desc_lo + (((s / 4) * kWgmmaAtomBytes + (s % 4) * 32) >> 4)), true);
+      }
+      wgmma_commit();
+    };
+    static_assert(kWgmmaRing >= 1 && kWgmmaRing <= 4 && 4 % kWgmmaRing == 0);
+    mx_block(std::integral_constant<int, 0>{});
+    mx_block(std::integral_constant<int, 1>{});
+    mx_block(std::integral_constant<int, 2>{});
+    mx_block(std::integral_constant<int, 3>{});
   }
   wgmma_wait<0>();
   wgmma_fence_operands(acc);
 
-  // acc[4 i + j]: A row 16 warp + r (+ 8 for j >= 2), slot column 8 i + 2 c + (j & 1).
+  // acc[4 i + j]: A row 16 warp + r (+ 8 for j >= 2), slot column 8 i + 2 c + (j & 1). Every
+  // output of a lane is one channel (GEMM1) or one of two rows (GEMM2): biases load once.
+  const int first_row = block_first + row_lo;
+  if constexpr (kGemm1) {
+    if (first_row >= matrix_rows) return;
+    const Gemm1Bias bias = load_gemm1_bias(args, tile.expert, first_row);
+    __nv_bfloat16* const out = args.ws.act + gemm1_column<true>(first_row);
+    const float alpha = args.p.swiglu_alpha;
+    const float limit = args.p.swiglu_limit;
+    with_activation(args.p.activation, [&](auto kind) {
 #pragma unroll
-  for (int i = 0; i < kN / 8; ++i)
+      for (int i = 0; i < kN / 8; ++i)
 #pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      const int col = 8 * i + 2 * c + t;
-      if (col >= tile.rows) continue;
-      if constexpr (kGemm1) {
-        const int channel = block_first + row_lo;
-        if (channel < matrix_rows)
-          store_gemm1<true>(args, tile.expert, channel, tile.slot0 + col, acc[4 * i + t],
-                            acc[4 * i + 2 + t]);
-      } else {
-        const int row = block_first + row_lo;
-        if (row < matrix_rows)
-          store_gemm2(args, tile.expert, row, tile.slot0 + col, acc[4 * i + t]);
-        if (row + 8 < matrix_rows)
-          store_gemm2(args, tile.expert, row + 8, tile.slot0 + col, acc[4 * i + 2 + t]);
+        for (int t = 0; t < 2; ++t) {
+          const int col = 8 * i + 2 * c + t;
+          if (col >= tile.rows) continue;
+          out[static_cast<std::size_t>(tile.slot0 + col) * args.w.inter] =
+              __float2bfloat16_rn(activate<decltype(kind)::value>(
+                  acc[4 * i + t] + bias.gate, acc[4 * i + 2 + t] + bias.up, alpha, limit));
+        }
+    });
+  } else {
+    const float bias_lo =
+        first_row < matrix_rows ? load_gemm2_bias(args, tile.expert, first_row) : 0.0F;
+    const float bias_hi =
+        first_row + 8 < matrix_rows ? load_gemm2_bias(args, tile.expert, first_row + 8) : 0.0F;
+    float* const out = args.ws.y + first_row;
+#pragma unroll
+    for (int i = 0; i < kN / 8; ++i)
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const int col = 8 * i + 2 * c + t;
+        if (col >= tile.rows) continue;
+        float* const y = out + static_cast<std::size_t>(tile.slot0 + col) * args.w.hidden;
+        if (first_row < matrix_rows) y[0] = acc[4 * i + t] + bias_lo;
+        if (first_row + 8 < matrix_rows) y[8] = acc[4 * i + 2 + t] + bias_hi;
       }
-    }
+  }
 }
 
 // Grid: (row blocks, tiles); blocks past the routed tiles return at once.
@@ -355,8 +385,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   if (threadIdx.x == 0) {
     auto* const full = reinterpret_cast<std::uint64_t*>(smem + kWgmmaBarrierOffset);
     for (int s = 0; s < kWgmmaStages; ++s) {
-      mbarrier_init(&full[s], 1);                 // the producer's expect_tx arrival
-      mbarrier_init(&full[kWgmmaStages + s], 8);  // empty: one arrival per consumer warp
+      mbarrier_init(&full[s], 1);                                // the producer's expect_tx arrival
+      mbarrier_init(&full[kWgmmaStages + s], 4 * kWgmmaGroups);  // empty: per consumer warp
     }
     fence_barrier_init();
   }

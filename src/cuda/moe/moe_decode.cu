@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
 
 // The TMA views of the wgmma GEMMs' operands: the activations by slot ([T * k, H] for GEMM1,
 // [T * k, I] for GEMM2) in boxes of 64 slots x 64 values, the packed weights (w13 [E * 2P, H / 2],
-// w2 [E * H, P / 2] bytes) in boxes of 64 rows x 64 bytes.
+// w2 [E * H, P / 2] bytes) in boxes of kWgmmaWBoxRows rows x 64 bytes.
 detail::WgmmaMaps wgmma_maps(const GemmArgs& args, bool gemm1, int tokens) {
   const MoeDeviceWeights& w = args.w;
   const auto experts = static_cast<std::uint64_t>(w.num_local_experts);
@@ -413,7 +413,7 @@ detail::WgmmaMaps wgmma_maps(const GemmArgs& args, bool gemm1, int tokens) {
   const std::uint64_t w_rows = gemm1 ? experts * 2 * w.inter_padded : experts * w.hidden;
   const std::uint64_t w_cols = gemm1 ? w.hidden / 2 : w.inter_padded / 2;
   maps.w = tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, gemm1 ? w.w13 : w.w2, w_rows, w_cols, w_cols,
-                        64, 64, CU_TENSOR_MAP_SWIZZLE_64B, "MoE wgmma weights");
+                        detail::kWgmmaWBoxRows, 64, CU_TENSOR_MAP_SWIZZLE_64B, "MoE wgmma weights");
   return maps;
 }
 
