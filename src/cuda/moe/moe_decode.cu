@@ -58,23 +58,25 @@ struct RowPair {
   const std::uint8_t* scale[kAcc][2];  // their E8M0 scales
 };
 
-template <int kAcc>
+// kInside: every lane's MX block lies inside K (a full chunk), so nothing is predicated; else
+// (the last chunk when K is not a multiple of kChunk) blocks past K read as zero weights and
+// activations, and scale 1.0.
+template <int kAcc, bool kInside>
 __device__ __forceinline__ void load_chunk(const RowPair<kAcc>& rp, const std::uint16_t* brow,
                                            int k0, bool has_block, ChunkRegs<kAcc>& regs) {
+  const bool load = kInside || has_block;
 #pragma unroll
   for (int a = 0; a < kAcc; ++a) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      regs.w[a][h] =
-          has_block ? detail::load_stream_16(rp.row[a][h] + k0 / 2) : make_uint4(0, 0, 0, 0);
-      regs.scale[a][h] = has_block ? __ldg(rp.scale[a][h] + k0 / 32) : 127U;
+      regs.w[a][h] = load ? detail::load_stream_16(rp.row[a][h] + k0 / 2) : make_uint4(0, 0, 0, 0);
+      regs.scale[a][h] = load ? __ldg(rp.scale[a][h] + k0 / 32) : 127U;
     }
   }
-  const bool has_x = has_block && brow != nullptr;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     regs.x[i] =
-        has_x ? __ldg(reinterpret_cast<const uint4*>(brow + k0) + i) : make_uint4(0, 0, 0, 0);
+        load ? __ldg(reinterpret_cast<const uint4*>(brow + k0) + i) : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -95,23 +97,30 @@ template <int kAcc>
 __device__ __forceinline__ void stream_k(const RowPair<kAcc>& rp, const std::uint16_t* brow,
                                          int k_total, int warp, int lane, float (&acc)[kAcc][4]) {
   const int c = lane % 4;
-  const int chunks = (k_total + kChunk - 1) / kChunk;
-  const auto load = [&](int chunk, ChunkRegs<kAcc>& regs) {
-    const int k0 = chunk * kChunk + 32 * c;
-    load_chunk(rp, brow, k0, chunk < chunks && k0 < k_total, regs);
-  };
-  int chunk = warp;
-  if (chunk >= chunks) return;
+  const int full_chunks = k_total / kChunk;  // chunks with all 4 MX blocks inside K
+  const auto k0_of = [&](int chunk) { return chunk * kChunk + 32 * c; };
   ChunkRegs<kAcc> even;
   ChunkRegs<kAcc> odd;
-  load(chunk, even);
-  for (;; chunk += 2 * kGemmWarps) {
-    load(chunk + kGemmWarps, odd);
+  int chunk = warp;
+  if (chunk < full_chunks) {
+    load_chunk<kAcc, true>(rp, brow, k0_of(chunk), true, even);
+    for (;; chunk += 2 * kGemmWarps) {
+      if (chunk + kGemmWarps < full_chunks)
+        load_chunk<kAcc, true>(rp, brow, k0_of(chunk + kGemmWarps), true, odd);
+      mma_chunk(even, acc);
+      if (chunk + kGemmWarps >= full_chunks) break;
+      if (chunk + 2 * kGemmWarps < full_chunks)
+        load_chunk<kAcc, true>(rp, brow, k0_of(chunk + 2 * kGemmWarps), true, even);
+      mma_chunk(odd, acc);
+      if (chunk + 2 * kGemmWarps >= full_chunks) break;
+    }
+  }
+  // K not a multiple of kChunk: the last, partial chunk (blocks past K zero), by the warp whose
+  // turn it is, after its full chunks (the order of its sum as if it were in the loop).
+  if (full_chunks * kChunk < k_total && warp == full_chunks % kGemmWarps) {
+    const int k0 = k0_of(full_chunks);
+    load_chunk<kAcc, false>(rp, brow, k0, k0 < k_total, even);
     mma_chunk(even, acc);
-    if (chunk + kGemmWarps >= chunks) break;
-    load(chunk + 2 * kGemmWarps, even);
-    mma_chunk(odd, acc);
-    if (chunk + 2 * kGemmWarps >= chunks) break;
   }
 }
 
@@ -144,12 +153,12 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
   const auto [expert, slot0, rows] = detail::read_work_tile(args.ws, tile);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int n = lane / 4;  // this lane's token column of the B operand
+  // This lane's token column of the B operand; columns past the tile's rows repeat its last row
+  // (their accumulators are never stored), so the activation loads need no predicate.
+  const int n = min(lane / 4, rows - 1);
   const int hidden = args.w.hidden;
   const std::uint16_t* brow =
-      n < rows
-          ? args.x + static_cast<std::size_t>(args.ws.slot_pair[slot0 + n] / args.top_k) * hidden
-          : nullptr;
+      args.x + static_cast<std::size_t>(args.ws.slot_pair[slot0 + n] / args.top_k) * hidden;
 
   const int ch0 = blockIdx.x * kTileRows;
   const int r = lane / 4;
@@ -192,11 +201,10 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
   const auto [expert, slot0, rows] = detail::read_work_tile(args.ws, tile);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int n = lane / 4;
+  const int n = min(lane / 4, rows - 1);  // as in GEMM1: past the rows, a repeat of the last
   const int inter = args.w.inter;
-  const std::uint16_t* brow = n < rows ? reinterpret_cast<const std::uint16_t*>(args.ws.act) +
-                                             static_cast<std::size_t>(slot0 + n) * inter
-                                       : nullptr;
+  const std::uint16_t* brow = reinterpret_cast<const std::uint16_t*>(args.ws.act) +
+                              static_cast<std::size_t>(slot0 + n) * inter;
 
   const int h0 = blockIdx.x * kTileRows * kGemm2Tiles;
   const int r = lane / 4;
