@@ -160,6 +160,20 @@ __global__ void gather_activations_kernel(const std::uint32_t* __restrict__ x,
   }
 }
 
+// Calls f(i_lo, i_hi, col) for each slot column col < rows of lane (r, c)'s accumulators: acc[i_lo]
+// is A row 16 warp + r, acc[i_hi] row 16 warp + r + 8 (the wgmma accumulator layout: acc[4 i + j]
+// is column 8 i + 2 c + (j & 1), row + 8 for j >= 2).
+template <int kN, typename F>
+__device__ __forceinline__ void for_each_tile_column(int c, int rows, F&& f) {
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i)
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const int col = 8 * i + 2 * c + t;
+      if (col < rows) f(4 * i + t, 4 * i + 2 + t, col);
+    }
+}
+
 // The work of one block (row block blockIdx.x of a tile) with the n = kN instruction (kN >= the
 // tile's slots).
 template <bool kGemm1, int kN>
@@ -326,8 +340,7 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   wgmma_wait<0>();
   wgmma_fence_operands(acc);
 
-  // acc[4 i + j]: A row 16 warp + r (+ 8 for j >= 2), slot column 8 i + 2 c + (j & 1). Every
-  // output of a lane is one channel (GEMM1) or one of two rows (GEMM2): biases load once.
+  // Every output of a lane is one channel (GEMM1) or one of two rows (GEMM2): biases load once.
   const int first_row = block_first + row_lo;
   if constexpr (kGemm1) {
     if (first_row >= matrix_rows) return;
@@ -336,16 +349,11 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
     const float alpha = args.p.swiglu_alpha;
     const float limit = args.p.swiglu_limit;
     with_activation(args.p.activation, [&](auto kind) {
-#pragma unroll
-      for (int i = 0; i < kN / 8; ++i)
-#pragma unroll
-        for (int t = 0; t < 2; ++t) {
-          const int col = 8 * i + 2 * c + t;
-          if (col >= tile.rows) continue;
-          out[static_cast<std::size_t>(tile.slot0 + col) * args.w.inter] =
-              __float2bfloat16_rn(activate<decltype(kind)::value>(
-                  acc[4 * i + t] + bias.gate, acc[4 * i + 2 + t] + bias.up, alpha, limit));
-        }
+      for_each_tile_column<kN>(c, tile.rows, [&](int gate, int up, int col) {
+        out[static_cast<std::size_t>(tile.slot0 + col) * args.w.inter] =
+            __float2bfloat16_rn(activate<decltype(kind)::value>(acc[gate] + bias.gate,
+                                                                acc[up] + bias.up, alpha, limit));
+      });
     });
   } else {
     const float bias_lo =
@@ -353,16 +361,11 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
     const float bias_hi =
         first_row + 8 < matrix_rows ? load_gemm2_bias(args, tile.expert, first_row + 8) : 0.0F;
     float* const out = args.ws.y + first_row;
-#pragma unroll
-    for (int i = 0; i < kN / 8; ++i)
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        const int col = 8 * i + 2 * c + t;
-        if (col >= tile.rows) continue;
-        float* const y = out + static_cast<std::size_t>(tile.slot0 + col) * args.w.hidden;
-        if (first_row < matrix_rows) y[0] = acc[4 * i + t] + bias_lo;
-        if (first_row + 8 < matrix_rows) y[8] = acc[4 * i + 2 + t] + bias_hi;
-      }
+    for_each_tile_column<kN>(c, tile.rows, [&](int lo, int hi, int col) {
+      float* const y = out + static_cast<std::size_t>(tile.slot0 + col) * args.w.hidden;
+      if (first_row < matrix_rows) y[0] = acc[lo] + bias_lo;
+      if (first_row + 8 < matrix_rows) y[8] = acc[hi] + bias_hi;
+    });
   }
 }
 
