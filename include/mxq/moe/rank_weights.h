@@ -27,6 +27,11 @@ inline constexpr std::array<MoeParam, 6> kAllMoeParams = {MoeParam::kW13,     Mo
                                                           MoeParam::kW13Bias, MoeParam::kW2Bias};
 std::string_view to_string(MoeParam param);
 
+// Whether a parameter holds E8M0 scales (w13_scale, w2_scale).
+constexpr bool is_scale(MoeParam param) {
+  return param == MoeParam::kW13Scale || param == MoeParam::kW2Scale;
+}
+
 // The byte value that pads a parameter: 0 for weights and biases, 127 (= 1.0) for scales, so
 // no zero or NaN scale ever appears.
 std::byte padding_byte(MoeParam param);

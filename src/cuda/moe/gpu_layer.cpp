@@ -131,9 +131,8 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
     cuda::MoeDeviceWeights& w = out.weights;
     for (const MoeParam param : kAllMoeParams) {
       if (!rank.has(param)) continue;
-      const bool scales = param == MoeParam::kW13Scale || param == MoeParam::kW2Scale;
-      out.params.push_back(scales ? upload_scales(rank.view(param), device)
-                                  : upload_view(rank.view(param), device));
+      out.params.push_back(is_scale(param) ? upload_scales(rank.view(param), device)
+                                           : upload_view(rank.view(param), device));
       Tensor& uploaded = out.params.back();
       if (param == MoeParam::kW13 || param == MoeParam::kW2) {
         // The kernels read packed FP4 in their device layout. Legacy default stream, then a

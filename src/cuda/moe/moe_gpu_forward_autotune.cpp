@@ -47,10 +47,6 @@ constexpr double kMaxNormalizedError = 4e-3;
 
 std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-bool is_scale(moe::MoeParam param) {
-  return param == moe::MoeParam::kW13Scale || param == moe::MoeParam::kW2Scale;
-}
-
 // What a moe_gpu_forward tactic runs on: one rank's forward with the GEMM variant left to the
 // tactic.
 struct MoeGpuForwardArgs {
@@ -185,7 +181,7 @@ class MoeGpuWorkload final : public Workload {
       if (!weights_.has(param)) continue;
       const TensorView view = weights_.view(param);
       auto* bytes = static_cast<std::uint8_t*>(view.data());
-      if (param == moe::MoeParam::kW13Scale || param == moe::MoeParam::kW2Scale) {
+      if (moe::is_scale(param)) {
         for (std::size_t i = 0; i < view.nbytes(); ++i) {
           const std::uint64_t r = rng.next();
           bytes[i] = r % 1000 == 0 ? static_cast<std::uint8_t>(129 + r % 2)
@@ -277,7 +273,7 @@ class MoeGpuWorkload final : public Workload {
     // Scales take their device layout's padded rows (moe_scale_pitch).
     const auto device_bytes = [&](moe::MoeParam param) -> std::size_t {
       const TensorView view = weights_.view(param);
-      if (!is_scale(param)) return view.nbytes();
+      if (!moe::is_scale(param)) return view.nbytes();
       const std::int64_t width = view.shape().dim(-1);
       return static_cast<std::size_t>(view.numel() / width) *
              moe::cuda::moe_scale_pitch(static_cast<int>(32 * width));
@@ -297,7 +293,7 @@ class MoeGpuWorkload final : public Workload {
     for (const auto& [param, at] : param_at) {
       const TensorView view = weights_.view(param);
       // Packed FP4 and scales go to the GPU in the kernels' layout, as MoeGpuLayer uploads them.
-      if (is_scale(param)) {
+      if (moe::is_scale(param)) {
         const auto width = static_cast<std::size_t>(view.shape().dim(-1));
         const auto pitch =
             static_cast<std::size_t>(moe::cuda::moe_scale_pitch(static_cast<int>(32 * width)));
