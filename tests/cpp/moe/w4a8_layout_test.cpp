@@ -1,0 +1,150 @@
+// The W4A8 device layouts (src/cuda/moe/w4a8_layout.h) on the host: the word's bit map is a
+// permutation that round-trips, registers A and B hold every code of every position as the E4M3
+// byte worth exactly e2m1 * 2^-6, the word order puts lane c's words of a chunk together (full
+// and short chunks), the activation offsets are a permutation of each chunk, and the scale
+// helpers give 2^(s - 121) on the fast path and 2^(s - 127) exactly on the other, with the
+// large-scale test exact on every byte at every position.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "../../../src/cuda/moe/w4a8_layout.h"
+#include "mxq/formats/e2m1.h"
+#include "mxq/formats/e4m3.h"
+#include "mxq/formats/e8m0.h"
+
+namespace mxq::moe::cuda::detail {
+namespace {
+
+float bits_to_float(std::uint32_t bits) {
+  float f = 0.0F;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+TEST(W4a8Layout, BitMapIsAPermutationAndRoundTrips) {
+  std::set<int> bits;
+  for (int e = 0; e < 8; ++e)
+    for (int b = 0; b < 4; ++b) bits.insert(w4a8_bit(e, b));
+  EXPECT_EQ(bits.size(), 32U);
+  EXPECT_EQ(*bits.rbegin(), 31);
+  std::mt19937 rng(7);
+  for (int i = 0; i < 10000; ++i) {
+    const std::uint32_t w = rng();
+    EXPECT_EQ(from_w4a8_word(to_w4a8_word(w)), w);
+    EXPECT_EQ(to_w4a8_word(from_w4a8_word(w)), w);
+  }
+}
+
+TEST(W4a8Layout, RegistersHoldEveryCodeAsE4m3TimesTwoToMinus6) {
+  for (int position = 0; position < 8; ++position) {
+    for (std::uint32_t code = 0; code < 16; ++code) {
+      // The code at `position`, other positions filled with a different pattern each time.
+      for (const std::uint32_t fill : {0x00000000U, 0xFFFFFFFFU, 0x5A3C96E1U}) {
+        std::uint32_t natural = fill & ~(0xFU << (4 * position));
+        natural |= code << (4 * position);
+        const std::uint32_t w = to_w4a8_word(natural);
+        const std::uint32_t reg = position < 4 ? w4a8_register_a(w) : w4a8_register_b(w);
+        const auto byte = static_cast<std::uint8_t>(reg >> (8 * (position % 4)));
+        const float expected = e2m1_to_float(static_cast<std::uint8_t>(code)) / 64.0F;
+        EXPECT_EQ(e4m3_to_float(byte), expected) << "position " << position << " code " << code;
+        EXPECT_EQ(std::signbit(e4m3_to_float(byte)), code >= 8U);  // -0.0 stays -0.0
+      }
+    }
+  }
+}
+
+TEST(W4a8Layout, LaneWordsOfAChunkAreContiguous) {
+  for (const int k : {128, 256, 32, 64, 96, 2880, 544}) {
+    const std::size_t rows = 3;
+    const std::size_t row_bytes = static_cast<std::size_t>(k) / 2;
+    std::vector<std::uint8_t> natural(rows * row_bytes);
+    std::mt19937 rng(static_cast<unsigned>(k));
+    for (auto& b : natural) b = static_cast<std::uint8_t>(rng());
+    std::vector<std::uint8_t> device = natural;
+    to_w4a8_layout_host(device.data(), rows, k);
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (int q = 0; q * kW4a8Chunk < k; ++q) {
+        const int nb = w4a8_chunk_blocks(k, q);
+        ASSERT_GE(nb, 1);
+        for (int c = 0; c < 4; ++c) {
+          for (int b = 0; b < nb; ++b) {
+            // Lane c's b-th word of the chunk is word c of MX block b.
+            std::uint32_t got = 0;
+            std::uint32_t want = 0;
+            const std::size_t chunk_at = r * row_bytes + static_cast<std::size_t>(q) * 64;
+            std::memcpy(&got, device.data() + chunk_at + 4 * (c * nb + b), 4);
+            std::memcpy(&want, natural.data() + chunk_at + 16 * b + 4 * c, 4);
+            EXPECT_EQ(from_w4a8_word(got), want) << "k " << k << " chunk " << q;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(W4a8Layout, ActivationOffsetsPermuteEachChunk) {
+  for (const int k : {128, 2880, 544, 32}) {
+    const int pitch = w4a8_act_pitch(k);
+    EXPECT_EQ(pitch % 128, 0);
+    EXPECT_GE(pitch, k);
+    EXPECT_EQ(w4a8_act_groups(k), pitch / 128);
+    std::set<int> seen;
+    for (int e = 0; e < pitch; ++e) {
+      const int at = w4a8_act_offset(e);
+      EXPECT_EQ(at / 128, e / 128);  // stays in its chunk (= its scale group)
+      seen.insert(at);
+      // Lane c's 8 values of block b: bytes 32c + 8b .. + 7 of the chunk.
+      const int r = e % 128;
+      EXPECT_EQ(at % 128, 32 * ((r % 32) / 8) + 8 * (r / 32) + r % 8);
+    }
+    EXPECT_EQ(static_cast<int>(seen.size()), pitch);
+  }
+}
+
+TEST(W4a8Layout, ScaleFactors) {
+  for (std::uint32_t s = 0; s < 256; ++s) {
+    // Exact path: 2^(s - 127) as the E8M0 codec says (NaN for 255).
+    const float exact = bits_to_float(w4a8_exact_scale_bits(s));
+    const float codec = e8m0_to_float(static_cast<std::uint8_t>(s));
+    if (s == 255U) {
+      EXPECT_TRUE(std::isnan(exact));
+    } else {
+      EXPECT_EQ(exact, codec) << s;
+    }
+    for (int position = 0; position < 4; ++position) {
+      // The large-scale test flags exactly the bytes above 248, wherever they sit.
+      const std::uint32_t others = 0x7F7F7F7FU & ~(0xFFU << (8 * position));
+      const std::uint32_t packed = others | (s << (8 * position));
+      EXPECT_EQ(w4a8_any_large_scale(packed), s > 248U) << s << " at " << position;
+      EXPECT_FALSE(w4a8_any_large_scale(0xF8F8F8F8U & ~(0xFFU << (8 * position))));
+      if (s > 248U) continue;
+      // Fast path: 2^(s - 121) = 2^(s - 127) * 64, s = 0 included.
+      const std::uint32_t biased = packed + kW4a8ScaleBias;
+      std::uint32_t bits = 0;
+      switch (position) {
+        case 0:
+          bits = w4a8_fast_factor_bits<0>(biased);
+          break;
+        case 1:
+          bits = w4a8_fast_factor_bits<1>(biased);
+          break;
+        case 2:
+          bits = w4a8_fast_factor_bits<2>(biased);
+          break;
+        default:
+          bits = w4a8_fast_factor_bits<3>(biased);
+          break;
+      }
+      EXPECT_EQ(bits_to_float(bits), std::ldexp(1.0F, static_cast<int>(s) - 121)) << s;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mxq::moe::cuda::detail
