@@ -377,7 +377,13 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
   w.inter_padded = padded;
   MoeParams params;
   params.top_k = k;
-  const std::size_t ws_bytes = moe::cuda::moe_workspace_bytes(w, params, max_tokens);
+  MoeDeviceWeights w_w4a8 = w;  // weight pointers set once converted, below
+  MoeParams params_w4a8 = params;
+  params_w4a8.activation_quant = moe::cuda::GpuActivationQuant::kFp8Group128;
+  // One workspace for both forwards (the W4A8 one needs more).
+  const std::size_t ws_bytes = options.w4a8
+                                   ? moe::cuda::moe_workspace_bytes(w, params_w4a8, max_tokens)
+                                   : moe::cuda::moe_workspace_bytes(w, params, max_tokens);
   void* workspace = device_alloc<char>(ws_bytes);
   moe::cuda::moe_workspace_init(workspace, max_tokens, nullptr);
   MXQ_CUDA_CHECK(cudaStreamSynchronize(nullptr));
@@ -421,6 +427,19 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
     act = device_alloc<__nv_bfloat16>(pairs_max * inter);
     y2 = device_alloc<__nv_bfloat16>(pairs_max * hidden);
   }
+  // The W4A8 forward's copy of the weights, in its layout (from the checkpoint layout).
+  std::uint8_t* w13_w4a8 = nullptr;
+  std::uint8_t* w2_w4a8 = nullptr;
+  if (options.w4a8) {
+    w13_w4a8 = device_alloc<std::uint8_t>(w13_rows * hidden / 2);
+    w2_w4a8 = device_alloc<std::uint8_t>(w2_rows * padded / 2);
+    MXQ_CUDA_CHECK(
+        cudaMemcpyAsync(w13_w4a8, w13, w13_rows * hidden / 2, cudaMemcpyDeviceToDevice, stream));
+    MXQ_CUDA_CHECK(
+        cudaMemcpyAsync(w2_w4a8, w2, w2_rows * padded / 2, cudaMemcpyDeviceToDevice, stream));
+    moe::cuda::moe_weights_to_w4a8_layout(w13_w4a8, w13_rows, hidden, stream);
+    moe::cuda::moe_weights_to_w4a8_layout(w2_w4a8, w2_rows, padded, stream);
+  }
   // mxq's kernels read packed FP4 in their device layout; the baseline dequantized the
   // checkpoint layout above.
   moe::cuda::moe_weights_to_device_layout(w13, w13_rows * hidden / 2, stream);
@@ -428,6 +447,8 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
   moe::cuda::moe_scales_to_device_layout(w13s, w13_rows, hidden, w13s_device, stream);
   moe::cuda::moe_scales_to_device_layout(w2s, w2_rows, padded, w2s_device, stream);
   MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+  w_w4a8.w13 = w13_w4a8;
+  w_w4a8.w2 = w2_w4a8;
 
   std::vector<cudaEvent_t> events(5);
   for (auto& e : events) MXQ_CUDA_CHECK(cudaEventCreate(&e));
@@ -465,8 +486,9 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
 
     // Times one GEMM variant: the whole forward as one graph per input set, replayed
     // round-robin; then the phases, from the same graphs with event records between kernels.
-    const auto measure = [&](moe::cuda::GemmVariant variant, bool programmatic_launch) {
-      MoeParams vp = params;
+    const auto measure = [&](moe::cuda::GemmVariant variant, bool programmatic_launch,
+                             const MoeDeviceWeights& mw, const MoeParams& mp) {
+      MoeParams vp = mp;
       vp.gemm = variant;
       vp.programmatic_launch = programmatic_launch;
       std::vector<cudaGraphExec_t> graphs(kInputSets);
@@ -474,7 +496,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
         run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
         cudaGraph_t graph;
         MXQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        moe::cuda::moe_forward(w, vp, run, workspace, ws_bytes, max_tokens, stream);
+        moe::cuda::moe_forward(mw, vp, run, workspace, ws_bytes, max_tokens, stream);
         MXQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
         MXQ_CUDA_CHECK(cudaGraphInstantiate(&graphs[s], graph, 0));
         MXQ_CUDA_CHECK(cudaGraphDestroy(graph));
@@ -497,7 +519,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
         run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
         cudaGraph_t graph;
         MXQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        moe::cuda::moe_forward(w, vp, run, workspace, ws_bytes, max_tokens, stream);
+        moe::cuda::moe_forward(mw, vp, run, workspace, ws_bytes, max_tokens, stream);
         MXQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
         MXQ_CUDA_CHECK(cudaGraphInstantiate(&graphs[s], graph, 0));
         MXQ_CUDA_CHECK(cudaGraphDestroy(graph));
@@ -514,7 +536,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
       return nlohmann::json{
           {"gemm_variant", moe::cuda::to_string(variant)},
           {"resolved_variant",
-           moe::cuda::to_string(moe::cuda::resolve_gemm_variant(w, vp, tokens))},
+           moe::cuda::to_string(moe::cuda::resolve_gemm_variant(mw, vp, tokens))},
           {"programmatic_launch", programmatic_launch},
           {"total_us", us},
           {"routing_us", median(phase[0])},
@@ -528,14 +550,18 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
           {"tflops", flops / (us * 1e-6) / 1e12}};
     };
     nlohmann::json point = {{"tokens", tokens},
-                            {"mxq", measure(moe::cuda::GemmVariant::kAuto, true)}};
+                            {"mxq", measure(moe::cuda::GemmVariant::kAuto, true, w, params)}};
     if (options.all_gemm_variants) {
-      point["mxq_register_stream"] = measure(moe::cuda::GemmVariant::kRegisterStream, true);
-      point["mxq_shared_tile"] = measure(moe::cuda::GemmVariant::kSharedTile, true);
-      point["mxq_wide_tile"] = measure(moe::cuda::GemmVariant::kWideTile, true);
-      point["mxq_wgmma_tile"] = measure(moe::cuda::GemmVariant::kWgmmaTile, true);
+      using moe::cuda::GemmVariant;
+      point["mxq_register_stream"] = measure(GemmVariant::kRegisterStream, true, w, params);
+      point["mxq_shared_tile"] = measure(GemmVariant::kSharedTile, true, w, params);
+      point["mxq_wide_tile"] = measure(GemmVariant::kWideTile, true, w, params);
+      point["mxq_wgmma_tile"] = measure(GemmVariant::kWgmmaTile, true, w, params);
       // Same-run ablation: the default tactic in plain stream order.
-      point["mxq_no_pdl"] = measure(moe::cuda::GemmVariant::kAuto, false);
+      point["mxq_no_pdl"] = measure(GemmVariant::kAuto, false, w, params);
+    }
+    if (options.w4a8) {
+      point["mxq_w4a8"] = measure(moe::cuda::GemmVariant::kAuto, true, w_w4a8, params_w4a8);
     }
     const double us = point["mxq"]["total_us"].get<double>();
     if (options.baseline) {

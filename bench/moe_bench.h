@@ -20,6 +20,9 @@ struct MoeBenchOptions {
   // "mxq_shared_tile", "mxq_wide_tile", "mxq_wgmma_tile") and the default without PDL
   // ("mxq_no_pdl").
   bool all_gemm_variants = true;
+  // Also time the W4A8 forward ("mxq_w4a8": fp8_g128 activations, weights in the W4A8 layout) on
+  // the same weights and inputs.
+  bool w4a8 = false;
 };
 
 // Runs the benchmark; returns one JSON object per token count. Throws mxq::Error without a GPU.

@@ -165,7 +165,7 @@ class MoELayer:
         keeps the checkpoint layout. ``tp_rank`` / ``ep_rank`` are accepted for the future
         one-rank-per-process loader and must be None now (use :meth:`rank`).
         ``activation_quant``: ``"bf16"`` (W4A16, the default) or ``"fp8_g128"`` (W4A8: each GEMM
-        input row quantized to E4M3 in groups of 128; CPU only for now, see docs/moe.md).
+        input row quantized to E4M3 in groups of 128, on the CPU and on CUDA; see docs/moe.md).
         """
         if tp_rank is not None or ep_rank is not None:
             raise NotImplementedError(

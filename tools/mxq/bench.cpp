@@ -23,6 +23,7 @@ struct MoeBenchArgs {
   int repeats = 50;
   bool no_baseline = false;
   bool default_only = false;
+  bool w4a8 = false;
   bool json = false;
 };
 
@@ -36,12 +37,13 @@ struct MoeBenchArgs {
               "route", "gemm1", "gemm2", "combine", "GB/s", "%ceil", "TFLOPS", "bf16_us",
               "speedup");
   for (const auto& p : result["points"]) {
-    for (const char* key :
-         {"mxq", "mxq_register_stream", "mxq_shared_tile", "mxq_wide_tile", "mxq_wgmma_tile"}) {
+    for (const char* key : {"mxq", "mxq_register_stream", "mxq_shared_tile", "mxq_wide_tile",
+                            "mxq_wgmma_tile", "mxq_w4a8"}) {
       if (!p.contains(key)) continue;
       const auto& m = p[key];
       std::string gemm = m["gemm_variant"].get<std::string>();
       if (gemm == "auto") gemm += ":" + m["resolved_variant"].get<std::string>();
+      if (std::string(key) == "mxq_w4a8") gemm = "w4a8:" + gemm;
       std::printf("%6d %-20s %9.1f %8.1f %8.1f %8.1f %8.1f %8.0f %6.1f %8.1f",
                   p["tokens"].get<int>(), gemm.c_str(), m["total_us"].get<double>(),
                   m["routing_us"].get<double>(), m["gemm1_us"].get<double>(),
@@ -117,6 +119,9 @@ void register_bench(CLI::App& app) {
   moe->add_flag("--default-only", args->default_only,
                 "Time only the default GEMM variant (auto), not every variant and the no-PDL "
                 "ablation");
+  moe->add_flag("--w4a8", args->w4a8,
+                "Also time the W4A8 forward (fp8_g128 activations, its own weight layout) on the "
+                "same weights and inputs (\"mxq_w4a8\")");
   moe->add_flag("--json", args->json, "Print JSON");
   auto linear_args = std::make_shared<LinearBenchArgs>();
   auto* linear = bench->add_subcommand(
@@ -167,6 +172,7 @@ void register_bench(CLI::App& app) {
     options.repeats = args->repeats;
     options.baseline = !args->no_baseline;
     options.all_gemm_variants = !args->default_only;
+    options.w4a8 = args->w4a8;
     const nlohmann::json result = bench::run_moe_bench(options, !args->json);
     if (args->json) {
       print_json(result);

@@ -213,7 +213,7 @@ void register_moe(CLI::App& app) {
       ->check(CLI::IsMember({"swiglu_oai", "swiglu_clamp", "swiglu"}));
   cmd->add_option("--activation-quant", options->activation_quant,
                   "What the expert GEMMs multiply the weights with: bf16 (W4A16, default) or "
-                  "fp8_g128 (W4A8: E4M3 in groups of 128 along K, CPU only for now)")
+                  "fp8_g128 (W4A8: E4M3 in groups of 128 along K; CPU and CUDA)")
       ->check(CLI::IsMember({"bf16", "fp8_g128"}));
   cmd->add_option("--experts", options->overrides.num_experts,
                   "Number of experts (without config.json: taken from the tensors)");

@@ -1,5 +1,6 @@
 // The CUDA MXFP4 MoE forward (W4A16: bf16 activations, MXFP4 weights dequantized in the
-// kernels) on raw device pointers. The MoE layer class maps its prepared tensors onto
+// kernels; or W4A8: activations quantized to E4M3 in groups of 128, weights decoded to E4M3) on
+// raw device pointers. The MoE layer class maps its prepared tensors onto
 // MoeDeviceWeights; this header is what the kernels need and nothing else.
 //
 // Pipeline (all on `stream`, no host synchronization, no allocation: the workspace is sized up
@@ -8,7 +9,9 @@
 //                  per-expert counts and offsets, pairs sorted by expert, work tiles of 8 slots
 //                  (64 for the wide GEMMs)
 //                  (one kernel: its blocks meet through tickets in the workspace)
+//   (W4A8: x quantized to E4M3 groups of 128, overlapping the routing)
 //   2. gemm1     : [gate; up] rows of w13 x tokens, + bias, SwiGLU variant, -> bf16 activations
+//                  (W4A8: then quantized to E4M3 groups of 128, as the CPU reference does)
 //   3. gemm2     : w2 x activations + bias -> fp32 per (token, expert) pair
 //   4. combine   : weighted sum over the k experts of each token, in order j = 0..k-1
 // Rounding points match the CPU reference (docs/moe.md): fp32 accumulation, activations rounded
@@ -26,16 +29,23 @@ namespace mxq::moe::cuda {
 
 enum class GpuActivation : int { kSwigluOai = 0, kSwigluClamp = 1, kSwiglu = 2 };
 
+// What the expert GEMMs multiply the weights with (MoeConfig's ActivationQuant): bf16 (W4A16), or
+// E4M3 in groups of 128 along K with scale max(amax, 1e-4) / 448 (W4A8, kFp8Group128). W4A8 reads
+// its weights in its own device layout (moe_weights_to_w4a8_layout) and runs the register_stream
+// GEMMs only.
+enum class GpuActivationQuant : int { kBf16 = 0, kFp8Group128 = 1 };
+
 // Bytes per row of E8M0 scales on the device for a K-long weight row: the K/32 scales, zero-padded
 // to a multiple of 16 bytes, so a 128-wide K chunk's 4 scales are one aligned 32-bit load and
 // scale rows meet TMA's 16-byte stride rule. (Padding scales are 0 = 2^-127 and meet zero
 // weights: they contribute nothing and are never NaN.)
 MXQ_HD_INLINE constexpr int moe_scale_pitch(int k) { return (k / 32 + 15) / 16 * 16; }
 
-// w13 and w2 hold packed FP4 in the device layout: the checkpoint's bytes after
-// moe_weights_to_device_layout (a bit permutation within each 32-bit word that makes the
-// kernels' decode cheaper); the scales' rows are padded to moe_scale_pitch bytes by
-// moe_scales_to_device_layout; biases are as prepared.
+// w13 and w2 hold packed FP4 in the device layout of the activation quantization: the
+// checkpoint's bytes after moe_weights_to_device_layout (W4A16: a bit permutation within each
+// 32-bit word that makes the kernels' decode cheaper) or moe_weights_to_w4a8_layout (W4A8); the
+// scales' rows are padded to moe_scale_pitch bytes by moe_scales_to_device_layout; biases are as
+// prepared.
 struct MoeDeviceWeights {
   const std::uint8_t* w13 = nullptr;        // [E, 2P, H/2]: gate rows [0, I), up rows [P, P+I)
   const std::uint8_t* w13_scale = nullptr;  // [E, 2P, moe_scale_pitch(H)] E8M0
@@ -87,6 +97,8 @@ struct MoeParams {
   float swiglu_alpha = 1.702F;
   float swiglu_limit = 7.0F;
   bool add_down_bias = true;  // only one TP rank adds b2
+  // Must match the layout the weights were converted to.
+  GpuActivationQuant activation_quant = GpuActivationQuant::kBf16;
   // Launch each kernel after the first as a programmatic dependent of the previous one (PDL:
   // its launch and block scheduling overlap the predecessor's tail). Off: plain stream order.
   bool programmatic_launch = true;
@@ -114,12 +126,18 @@ MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, i
                                 void* workspace);
 
 // The variant a forward of `tokens` tokens runs: p.gemm, or for kAuto the dispatch rule above
-// (expected slots per expert from the router width, or the local experts without one).
+// (expected slots per expert from the router width, or the local experts without one); W4A8
+// resolves kAuto to kRegisterStream, its only variant.
 GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, int tokens);
 
 // Converts packed FP4 weights (w13 or w2 as prepared, `bytes` a multiple of 4) to the device
 // layout in place, on `stream`. Apply once per upload; the kernels read nothing else.
 void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t bytes, cudaStream_t stream);
+
+// The W4A8 device layout instead (src/cuda/moe/w4a8_layout.h: words that decode to E4M3 by bit
+// placement, each lane's words of a 128-wide K chunk contiguous): `rows` packed rows of k values
+// (w13: k = H; w2: k = P), in place, on `stream`.
+void moe_weights_to_w4a8_layout(std::uint8_t* packed, std::size_t rows, int k, cudaStream_t stream);
 
 // Copies E8M0 scales [rows, k/32] as prepared (host or device memory) into the device layout
 // `dst` [rows, moe_scale_pitch(k)] (device memory, moe_scale_pitch(k) * rows bytes), padding with

@@ -56,7 +56,8 @@ class MoeGpuLayer {
   [[nodiscard]] int num_ranks() const;
   // The MoeLayer rank that held rank `rank` (0..num_ranks()-1) of this GPU layer.
   [[nodiscard]] int layer_rank(int rank) const;
-  // The tactic of the variant given at upload, e.g. "cuda.moe.decode_w4a16_mma.auto".
+  // The tactic of the variant given at upload, e.g. "cuda.moe.decode_w4a16_mma.auto" (a layer
+  // of activation_quant fp8_g128: "cuda.moe.decode_w4a8_mma.*", register_stream only, untuned).
   [[nodiscard]] std::string tactic_name() const;
 
   // What forward() runs on `rank` for `tokens` tokens (kAuto resolved), and whether the tuner's

@@ -98,12 +98,6 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
     fail_argument(ErrorCode::kInvalidArgument, "MoeGpuLayer::upload: tuner",
                   "an autotuner of backend cuda", tune::to_string(tuner->backend()));
   }
-  if (layer.config().activation_quant != ActivationQuant::kBf16) {
-    fail(ErrorCode::kUnsupported, "MoeGpuLayer::upload: activation_quant ",
-         to_string(layer.config().activation_quant),
-         ": the CUDA forward multiplies bf16 activations (W4A16) only so far; run fp8_g128 (W4A8) "
-         "on the CPU");
-  }
   MXQ_CUDA_CHECK(cudaSetDevice(device.index));
   auto state = std::make_shared<State>();
   state->tuner = tuner;
@@ -117,6 +111,9 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
   state->params.swiglu_alpha = static_cast<float>(config.swiglu_alpha);
   state->params.swiglu_limit = static_cast<float>(config.swiglu_limit);
   state->params.add_down_bias = true;  // only TP rank 0 holds a non-zero down bias
+  const bool w4a8 = config.activation_quant == ActivationQuant::kFp8Group128;
+  state->params.activation_quant =
+      w4a8 ? cuda::GpuActivationQuant::kFp8Group128 : cuda::GpuActivationQuant::kBf16;
   if (config.router == RouterKind::kTopkSoftmax) {
     state->router_w = upload_view(layer.router_weight(), device);
     if (layer.router_bias().defined()) state->router_b = upload_view(layer.router_bias(), device);
@@ -135,10 +132,18 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
                                            : upload_view(rank.view(param), device));
       Tensor& uploaded = out.params.back();
       if (param == MoeParam::kW13 || param == MoeParam::kW2) {
-        // The kernels read packed FP4 in their device layout. Legacy default stream, then a
-        // wait: the forward may run on a non-blocking stream.
-        cuda::moe_weights_to_device_layout(static_cast<std::uint8_t*>(uploaded.data()),
-                                           uploaded.nbytes(), nullptr);
+        // The kernels read packed FP4 in the device layout of their activation quantization.
+        // Legacy default stream, then a wait: the forward may run on a non-blocking stream.
+        auto* packed = static_cast<std::uint8_t*>(uploaded.data());
+        if (w4a8) {
+          const Shape& shape_bytes = uploaded.shape();  // [..., K/2]
+          const std::int64_t row_bytes = shape_bytes[shape_bytes.rank() - 1];
+          cuda::moe_weights_to_w4a8_layout(packed,
+                                           static_cast<std::size_t>(uploaded.numel() / row_bytes),
+                                           static_cast<int>(2 * row_bytes), nullptr);
+        } else {
+          cuda::moe_weights_to_device_layout(packed, uploaded.nbytes(), nullptr);
+        }
         MXQ_CUDA_CHECK(cudaStreamSynchronize(nullptr));
       }
       const void* p = uploaded.data();
@@ -184,12 +189,15 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
       workspace_bytes =
           std::max(workspace_bytes, cuda::moe_workspace_bytes(w, state->params, max_tokens));
       // The workspace does not depend on the GEMM variant, so a tuner may pick either per call.
-      tune::MoeGpuForwardShape key;
-      key.rank = {config.num_experts, shape.experts_local(), shape.hidden,
-                  shape.tp.valid,     config.top_k,          rank.has(MoeParam::kW13Bias)};
-      key.intermediate_padded = shape.intermediate_per_partition;
-      key.activation = config.activation;
-      out.problem = tune::moe_gpu_forward_problem(key);
+      // W4A8 has one variant: nothing to tune, and no problem that could meet W4A16 decisions.
+      if (!w4a8) {
+        tune::MoeGpuForwardShape key;
+        key.rank = {config.num_experts, shape.experts_local(), shape.hidden,
+                    shape.tp.valid,     config.top_k,          rank.has(MoeParam::kW13Bias)};
+        key.intermediate_padded = shape.intermediate_per_partition;
+        key.activation = config.activation;
+        out.problem = tune::moe_gpu_forward_problem(key);
+      }
     }
     state->ranks.push_back(std::move(out));
   }
@@ -211,8 +219,17 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
 int MoeGpuLayer::max_tokens() const { return state_->max_tokens; }
 const MoeConfig& MoeGpuLayer::config() const { return state_->config; }
 int MoeGpuLayer::num_ranks() const { return static_cast<int>(state_->ranks.size()); }
+namespace {
+// "cuda.moe.decode_w4a16_mma.<variant>" (W4A8: decode_w4a8_mma).
+std::string tactic_name_of(const cuda::MoeParams& params, cuda::GemmVariant gemm) {
+  const bool w4a8 = params.activation_quant == cuda::GpuActivationQuant::kFp8Group128;
+  return std::string(w4a8 ? "cuda.moe.decode_w4a8_mma." : "cuda.moe.decode_w4a16_mma.") +
+         cuda::to_string(gemm);
+}
+}  // namespace
+
 std::string MoeGpuLayer::tactic_name() const {
-  return std::string("cuda.moe.decode_w4a16_mma.") + cuda::to_string(state_->params.gemm);
+  return tactic_name_of(state_->params, state_->params.gemm);
 }
 
 MoeGpuLayer::GemmChoice MoeGpuLayer::gemm_choice(std::int64_t tokens, int rank) const noexcept {
@@ -235,8 +252,7 @@ MoeGpuLayer::GemmChoice MoeGpuLayer::gemm_choice(std::int64_t tokens, int rank) 
 }
 
 std::string MoeGpuLayer::tactic_name(std::int64_t tokens, int rank) const {
-  return std::string("cuda.moe.decode_w4a16_mma.") +
-         cuda::to_string(gemm_choice(tokens, rank).gemm);
+  return tactic_name_of(state_->params, gemm_choice(tokens, rank).gemm);
 }
 
 const tune::Problem* MoeGpuLayer::tune_problem(int rank) const {

@@ -20,9 +20,12 @@
 #include "mxfp4_mma.cuh"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
+#include "mxq/formats/fp8_block_scale.h"
 #include "mxq/moe/cuda_moe.h"
 #include "pdl.cuh"
 #include "routing.cuh"
+#include "w4a8_layout.h"
+#include "w4a8_mma.cuh"
 #include "workspace.cuh"
 
 namespace mxq::moe::cuda {
@@ -34,6 +37,8 @@ constexpr int kChunk = 128;    // K elements per lane-quad per iteration (4 MX b
 // Streaming GEMM blocks resident per SM: caps them at 128 registers (two chunks of weights,
 // scales and activations per lane fit without spilling in the loop).
 constexpr int kStreamBlocksPerSm = 4;
+
+bool w4a8(const MoeParams& p) { return p.activation_quant == GpuActivationQuant::kFp8Group128; }
 
 using detail::allow_dependents;
 using detail::GemmArgs;
@@ -90,37 +95,98 @@ __device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc>& regs, float (&a
   }
 }
 
-// Streams K for rows r and r+8, this warp taking chunks warp, warp + 4, ...; loads run one
-// chunk ahead of the tensor-core work, in two register sets used in turn (a plain `cur = next`
-// costs a move per register per chunk).
+// What a W4A16 lane streams (for stream_chunks): 128-wide chunks of K = k_total, the last one
+// short when k_total is not a multiple of 128 (its blocks past K read as zeros).
 template <int kAcc>
-__device__ __forceinline__ void stream_k(const RowPair<kAcc>& rp, const std::uint16_t* brow,
-                                         int k_total, int warp, int lane, float (&acc)[kAcc][4]) {
-  const int c = lane % 4;
-  const int full_chunks = k_total / kChunk;  // chunks with all 4 MX blocks inside K
-  const auto k0_of = [&](int chunk) { return chunk * kChunk + 32 * c; };
-  ChunkRegs<kAcc> even;
-  ChunkRegs<kAcc> odd;
+struct Bf16Stream {
+  using Regs = ChunkRegs<kAcc>;
+  RowPair<kAcc> rp;
+  const std::uint16_t* brow;  // this lane's token's activations
+  int k_total;
+  int c;  // lane % 4: the MX block of each chunk this lane takes
+
+  __device__ __forceinline__ int full_chunks() const { return k_total / kChunk; }
+  __device__ __forceinline__ bool has_short_chunk() const { return k_total % kChunk != 0; }
+  template <bool kInside>
+  __device__ __forceinline__ void load(int chunk, Regs& regs) const {
+    const int k0 = chunk * kChunk + 32 * c;
+    load_chunk<kAcc, kInside>(rp, brow, k0, kInside || k0 < k_total, regs);
+  }
+  __device__ __forceinline__ void compute(const Regs& regs, float (&acc)[kAcc][4]) const {
+    mma_chunk(regs, acc);
+  }
+};
+
+// What a W4A8 lane streams: weights and activations in the layouts of w4a8_layout.h. Every
+// chunk is one activation group; a short last chunk (the weight rows' K not a multiple of 128)
+// holds `short_blocks` MX blocks, of which each lane loads its words one by one.
+template <int kAcc>
+struct W4a8Stream {
+  using Regs = detail::W4a8ChunkRegs<kAcc>;
+  RowPair<kAcc> rp;
+  const std::uint8_t* xrow;  // this lane's token's E4M3 row
+  const float* xs_row[2];    // the group scales of accumulator columns 2c and 2c + 1
+  int full;                  // chunks of 4 MX blocks
+  int short_blocks;          // MX blocks of the short chunk after them (0: none)
+  int c;
+
+  __device__ __forceinline__ int full_chunks() const { return full; }
+  __device__ __forceinline__ bool has_short_chunk() const { return short_blocks > 0; }
+  template <bool kInside>
+  __device__ __forceinline__ void load(int chunk, Regs& regs) const {
+#pragma unroll
+    for (int a = 0; a < kAcc; ++a) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const std::uint8_t* at = rp.row[a][h] + chunk * (kChunk / 2);
+        if constexpr (kInside) {
+          regs.w[a][h] = detail::load_stream_16(at + 16 * c);
+        } else {
+          const auto* words = reinterpret_cast<const std::uint32_t*>(at) + c * short_blocks;
+          std::uint32_t v[4];
+#pragma unroll
+          for (int b = 0; b < 4; ++b) v[b] = b < short_blocks ? __ldg(words + b) : 0U;
+          regs.w[a][h] = make_uint4(v[0], v[1], v[2], v[3]);
+        }
+        regs.scale[a][h] = detail::load_chunk_scales(rp.scale[a][h], chunk);
+      }
+    }
+    const auto* x = reinterpret_cast<const uint4*>(xrow + chunk * kChunk + 32 * c);
+    regs.x[0] = __ldg(x);
+    regs.x[1] = __ldg(x + 1);
+    regs.xs[0] = __ldg(xs_row[0] + chunk);
+    regs.xs[1] = __ldg(xs_row[1] + chunk);
+  }
+  __device__ __forceinline__ void compute(const Regs& regs, float (&acc)[kAcc][4]) const {
+    detail::w4a8_mma_chunk(regs, acc);
+  }
+};
+
+// Streams the chunks of `s` (rows r and r+8 of every tile), this warp taking chunks warp,
+// warp + 4, ...; loads run one chunk ahead of the tensor-core work, in two register sets used in
+// turn (a plain `cur = next` costs a move per register per chunk). Full chunks load without
+// predicates; the short last chunk comes after the loop, by the warp whose turn it is (the order
+// of its sum as if it were in the loop).
+template <class Stream, int kAcc>
+__device__ __forceinline__ void stream_chunks(const Stream& s, int warp, float (&acc)[kAcc][4]) {
+  const int full_chunks = s.full_chunks();
+  typename Stream::Regs even;
+  typename Stream::Regs odd;
   int chunk = warp;
   if (chunk < full_chunks) {
-    load_chunk<kAcc, true>(rp, brow, k0_of(chunk), true, even);
+    s.template load<true>(chunk, even);
     for (;; chunk += 2 * kGemmWarps) {
-      if (chunk + kGemmWarps < full_chunks)
-        load_chunk<kAcc, true>(rp, brow, k0_of(chunk + kGemmWarps), true, odd);
-      mma_chunk(even, acc);
+      if (chunk + kGemmWarps < full_chunks) s.template load<true>(chunk + kGemmWarps, odd);
+      s.compute(even, acc);
       if (chunk + kGemmWarps >= full_chunks) break;
-      if (chunk + 2 * kGemmWarps < full_chunks)
-        load_chunk<kAcc, true>(rp, brow, k0_of(chunk + 2 * kGemmWarps), true, even);
-      mma_chunk(odd, acc);
+      if (chunk + 2 * kGemmWarps < full_chunks) s.template load<true>(chunk + 2 * kGemmWarps, even);
+      s.compute(odd, acc);
       if (chunk + 2 * kGemmWarps >= full_chunks) break;
     }
   }
-  // K not a multiple of kChunk: the last, partial chunk (blocks past K zero), by the warp whose
-  // turn it is, after its full chunks (the order of its sum as if it were in the loop).
-  if (full_chunks * kChunk < k_total && warp == full_chunks % kGemmWarps) {
-    const int k0 = k0_of(full_chunks);
-    load_chunk<kAcc, false>(rp, brow, k0, k0 < k_total, even);
-    mma_chunk(even, acc);
+  if (s.has_short_chunk() && warp == full_chunks % kGemmWarps) {
+    s.template load<false>(full_chunks, even);
+    s.compute(even, acc);
   }
 }
 
@@ -144,6 +210,28 @@ __device__ __forceinline__ void reduce_warps(float (&acc)[kAcc][4], float* red, 
   }
 }
 
+// The W4A8 stream of a GEMM block: its token columns' E4M3 rows and group scales. `row_of(col)`
+// gives the activation row (token or slot) of tile column col.
+template <int kAcc, typename RowOf>
+__device__ __forceinline__ W4a8Stream<kAcc> w4a8_stream(const RowPair<kAcc>& rp,
+                                                        const std::uint8_t* fp8,
+                                                        const float* scales, int k_act,
+                                                        int k_stream, int n, int rows, int c,
+                                                        RowOf row_of) {
+  W4a8Stream<kAcc> s;
+  s.rp = rp;
+  const std::size_t pitch = detail::w4a8_act_pitch(k_act);
+  const std::size_t groups = detail::w4a8_act_groups(k_act);
+  s.xrow = fp8 + static_cast<std::size_t>(row_of(n)) * pitch;
+  for (int j = 0; j < 2; ++j)
+    s.xs_row[j] = scales + static_cast<std::size_t>(row_of(min(2 * c + j, rows - 1))) * groups;
+  s.full = k_stream / kChunk;
+  s.short_blocks = (k_stream % kChunk) / 32;
+  s.c = c;
+  return s;
+}
+
+template <bool kW4a8>
 __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
     gemm1_swiglu_kernel(GemmArgs args) {
   wait_for_predecessor();
@@ -157,11 +245,11 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
   // (their accumulators are never stored), so the activation loads need no predicate.
   const int n = min(lane / 4, rows - 1);
   const int hidden = args.w.hidden;
-  const std::uint16_t* brow =
-      args.x + static_cast<std::size_t>(args.ws.slot_pair[slot0 + n] / args.top_k) * hidden;
+  const auto token_of = [&](int col) { return args.ws.slot_pair[slot0 + col] / args.top_k; };
 
   const int ch0 = blockIdx.x * kTileRows;
   const int r = lane / 4;
+  const int c = lane % 4;
   const std::size_t row_bytes = hidden / 2;
   const std::size_t scale_row = moe_scale_pitch(hidden);
   const std::size_t base_row = static_cast<std::size_t>(expert) * 2 * args.w.inter_padded;
@@ -175,12 +263,18 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
     rp.scale[1][h] = args.w.w13_scale + up * scale_row;
   }
   float acc[2][4] = {};
-  stream_k<2>(rp, brow, hidden, warp, lane, acc);
+  if constexpr (kW4a8) {
+    stream_chunks(
+        w4a8_stream<2>(rp, args.ws.x_fp8, args.ws.x_scale, hidden, hidden, n, rows, c, token_of),
+        warp, acc);
+  } else {
+    const Bf16Stream<2> s{rp, args.x + static_cast<std::size_t>(token_of(n)) * hidden, hidden, c};
+    stream_chunks(s, warp, acc);
+  }
   allow_dependents();
   reduce_warps<2>(acc, red, warp, lane);
   if (warp != 0) return;
 
-  const int c = lane % 4;
   for (int i = 0; i < 4; ++i) {
     const int col = 2 * c + (i & 1);
     if (col < rows)
@@ -193,6 +287,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
 // and pairs (the B operand): half the activation loads and pairings per weight byte of one tile.
 constexpr int kGemm2Tiles = 2;
 
+template <bool kW4a8>
 __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_kernel(GemmArgs args) {
   wait_for_predecessor();
   const int tile = blockIdx.y;
@@ -203,13 +298,13 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
   const int lane = threadIdx.x % 32;
   const int n = min(lane / 4, rows - 1);  // as in GEMM1: past the rows, a repeat of the last
   const int inter = args.w.inter;
-  const std::uint16_t* brow = reinterpret_cast<const std::uint16_t*>(args.ws.act) +
-                              static_cast<std::size_t>(slot0 + n) * inter;
 
   const int h0 = blockIdx.x * kTileRows * kGemm2Tiles;
   const int r = lane / 4;
-  const std::size_t row_bytes = args.w.inter_padded / 2;
-  const std::size_t scale_row = moe_scale_pitch(args.w.inter_padded);
+  const int c = lane % 4;
+  const int padded = args.w.inter_padded;
+  const std::size_t row_bytes = padded / 2;
+  const std::size_t scale_row = moe_scale_pitch(padded);
   const std::size_t base_row = static_cast<std::size_t>(expert) * args.w.hidden;
   RowPair<kGemm2Tiles> rp;
   for (int a = 0; a < kGemm2Tiles; ++a) {
@@ -220,12 +315,24 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
     }
   }
   float acc[kGemm2Tiles][4] = {};
-  stream_k<kGemm2Tiles>(rp, brow, inter, warp, lane, acc);
+  if constexpr (kW4a8) {
+    // The chunks that hold valid channels, as the padded rows store them (a chunk of padding
+    // reads zero activations).
+    const int k_stream = min(padded, detail::w4a8_act_pitch(inter));
+    stream_chunks(w4a8_stream<kGemm2Tiles>(rp, args.ws.act_fp8, args.ws.act_scale, inter, k_stream,
+                                           n, rows, c, [&](int col) { return slot0 + col; }),
+                  warp, acc);
+  } else {
+    const Bf16Stream<kGemm2Tiles> s{rp,
+                                    reinterpret_cast<const std::uint16_t*>(args.ws.act) +
+                                        static_cast<std::size_t>(slot0 + n) * inter,
+                                    inter, c};
+    stream_chunks(s, warp, acc);
+  }
   allow_dependents();
   reduce_warps<kGemm2Tiles>(acc, red, warp, lane);
   if (warp != 0) return;
 
-  const int c = lane % 4;
   for (int a = 0; a < kGemm2Tiles; ++a) {
     for (int i = 0; i < 4; ++i) {
       const int col = 2 * c + (i & 1);
@@ -473,10 +580,12 @@ void launch_gemm(const GemmArgs& args, int tokens, int max_tiles, cudaStream_t s
     launch(gemm_tile_kernel<kGemm1>, dim3(row_blocks, max_tiles), dim3(kGemmWarps * 32),
            static_cast<std::size_t>(shape.smem_bytes), stream, args.p.programmatic_launch, args);
   } else if (kGemm1) {
-    launch(gemm1_swiglu_kernel, dim3(args.w.inter / kTileRows, max_tiles), dim3(kGemmWarps * 32), 0,
-           stream, args.p.programmatic_launch, args);
+    const auto kernel = w4a8(args.p) ? gemm1_swiglu_kernel<true> : gemm1_swiglu_kernel<false>;
+    launch(kernel, dim3(args.w.inter / kTileRows, max_tiles), dim3(kGemmWarps * 32), 0, stream,
+           args.p.programmatic_launch, args);
   } else {
-    launch(gemm2_kernel, dim3(args.w.hidden / (kTileRows * kGemm2Tiles), max_tiles),
+    const auto kernel = w4a8(args.p) ? gemm2_kernel<true> : gemm2_kernel<false>;
+    launch(kernel, dim3(args.w.hidden / (kTileRows * kGemm2Tiles), max_tiles),
            dim3(kGemmWarps * 32), 0, stream, args.p.programmatic_launch, args);
   }
   MXQ_CUDA_CHECK_LAUNCH();
@@ -487,6 +596,80 @@ __global__ void to_device_layout_kernel(std::uint32_t* words, std::size_t count)
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
     words[i] = detail::to_device_word(words[i]);
+}
+
+// One thread per (row, 128-wide chunk): the chunk's words are read, then written permuted.
+__global__ void to_w4a8_layout_kernel(std::uint8_t* packed, std::size_t rows, int k) {
+  const int chunks = (k + detail::kW4a8Chunk - 1) / detail::kW4a8Chunk;
+  const std::size_t row_bytes = static_cast<std::size_t>(k) / 2;
+  const std::size_t count = rows * chunks;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const int q = static_cast<int>(i % chunks);
+    const int nb = detail::w4a8_chunk_blocks(k, q);
+    auto* words = reinterpret_cast<std::uint32_t*>(packed + (i / chunks) * row_bytes + q * 64);
+    std::uint32_t in[16];
+    std::uint32_t out[16];
+    for (int j = 0; j < 4 * nb; ++j) in[j] = words[j];
+    detail::w4a8_convert_chunk(in, nb, out);
+    for (int j = 0; j < 4 * nb; ++j) words[j] = out[j];
+  }
+}
+
+// ---- W4A8 activations -------------------------------------------------------------------------
+// One warp per (row, 128-group) of bf16 rows [rows, k]: E4M3 codes of value / scale (saturating,
+// round to nearest even) with scale = max(amax, 1e-4) / 448 in fp32 — the CPU reference's
+// quantize_dequantize_fp8_groups, with the same codec functions — into the W4A8 activation
+// layout (zeros past k), and the scale. A NaN or Inf makes its group's scale NaN.
+// kReadsPredecessor: the rows are an earlier kernel's output (GEMM1's activations), so wait
+// first; else (the forward's input x) quantize while the routing kernel runs, then wait (so that
+// the next kernel's wait covers the routing too).
+template <bool kReadsPredecessor>
+__global__ void quantize_fp8_groups_kernel(const std::uint16_t* __restrict__ src, int rows, int k,
+                                           std::uint8_t* __restrict__ q,
+                                           float* __restrict__ scales) {
+  if constexpr (kReadsPredecessor) wait_for_predecessor();
+  allow_dependents();
+  const int groups = detail::w4a8_act_groups(k);
+  const int item = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (item < rows * groups) {
+    const int row = item / groups;
+    const int k0 = (item % groups) * detail::kW4a8Chunk + 4 * lane;
+    float v[4] = {0.0F, 0.0F, 0.0F, 0.0F};
+    std::uint32_t amax_bits = 0;
+    if (k0 < k) {
+      const uint2 pair =
+          __ldg(reinterpret_cast<const uint2*>(src + static_cast<std::size_t>(row) * k + k0));
+      const std::uint32_t half[4] = {pair.x & 0xFFFFU, pair.x >> 16, pair.y & 0xFFFFU,
+                                     pair.y >> 16};
+      for (int i = 0; i < 4; ++i) {
+        v[i] = __uint_as_float(half[i] << 16);
+        amax_bits = max(amax_bits, (half[i] << 16) & 0x7FFFFFFFU);
+      }
+    }
+    for (int offset = 16; offset > 0; offset /= 2)
+      amax_bits = max(amax_bits, __shfl_xor_sync(0xFFFFFFFFU, amax_bits, offset));
+    const float scale = fp8_block_scale(__uint_as_float(amax_bits), ScaleMode::kFp32);
+    std::uint32_t codes = 0;
+    for (int i = 0; i < 4; ++i)
+      codes |= static_cast<std::uint32_t>(float_to_e4m3(v[i] / scale, Fp8Saturation::kSatFinite))
+               << (8 * i);
+    const std::size_t pitch = detail::w4a8_act_pitch(k);
+    *reinterpret_cast<std::uint32_t*>(q + row * pitch + detail::w4a8_act_offset(k0)) = codes;
+    if (lane == 0) scales[static_cast<std::size_t>(item)] = scale;
+  }
+  if constexpr (!kReadsPredecessor) wait_for_predecessor();
+}
+
+void launch_quantize_fp8(bool reads_predecessor, const std::uint16_t* src, int rows, int k,
+                         std::uint8_t* q, float* scales, bool programmatic, cudaStream_t stream) {
+  constexpr int kWarps = 8;
+  const int items = rows * detail::w4a8_act_groups(k);
+  launch(reads_predecessor ? quantize_fp8_groups_kernel<true> : quantize_fp8_groups_kernel<false>,
+         dim3((items + kWarps - 1) / kWarps), dim3(kWarps * 32), 0, stream, programmatic, src, rows,
+         k, q, scales);
+  MXQ_CUDA_CHECK_LAUNCH();
 }
 
 // ---- 5. combine -----------------------------------------------------------------------------
@@ -518,6 +701,8 @@ const char* moe_decode_unsupported_reason(const MoeDeviceWeights& w, const MoePa
   if (w.inter_padded < w.inter || w.inter_padded % 32 != 0)
     return "padded intermediate size must be a multiple of 32 and >= the intermediate size";
   if (p.top_k < 1 || p.top_k > detail::kMaxTopK) return "top-k must be in [1, 8]";
+  if (w4a8(p) && p.gemm != GemmVariant::kRegisterStream && p.gemm != GemmVariant::kAuto)
+    return "W4A8 (fp8_g128 activations) runs the register_stream GEMMs only";
   if (w.num_local_experts < 1 || w.num_local_experts > detail::kMaxLocalExperts)
     return "experts must be in [1, 1024]";
   if (w.router_w != nullptr &&
@@ -585,6 +770,10 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
          detail::route_smem_bytes(w.num_local_experts), stream, false, route);
   MXQ_CUDA_CHECK_LAUNCH();
   const float* weights = routing ? ws.topk_w : run.topk_weights;
+  if (w4a8(p)) {
+    launch_quantize_fp8(false, run.x, run.tokens, w.hidden, ws.x_fp8, ws.x_scale,
+                        p.programmatic_launch, stream);
+  }
   if (resolved.gemm == GemmVariant::kWgmmaTile) {
     // GEMM1's activations by slot, in the wgmma K order (after the routing kernel's slots).
     // Grid-stride over 16-byte units: two waves of 8 resident 256-thread blocks per SM at most.
@@ -604,6 +793,10 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
       detail::max_tiles_for(pairs, w.num_local_experts, detail::tile_tokens_for(resolved.gemm));
   const GemmArgs args{w, resolved, run.x, p.top_k, ws};
   launch_gemm<true>(args, run.tokens, max_tiles, stream);
+  if (w4a8(p)) {
+    launch_quantize_fp8(true, reinterpret_cast<const std::uint16_t*>(ws.act), pairs, w.inter,
+                        ws.act_fp8, ws.act_scale, p.programmatic_launch, stream);
+  }
   mark(2);
   launch_gemm<false>(args, run.tokens, max_tiles, stream);
   mark(3);
@@ -615,6 +808,7 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
 
 GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, int tokens) {
   if (p.gemm != GemmVariant::kAuto) return p.gemm;
+  if (w4a8(p)) return GemmVariant::kRegisterStream;
   const int experts =
       std::max(w.num_global_experts > 0 ? w.num_global_experts : w.num_local_experts, 1);
   const double slots_per_expert = static_cast<double>(tokens) * p.top_k / experts;
@@ -632,6 +826,19 @@ void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t bytes, cudaS
   const int blocks = static_cast<int>(std::min<std::size_t>((words + 255) / 256, 4096));
   to_device_layout_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<std::uint32_t*>(packed),
                                                       words);
+  MXQ_CUDA_CHECK_LAUNCH();
+}
+
+void moe_weights_to_w4a8_layout(std::uint8_t* packed, std::size_t rows, int k,
+                                cudaStream_t stream) {
+  MXQ_CHECK(k > 0 && k % 32 == 0, ErrorCode::kInvalidArgument,
+            "moe_weights_to_w4a8_layout: k: expected a positive multiple of 32, found ", k);
+  MXQ_CHECK(reinterpret_cast<std::uintptr_t>(packed) % 16 == 0, ErrorCode::kInvalidArgument,
+            "moe_weights_to_w4a8_layout: expected 16-byte aligned weights");
+  if (rows == 0) return;
+  const std::size_t items = rows * static_cast<std::size_t>((k + 127) / 128);
+  const int blocks = static_cast<int>(std::min<std::size_t>((items + 255) / 256, 4096));
+  to_w4a8_layout_kernel<<<blocks, 256, 0, stream>>>(packed, rows, k);
   MXQ_CUDA_CHECK_LAUNCH();
 }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "mxq/moe/cuda_moe.h"
+#include "w4a8_layout.h"
 
 namespace mxq::moe::cuda::detail {
 
@@ -40,6 +41,11 @@ struct Workspace {
   __nv_bfloat16* act;      // [T*k, I] (in the wgmma K order for GemmVariant::kWgmmaTile)
   std::uint16_t* x_wgmma;  // [T*k, H] bf16: x by slot, in the wgmma K order (kWgmmaTile only)
   float* y;                // [T*k, H]
+  // W4A8 only (null otherwise): E4M3 rows in the layout of w4a8_layout.h and their group scales.
+  std::uint8_t* x_fp8;    // [T, w4a8_act_pitch(H)]: x by token
+  float* x_scale;         // [T, w4a8_act_groups(H)]
+  std::uint8_t* act_fp8;  // [T*k, w4a8_act_pitch(I)]: GEMM1's activations by slot
+  float* act_scale;       // [T*k, w4a8_act_groups(I)]
 };
 
 inline int token_groups_for(int tokens) { return (tokens + kRouteTokens - 1) / kRouteTokens; }
@@ -115,6 +121,17 @@ inline Workspace carve_workspace(const MoeDeviceWeights& w, const MoeParams& p, 
   ws.y = reinterpret_cast<float*>(take(pairs * static_cast<std::size_t>(w.hidden) * 4));
   ws.x_wgmma =
       reinterpret_cast<std::uint16_t*>(take(pairs * static_cast<std::size_t>(w.hidden) * 2));
+  if (p.activation_quant == GpuActivationQuant::kFp8Group128) {
+    const auto tokens = static_cast<std::size_t>(max_tokens);
+    ws.x_fp8 = reinterpret_cast<std::uint8_t*>(
+        take(tokens * static_cast<std::size_t>(w4a8_act_pitch(w.hidden))));
+    ws.x_scale = reinterpret_cast<float*>(
+        take(tokens * static_cast<std::size_t>(w4a8_act_groups(w.hidden)) * sizeof(float)));
+    ws.act_fp8 = reinterpret_cast<std::uint8_t*>(
+        take(pairs * static_cast<std::size_t>(w4a8_act_pitch(w.inter))));
+    ws.act_scale = reinterpret_cast<float*>(
+        take(pairs * static_cast<std::size_t>(w4a8_act_groups(w.inter)) * sizeof(float)));
+  }
   if (bytes != nullptr) *bytes = offset;
   return ws;
 }

@@ -1,6 +1,7 @@
 // The CUDA MoE forward against the CPU reference (MoeLayer::forward) on identical quantized
 // weights and inputs: shapes, top-k, activations, biases, padding, TP/EP splits, experts with
-// no tokens, NaN rows, router vs precomputed routing, CUDA graph capture + replay.
+// no tokens, NaN rows, router vs precomputed routing, CUDA graph capture + replay; W4A8 layers
+// (fp8_g128 activations) against the CPU's W4A8 reference on the same cases.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -31,8 +32,9 @@ struct Case {
   bool nan_row;        // token 1 gets a NaN input
 };
 
-MoeConfig config_of(const Case& c) {
+MoeConfig config_of(const Case& c, ActivationQuant quant) {
   MoeConfig config;
+  config.activation_quant = quant;
   config.hidden_size = c.hidden;
   config.intermediate_size = c.inter;
   config.num_experts = c.experts;
@@ -45,8 +47,9 @@ MoeConfig config_of(const Case& c) {
 
 // Random checkpoint tensors loaded through the weight-update session (random FP4 codes, scales
 // mostly 2^-9..2^-6 with a few above 2 so the wide-scale decode runs too; bf16 router, biases).
-MoeLayer make_layer(const Case& c, std::uint64_t seed) {
-  const MoeConfig config = config_of(c);
+MoeLayer make_layer(const Case& c, std::uint64_t seed,
+                    ActivationQuant quant = ActivationQuant::kBf16) {
+  const MoeConfig config = config_of(c, quant);
   ShardOptions shards;
   shards.tp_size = c.tp;
   shards.ep_size = c.ep;
@@ -168,6 +171,50 @@ TEST_P(MoeGpuVsCpu, MatchesTheReference) {
   MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// W4A8: the layer quantizes x and GEMM1's activations to E4M3 groups of 128 on the device, as the
+// CPU reference does; register_stream is its one GEMM variant (auto resolves to it), the others
+// are refused at upload.
+class MoeGpuW4a8VsCpu : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MoeGpuW4a8VsCpu, MatchesTheReference) {
+  const Case& c = GetParam();
+  const MoeLayer layer = make_layer(c, 1000 + static_cast<std::uint64_t>(c.experts * c.hidden),
+                                    ActivationQuant::kFp8Group128);
+  const Tensor x = make_input(c, 77);
+  const MoeForwardResult ref = layer.forward(x);
+  cudaStream_t stream;
+  MXQ_CUDA_CHECK(cudaStreamCreate(&stream));
+  const Routing* routing = c.precomputed ? &ref.routing : nullptr;
+  for (const cuda::GemmVariant variant :
+       {cuda::GemmVariant::kRegisterStream, cuda::GemmVariant::kAuto}) {
+    SCOPED_TRACE(cuda::to_string(variant));
+    const MoeGpuLayer gpu =
+        MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0), variant);
+    EXPECT_EQ(gpu.tactic_name(c.tokens), "cuda.moe.decode_w4a8_mma.register_stream");
+    const Tensor out = run_gpu(gpu, c, x, routing, stream, /*capture_graph=*/false);
+    std::int64_t nan_mismatches = 0;
+    const double error = normalized_error(out, ref.output, &nan_mismatches);
+    EXPECT_EQ(nan_mismatches, 0) << c.name;
+    EXPECT_LE(error, 4e-3) << c.name;
+    if (c.nan_row) {
+      for (std::int64_t h = 0; h < c.hidden; ++h)
+        EXPECT_TRUE(std::isnan(out.data_as<float>()[c.hidden + h]));
+      EXPECT_FALSE(std::isnan(out.data_as<float>()[0]));
+    }
+    const Tensor replayed = run_gpu(gpu, c, x, routing, stream, /*capture_graph=*/true);
+    EXPECT_EQ(std::memcmp(replayed.data(), out.data(), out.nbytes()), 0) << c.name;
+  }
+  for (const cuda::GemmVariant variant :
+       {cuda::GemmVariant::kSharedTile, cuda::GemmVariant::kWideTile,
+        cuda::GemmVariant::kWgmmaTile}) {
+    EXPECT_THROW(
+        (void)MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0), variant),
+        Error)
+        << cuda::to_string(variant);
+  }
+  MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 const Case kCases[] = {
     {"one_expert_k1", 1, 256, 256, 1, 1000, Activation::kSwigluOai, true, 1, 1, 128, false, false},
     {"e8_k2_clamp_nobias_t4096", 8, 256, 544, 2, 4096, Activation::kSwigluClamp, false, 1, 1, 128,
@@ -187,6 +234,11 @@ const Case kCases[] = {
 };
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeGpuVsCpu, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return std::string(info.param.name);
+                         });
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MoeGpuW4a8VsCpu, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::string(info.param.name);
                          });
