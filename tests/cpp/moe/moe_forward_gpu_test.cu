@@ -137,6 +137,26 @@ Tensor run_gpu(const MoeGpuLayer& gpu, const Case& c, const Tensor& x_f32, const
   return out;
 }
 
+// The GPU layer's output on x against the CPU reference's: normalized error <= 4e-3, NaN at the
+// same places (a NaN row gives NaN in every element of that token, and only there), and graph
+// capture + replay reproducing the eager output bit for bit.
+void expect_matches_reference(const MoeGpuLayer& gpu, const Case& c, const Tensor& x,
+                              const MoeForwardResult& ref, const Routing* routing,
+                              cudaStream_t stream) {
+  const Tensor out = run_gpu(gpu, c, x, routing, stream, /*capture_graph=*/false);
+  std::int64_t nan_mismatches = 0;
+  const double error = normalized_error(out, ref.output, &nan_mismatches);
+  EXPECT_EQ(nan_mismatches, 0) << c.name;
+  EXPECT_LE(error, 4e-3) << c.name;
+  if (c.nan_row) {
+    for (std::int64_t h = 0; h < c.hidden; ++h)
+      EXPECT_TRUE(std::isnan(out.data_as<float>()[c.hidden + h]));
+    EXPECT_FALSE(std::isnan(out.data_as<float>()[0]));
+  }
+  const Tensor replayed = run_gpu(gpu, c, x, routing, stream, /*capture_graph=*/true);
+  EXPECT_EQ(std::memcmp(replayed.data(), out.data(), out.nbytes()), 0) << c.name;
+}
+
 class MoeGpuVsCpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MoeGpuVsCpu, MatchesTheReference) {
@@ -153,20 +173,7 @@ TEST_P(MoeGpuVsCpu, MatchesTheReference) {
     SCOPED_TRACE(cuda::to_string(variant));
     const MoeGpuLayer gpu =
         MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0), variant);
-    const Tensor out = run_gpu(gpu, c, x, routing, stream, /*capture_graph=*/false);
-    std::int64_t nan_mismatches = 0;
-    const double error = normalized_error(out, ref.output, &nan_mismatches);
-    EXPECT_EQ(nan_mismatches, 0) << c.name;
-    EXPECT_LE(error, 4e-3) << c.name;
-    // A NaN row gives NaN in every element of that token, and only there.
-    if (c.nan_row) {
-      for (std::int64_t h = 0; h < c.hidden; ++h)
-        EXPECT_TRUE(std::isnan(out.data_as<float>()[c.hidden + h]));
-      EXPECT_FALSE(std::isnan(out.data_as<float>()[0]));
-    }
-    // Graph capture + replay reproduces the eager output bit for bit.
-    const Tensor replayed = run_gpu(gpu, c, x, routing, stream, /*capture_graph=*/true);
-    EXPECT_EQ(std::memcmp(replayed.data(), out.data(), out.nbytes()), 0) << c.name;
+    expect_matches_reference(gpu, c, x, ref, routing, stream);
   }
   MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
 }
@@ -191,18 +198,7 @@ TEST_P(MoeGpuW4a8VsCpu, MatchesTheReference) {
     const MoeGpuLayer gpu =
         MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0), variant);
     EXPECT_EQ(gpu.tactic_name(c.tokens), "cuda.moe.decode_w4a8_mma.register_stream");
-    const Tensor out = run_gpu(gpu, c, x, routing, stream, /*capture_graph=*/false);
-    std::int64_t nan_mismatches = 0;
-    const double error = normalized_error(out, ref.output, &nan_mismatches);
-    EXPECT_EQ(nan_mismatches, 0) << c.name;
-    EXPECT_LE(error, 4e-3) << c.name;
-    if (c.nan_row) {
-      for (std::int64_t h = 0; h < c.hidden; ++h)
-        EXPECT_TRUE(std::isnan(out.data_as<float>()[c.hidden + h]));
-      EXPECT_FALSE(std::isnan(out.data_as<float>()[0]));
-    }
-    const Tensor replayed = run_gpu(gpu, c, x, routing, stream, /*capture_graph=*/true);
-    EXPECT_EQ(std::memcmp(replayed.data(), out.data(), out.nbytes()), 0) << c.name;
+    expect_matches_reference(gpu, c, x, ref, routing, stream);
   }
   for (const cuda::GemmVariant variant :
        {cuda::GemmVariant::kSharedTile, cuda::GemmVariant::kWideTile,
