@@ -117,17 +117,20 @@ struct Bf16Stream {
   }
 };
 
-// What a W4A8 lane streams: weights and activations in the layouts of w4a8_layout.h. Every
-// chunk is one activation group; a short last chunk (the weight rows' K not a multiple of 128)
-// holds `short_blocks` MX blocks, of which each lane loads its words one by one.
+// What a W4A8 lane streams: weights and activations in the layouts of w4a8_layout.h (a tile's
+// 16 rows are one row group, chunk-major). Every chunk is one activation group; a short last
+// chunk (the weight rows' K not a multiple of 128) holds `short_blocks` MX blocks, of which each
+// lane loads its words one by one.
 template <int kAcc>
 struct W4a8Stream {
   using Regs = detail::W4a8ChunkRegs<kAcc>;
-  RowPair<kAcc> rp;
-  const std::uint8_t* xrow;  // this lane's token's E4M3 row
-  const float* xs_row[2];    // the group scales of accumulator columns 2c and 2c + 1
-  int full;                  // chunks of 4 MX blocks
-  int short_blocks;          // MX blocks of the short chunk after them (0: none)
+  const std::uint8_t* group[kAcc];  // each tile's row group
+  RowPair<kAcc> rp;                 // its rows' scales (rp.scale)
+  const std::uint8_t* xrow;         // this lane's token's E4M3 row
+  const float* xs_row[2];           // the group scales of accumulator columns 2c and 2c + 1
+  int full;                         // chunks of 4 MX blocks
+  int short_blocks;                 // MX blocks of the short chunk after them (0: none)
+  int r;                            // lane / 4: rows r and r + 8 of each tile
   int c;
 
   __device__ __forceinline__ int full_chunks() const { return full; }
@@ -138,11 +141,13 @@ struct W4a8Stream {
     for (int a = 0; a < kAcc; ++a) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const std::uint8_t* at = rp.row[a][h] + chunk * (kChunk / 2);
+        const std::uint8_t* at = group[a] + chunk * (detail::kW4a8GroupRows * kChunk / 2);
         if constexpr (kInside) {
-          regs.w[a][h] = detail::load_stream_16(at + 16 * c);
+          regs.w[a][h] = detail::load_stream_16(at + (r + 8 * h) * (kChunk / 2) + 16 * c);
         } else {
-          const auto* words = reinterpret_cast<const std::uint32_t*>(at) + c * short_blocks;
+          const auto* words =
+              reinterpret_cast<const std::uint32_t*>(at + (r + 8 * h) * short_blocks * 16) +
+              c * short_blocks;
           std::uint32_t v[4];
 #pragma unroll
           for (int b = 0; b < 4; ++b) v[b] = b < short_blocks ? __ldg(words + b) : 0U;
@@ -210,15 +215,15 @@ __device__ __forceinline__ void reduce_warps(float (&acc)[kAcc][4], float* red, 
   }
 }
 
-// The W4A8 stream of a GEMM block: its token columns' E4M3 rows and group scales. `row_of(col)`
-// gives the activation row (token or slot) of tile column col.
+// The W4A8 stream of a GEMM block: its tiles' row groups (rp: rows r and r+8 of each tile,
+// row_bytes apart in the row-major view of the same bytes), its token columns' E4M3 rows and
+// group scales. `row_of(col)` gives the activation row (token or slot) of tile column col.
 template <int kAcc, typename RowOf>
-__device__ __forceinline__ W4a8Stream<kAcc> w4a8_stream(const RowPair<kAcc>& rp,
-                                                        const std::uint8_t* fp8,
-                                                        const float* scales, int k_act,
-                                                        int k_stream, int n, int rows, int c,
-                                                        RowOf row_of) {
+__device__ __forceinline__ W4a8Stream<kAcc> w4a8_stream(
+    const RowPair<kAcc>& rp, std::size_t row_bytes, const std::uint8_t* fp8, const float* scales,
+    int k_act, int k_stream, int n, int rows, int r, int c, RowOf row_of) {
   W4a8Stream<kAcc> s;
+  for (int a = 0; a < kAcc; ++a) s.group[a] = rp.row[a][0] - r * row_bytes;
   s.rp = rp;
   const std::size_t pitch = detail::w4a8_act_pitch(k_act);
   const std::size_t groups = detail::w4a8_act_groups(k_act);
@@ -227,6 +232,7 @@ __device__ __forceinline__ W4a8Stream<kAcc> w4a8_stream(const RowPair<kAcc>& rp,
     s.xs_row[j] = scales + static_cast<std::size_t>(row_of(min(2 * c + j, rows - 1))) * groups;
   s.full = k_stream / kChunk;
   s.short_blocks = (k_stream % kChunk) / 32;
+  s.r = r;
   s.c = c;
   return s;
 }
@@ -264,9 +270,9 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
   }
   float acc[2][4] = {};
   if constexpr (kW4a8) {
-    stream_chunks(
-        w4a8_stream<2>(rp, args.ws.x_fp8, args.ws.x_scale, hidden, hidden, n, rows, c, token_of),
-        warp, acc);
+    stream_chunks(w4a8_stream<2>(rp, row_bytes, args.ws.x_fp8, args.ws.x_scale, hidden, hidden, n,
+                                 rows, r, c, token_of),
+                  warp, acc);
   } else {
     const Bf16Stream<2> s{rp, args.x + static_cast<std::size_t>(token_of(n)) * hidden, hidden, c};
     stream_chunks(s, warp, acc);
@@ -319,9 +325,10 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
     // The chunks that hold valid channels, as the padded rows store them (a chunk of padding
     // reads zero activations).
     const int k_stream = min(padded, detail::w4a8_act_pitch(inter));
-    stream_chunks(w4a8_stream<kGemm2Tiles>(rp, args.ws.act_fp8, args.ws.act_scale, inter, k_stream,
-                                           n, rows, c, [&](int col) { return slot0 + col; }),
-                  warp, acc);
+    stream_chunks(
+        w4a8_stream<kGemm2Tiles>(rp, row_bytes, args.ws.act_fp8, args.ws.act_scale, inter, k_stream,
+                                 n, rows, r, c, [&](int col) { return slot0 + col; }),
+        warp, acc);
   } else {
     const Bf16Stream<kGemm2Tiles> s{rp,
                                     reinterpret_cast<const std::uint16_t*>(args.ws.act) +
@@ -598,21 +605,29 @@ __global__ void to_device_layout_kernel(std::uint32_t* words, std::size_t count)
     words[i] = detail::to_device_word(words[i]);
 }
 
-// One thread per (row, 128-wide chunk): the chunk's words are read, then written permuted.
-__global__ void to_w4a8_layout_kernel(std::uint8_t* packed, std::size_t rows, int k) {
-  const int chunks = (k + detail::kW4a8Chunk - 1) / detail::kW4a8Chunk;
+// One block per row group (w4a8_layout.h): the group's rows are read into shared memory, then
+// each thread writes row-chunks converted to their place in the group.
+__global__ void to_w4a8_layout_kernel(std::uint8_t* packed, int k) {
+  extern __shared__ uint4 group_smem[];
   const std::size_t row_bytes = static_cast<std::size_t>(k) / 2;
-  const std::size_t count = rows * chunks;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const int q = static_cast<int>(i % chunks);
+  const std::size_t group_bytes = detail::kW4a8GroupRows * row_bytes;
+  std::uint8_t* base = packed + blockIdx.x * group_bytes;
+  for (std::size_t i = threadIdx.x; i < group_bytes / 16; i += blockDim.x)
+    group_smem[i] = reinterpret_cast<const uint4*>(base)[i];
+  __syncthreads();
+  const auto* group = reinterpret_cast<const std::uint8_t*>(group_smem);
+  const int chunks = (k + detail::kW4a8Chunk - 1) / detail::kW4a8Chunk;
+  for (int item = threadIdx.x; item < chunks * detail::kW4a8GroupRows; item += blockDim.x) {
+    const int q = item / detail::kW4a8GroupRows;
+    const int i = item % detail::kW4a8GroupRows;
     const int nb = detail::w4a8_chunk_blocks(k, q);
-    auto* words = reinterpret_cast<std::uint32_t*>(packed + (i / chunks) * row_bytes + q * 64);
+    const auto* in_words = reinterpret_cast<const std::uint32_t*>(group + i * row_bytes + q * 64);
     std::uint32_t in[16];
     std::uint32_t out[16];
-    for (int j = 0; j < 4 * nb; ++j) in[j] = words[j];
+    for (int j = 0; j < 4 * nb; ++j) in[j] = in_words[j];
     detail::w4a8_convert_chunk(in, nb, out);
-    for (int j = 0; j < 4 * nb; ++j) words[j] = out[j];
+    auto* out_words = reinterpret_cast<std::uint32_t*>(base + detail::w4a8_group_offset(k, q, i));
+    for (int j = 0; j < 4 * nb; ++j) out_words[j] = out[j];
   }
 }
 
@@ -835,10 +850,18 @@ void moe_weights_to_w4a8_layout(std::uint8_t* packed, std::size_t rows, int k,
             "moe_weights_to_w4a8_layout: k: expected a positive multiple of 32, found ", k);
   MXQ_CHECK(reinterpret_cast<std::uintptr_t>(packed) % 16 == 0, ErrorCode::kInvalidArgument,
             "moe_weights_to_w4a8_layout: expected 16-byte aligned weights");
+  MXQ_CHECK(rows % detail::kW4a8GroupRows == 0, ErrorCode::kInvalidArgument,
+            "moe_weights_to_w4a8_layout: rows: expected a multiple of 16, found ", rows);
+  const int group_bytes = detail::kW4a8GroupRows * (k / 2);
+  constexpr int kMaxGroupBytes = 227 * 1024;  // an sm_90 block's shared memory
+  MXQ_CHECK(group_bytes <= kMaxGroupBytes, ErrorCode::kUnsupported,
+            "moe_weights_to_w4a8_layout: k: at most ", 2 * kMaxGroupBytes / detail::kW4a8GroupRows,
+            " values a row, found ", k);
   if (rows == 0) return;
-  const std::size_t items = rows * static_cast<std::size_t>((k + 127) / 128);
-  const int blocks = static_cast<int>(std::min<std::size_t>((items + 255) / 256, 4096));
-  to_w4a8_layout_kernel<<<blocks, 256, 0, stream>>>(packed, rows, k);
+  MXQ_CUDA_CHECK(cudaFuncSetAttribute(to_w4a8_layout_kernel,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, group_bytes));
+  to_w4a8_layout_kernel<<<static_cast<unsigned>(rows / detail::kW4a8GroupRows), 256,
+                          static_cast<std::size_t>(group_bytes), stream>>>(packed, k);
   MXQ_CUDA_CHECK_LAUNCH();
 }
 

@@ -59,9 +59,12 @@ TEST(W4a8Layout, RegistersHoldEveryCodeAsE4m3TimesTwoToMinus6) {
   }
 }
 
+// Row groups of 16 rows, chunk-major: lane c's words of row i of a chunk lie together, the rows
+// of a chunk one after the other (a tile chunk is one contiguous piece), the group in its rows'
+// bytes.
 TEST(W4a8Layout, LaneWordsOfAChunkAreContiguous) {
   for (const int k : {128, 256, 32, 64, 96, 2880, 544}) {
-    const std::size_t rows = 3;
+    const std::size_t rows = 2 * kW4a8GroupRows;
     const std::size_t row_bytes = static_cast<std::size_t>(k) / 2;
     std::vector<std::uint8_t> natural(rows * row_bytes);
     std::mt19937 rng(static_cast<unsigned>(k));
@@ -77,9 +80,16 @@ TEST(W4a8Layout, LaneWordsOfAChunkAreContiguous) {
             // Lane c's b-th word of the chunk is word c of MX block b.
             std::uint32_t got = 0;
             std::uint32_t want = 0;
-            const std::size_t chunk_at = r * row_bytes + static_cast<std::size_t>(q) * 64;
-            std::memcpy(&got, device.data() + chunk_at + 4 * (c * nb + b), 4);
-            std::memcpy(&want, natural.data() + chunk_at + 16 * b + 4 * c, 4);
+            const std::size_t group = r / kW4a8GroupRows;
+            const int i = static_cast<int>(r % kW4a8GroupRows);
+            const std::size_t at = group * kW4a8GroupRows * row_bytes + w4a8_group_offset(k, q, i);
+            EXPECT_EQ(at % 16, 0U);
+            EXPECT_EQ(w4a8_group_offset(k, q, i), q * 1024U + i * nb * 16U);
+            std::memcpy(&got, device.data() + at + 4 * (c * nb + b), 4);
+            std::memcpy(
+                &want,
+                natural.data() + r * row_bytes + static_cast<std::size_t>(q) * 64 + 16 * b + 4 * c,
+                4);
             EXPECT_EQ(from_w4a8_word(got), want) << "k " << k << " chunk " << q;
           }
         }
