@@ -135,8 +135,9 @@ GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, 
 void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t bytes, cudaStream_t stream);
 
 // The W4A8 device layout instead (src/cuda/moe/w4a8_layout.h: words that decode to E4M3 by bit
-// placement, each lane's words of a 128-wide K chunk contiguous): `rows` packed rows of k values
-// (w13: k = H; w2: k = P), in place, on `stream`.
+// placement, each lane's words of a 128-wide K chunk contiguous, rows stored in groups of 16
+// chunk-major): `rows` (a multiple of 16) packed rows of k values (w13: k = H; w2: k = P; at most
+// 29056), in place, on `stream`.
 void moe_weights_to_w4a8_layout(std::uint8_t* packed, std::size_t rows, int k, cudaStream_t stream);
 
 // Copies E8M0 scales [rows, k/32] as prepared (host or device memory) into the device layout
