@@ -442,8 +442,8 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
   }
   // mxq's kernels read packed FP4 in their device layout; the baseline dequantized the
   // checkpoint layout above.
-  moe::cuda::moe_weights_to_device_layout(w13, w13_rows * hidden / 2, stream);
-  moe::cuda::moe_weights_to_device_layout(w2, w2_rows * padded / 2, stream);
+  moe::cuda::moe_weights_to_device_layout(w13, w13_rows, hidden, stream);
+  moe::cuda::moe_weights_to_device_layout(w2, w2_rows, padded, stream);
   moe::cuda::moe_scales_to_device_layout(w13s, w13_rows, hidden, w13s_device, stream);
   moe::cuda::moe_scales_to_device_layout(w2s, w2_rows, padded, w2s_device, stream);
   MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));

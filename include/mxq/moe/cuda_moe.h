@@ -43,7 +43,8 @@ MXQ_HD_INLINE constexpr int moe_scale_pitch(int k) { return (k / 32 + 15) / 16 *
 
 // w13 and w2 hold packed FP4 in the device layout of the activation quantization: the
 // checkpoint's bytes after moe_weights_to_device_layout (W4A16: a bit permutation within each
-// 32-bit word that makes the kernels' decode cheaper) or moe_weights_to_w4a8_layout (W4A8); the
+// 32-bit word that makes the kernels' decode cheaper, rows in groups of 16) or
+// moe_weights_to_w4a8_layout (W4A8); the
 // scales' rows are padded to moe_scale_pitch bytes by moe_scales_to_device_layout; biases are as
 // prepared.
 struct MoeDeviceWeights {
@@ -130,14 +131,17 @@ MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, i
 // resolves kAuto to kRegisterStream, its only variant.
 GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, int tokens);
 
-// Converts packed FP4 weights (w13 or w2 as prepared, `bytes` a multiple of 4) to the device
-// layout in place, on `stream`. Apply once per upload; the kernels read nothing else.
-void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t bytes, cudaStream_t stream);
+// Converts packed FP4 weights (w13 or w2 as prepared: `rows` rows of k values, rows a multiple of
+// 16, k a multiple of 32 and at most 29056; w13: E * 2P rows of H, w2: E * H rows of P) to the
+// W4A16 device layout in place, on `stream`: each 32-bit word's bits permuted
+// (src/cuda/moe/mxfp4_device_layout.h), rows stored in groups of 16, chunk-major
+// (src/cuda/moe/row_groups.h). Apply once per upload; the kernels read nothing else.
+void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t rows, int k,
+                                  cudaStream_t stream);
 
 // The W4A8 device layout instead (src/cuda/moe/w4a8_layout.h: words that decode to E4M3 by bit
-// placement, each lane's words of a 128-wide K chunk contiguous, rows stored in groups of 16
-// chunk-major): `rows` (a multiple of 16) packed rows of k values (w13: k = H; w2: k = P; at most
-// 29056), in place, on `stream`.
+// placement, each lane's words of a 128-wide K chunk contiguous, rows in the same groups), same
+// arguments.
 void moe_weights_to_w4a8_layout(std::uint8_t* packed, std::size_t rows, int k, cudaStream_t stream);
 
 // Copies E8M0 scales [rows, k/32] as prepared (host or device memory) into the device layout

@@ -20,18 +20,20 @@
 // The producer warp fills a ring of kWgmmaStages stages, one 128-wide K chunk each, by TMA:
 // the tile's activations (64 slot rows x 64 K per box, 128-byte swizzled as wgmma's descriptor
 // reads them: the activations are in slot order, so a tile's rows are contiguous), the weights
-// (kWgmmaWBoxRows-row boxes, 64-byte swizzled: MX block b of stage row s at unit b ^ ((s / 2) % 4),
-// so the consumers' 4-byte reads hit 32 distinct banks). A stage's "full" barrier completes with
-// the copies' bytes; consumers hand a stage back on its "empty" barrier once the wgmma reading it
-// are done. Consumers: lane (r, c) decodes word c of MX block b of its rows (mxfp4_mma.cuh): the A
-// fragments of k-steps 2b and 2b + 1, issued as one wgmma group. The fragments of kWgmmaRing MX
-// blocks are in flight per warp: a block's registers are rewritten only after a wait for the group
-// that read them, so decoding block j + 1 overlaps the wgmma of block j. The E8M0 scales are read
-// by the consumer lanes from global memory (one aligned word per row and chunk in the padded
-// device layout), one chunk ahead: shared memory is written by TMA only. The activations arrive
-// in slot order and the wgmma K order (wgmma_k_order.h): GEMM1 reads x gathered and permuted by
-// gather_activations_kernel, GEMM1's epilogue writes the GEMM2 activations permuted. (Gathering
-// rows by TMA instead, one 1 x 64 box per slot row, measured 4x slower: TMA's cost is per box.)
+// (kWgmmaWBoxRows-row boxes of 6 row groups, row_groups.h, 64-byte swizzled: MX block b of stage
+// row s at unit b ^ ((s / 2) % 4), so the consumers' 4-byte reads hit 32 distinct banks; the short
+// last chunk of K = 2880 lands unswizzled, its rows nb * 16 bytes apart). A stage's "full" barrier
+// completes with the copies' bytes; consumers hand a stage back on its "empty" barrier once the
+// wgmma reading it are done. Consumers: lane (r, c) decodes word c of MX block b of its rows
+// (mxfp4_mma.cuh): the A fragments of k-steps 2b and 2b + 1, issued as one wgmma group. The
+// fragments of kWgmmaRing MX blocks are in flight per warp: a block's registers are rewritten only
+// after a wait for the group that read them, so decoding block j + 1 overlaps the wgmma of block j.
+// The E8M0 scales are read by the consumer lanes from global memory (one aligned word per row and
+// chunk in the padded device layout), one chunk ahead: shared memory is written by TMA only. The
+// activations arrive in slot order and the wgmma K order (wgmma_k_order.h): GEMM1 reads x gathered
+// and permuted by gather_activations_kernel, GEMM1's epilogue writes the GEMM2 activations
+// permuted. (Gathering rows by TMA instead, one 1 x 64 box per slot row, measured 4x slower: TMA's
+// cost is per box.)
 #pragma once
 
 #include <cuda.h>
@@ -43,6 +45,7 @@
 #include "gemm_common.cuh"
 #include "mxfp4_mma.cuh"
 #include "pdl.cuh"
+#include "row_groups.h"
 #include "wgmma_k_order.h"
 
 namespace mxq::moe::cuda::detail {
@@ -68,12 +71,20 @@ constexpr int kWgmmaGemm2Rows = 64 * kWgmmaGroups;      // w2 rows per GEMM2 blo
 constexpr int kWgmmaRing = 2;
 
 // The TMA views of a GEMM's operands (built by the launcher): activations [slots, K] bf16 in
-// boxes of 64 x 64 (128-byte swizzle), packed weights [rows, K / 2] bytes in boxes of 64 x 64
-// (64-byte swizzle).
+// boxes of 64 x 64 (128-byte swizzle); the packed weights in their row groups (row_groups.h) as
+// [groups][16 * full chunks][64 bytes], read in boxes of 6 groups x 16 rows x 64 bytes of one
+// chunk (kWgmmaWBoxRows rows, which land as 64-byte rows in order, 64-byte swizzled), and the
+// short last chunk of the stored rows (K not a multiple of 128: nb < 4 MX blocks) as
+// [groups][16][nb * 16 bytes], unswizzled (`w_short`, built only when the rows have one).
 struct WgmmaMaps {
   CUtensorMap x;
   CUtensorMap w;
+  CUtensorMap w_short;
 };
+
+// Row groups per weight box.
+constexpr int kWgmmaWBoxGroups = kWgmmaWBoxRows / kGroupRows;
+static_assert(kWgmmaWBoxRows % kGroupRows == 0, "a weight box is whole row groups");
 
 // acc (64 x kN fp32, warpgroup fragments) += A (64 x 16 bf16, registers) * B (16 x kN bf16,
 // K-major in shared memory, 128-byte swizzle).
@@ -185,6 +196,10 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   const int matrix_rows = kGemm1 ? args.w.inter : args.w.hidden;
   const int block_first = blockIdx.x * (kGemm1 ? kWgmmaGemm1Channels : kWgmmaGemm2Rows);
   const int chunks = ((kGemm1 ? args.w.hidden : args.w.inter) + kWgmmaChunk - 1) / kWgmmaChunk;
+  // The stored rows' full chunks and the MX blocks of their short last chunk (GEMM2: P values).
+  const int stored_k = kGemm1 ? args.w.hidden : P;
+  const int stored_full = stored_k / kWgmmaChunk;
+  const int short_blocks = chunk_blocks(stored_k, stored_full);
   std::uint8_t* const w_smem = smem + kWgmmaStages * kWgmmaXBytes;
   auto* const full = reinterpret_cast<std::uint64_t*>(smem + kWgmmaBarrierOffset);
   std::uint64_t* const empty = full + kWgmmaStages;
@@ -211,24 +226,31 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
     const std::int64_t w_second = kGemm1 ? w_first + P : w_first + kWgmmaWBoxRows;
     // Boxes past the tile's slots read other experts' slots or zeros: their B columns only reach
     // accumulator columns that are never stored.
-    constexpr std::uint32_t kTxBytes = kN * 256 + kWgmmaWBytes;
+    const int first_group = static_cast<int>(w_first / kGroupRows);
+    const int second_group = static_cast<int>(w_second / kGroupRows);
     for (int chunk = 0; chunk < chunks; ++chunk) {
       const int stage = chunk % kWgmmaStages;
       if (chunk >= kWgmmaStages) mbarrier_wait(&empty[stage], ((chunk / kWgmmaStages) - 1) & 1);
       std::uint8_t* const x_stage = smem + stage * kWgmmaXBytes;
       std::uint8_t* const w_stage = w_smem + stage * kWgmmaWBytes;
       if (lane == 0) {
-        mbarrier_arrive_expect_tx(&full[stage], kTxBytes);
+        const bool short_chunk = chunk >= stored_full;
+        mbarrier_arrive_expect_tx(
+            &full[stage], kN * 256 + (short_chunk ? kWgmmaRows * 16 * short_blocks : kWgmmaWBytes));
 #pragma unroll
         for (int atom = 0; atom < 2; ++atom)
 #pragma unroll
           for (int half = 0; half < kN / 64; ++half)
             tma_load_2d(x_stage + atom * kWgmmaAtomBytes + half * 64 * 128, &maps.x, &full[stage],
                         chunk * kWgmmaChunk + 64 * atom, tile.slot0 + 64 * half);
-        tma_load_2d(w_stage, &maps.w, &full[stage], chunk * (kWgmmaChunk / 2),
-                    static_cast<int>(w_first));
-        tma_load_2d(w_stage + kWgmmaWBoxRows * (kWgmmaChunk / 2), &maps.w, &full[stage],
-                    chunk * (kWgmmaChunk / 2), static_cast<int>(w_second));
+        std::uint8_t* const w_stage_hi = w_stage + kWgmmaWBoxRows * (kWgmmaChunk / 2);
+        if (short_chunk) {
+          tma_load_3d(w_stage, &maps.w_short, &full[stage], 0, 0, first_group);
+          tma_load_3d(w_stage_hi, &maps.w_short, &full[stage], 0, 0, second_group);
+        } else {
+          tma_load_3d(w_stage, &maps.w, &full[stage], 0, kGroupRows * chunk, first_group);
+          tma_load_3d(w_stage_hi, &maps.w, &full[stage], 0, kGroupRows * chunk, second_group);
+        }
       }
     }
     return;
@@ -269,11 +291,10 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   const std::uint32_t smem_base = smem_addr(smem);
   const std::uint32_t full_base = smem_base + kWgmmaBarrierOffset;
   const std::uint32_t empty_base = full_base + kWgmmaStages * 8;
+  const std::uint32_t w_smem_base = smem_base + kWgmmaStages * kWgmmaXBytes;
   std::uint32_t w_lane[4];
 #pragma unroll
-  for (int b = 0; b < 4; ++b)
-    w_lane[b] =
-        smem_base + kWgmmaStages * kWgmmaXBytes + row_lo * 64 + ((b ^ unit_xor) * 16) + 4 * c;
+  for (int b = 0; b < 4; ++b) w_lane[b] = w_smem_base + row_lo * 64 + ((b ^ unit_xor) * 16) + 4 * c;
   const std::uint64_t x_desc = wgmma_desc_k128_sw128(smem_base);
   const auto x_desc_lo = static_cast<std::uint32_t>(x_desc);  // the address field, < 2^14
   const std::uint64_t x_desc_hi = x_desc & ~0xFFFFFFFFULL;
@@ -290,11 +311,28 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
     next_scales_hi = load_scales(scales_hi, chunk + 1);
     std::uint32_t words_lo[4];
     std::uint32_t words_hi[4];
+    if (chunk < stored_full) {
 #pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const std::uint32_t at = w_lane[b] + stage * kWgmmaWBytes;
-      words_lo[b] = ld_shared_u32(at);
-      words_hi[b] = ld_shared_u32(at + kHiRowOffset);
+      for (int b = 0; b < 4; ++b) {
+        const std::uint32_t at = w_lane[b] + stage * kWgmmaWBytes;
+        words_lo[b] = ld_shared_u32(at);
+        words_hi[b] = ld_shared_u32(at + kHiRowOffset);
+      }
+    } else {
+      // The short chunk: each box's rows short_blocks * 16 bytes apart, unswizzled; the blocks
+      // past them are zero weights.
+      const auto short_row = [&](int row) -> std::uint32_t {
+        return w_smem_base + stage * kWgmmaWBytes +
+               (row / kWgmmaWBoxRows) * kWgmmaWBoxRows * (kWgmmaChunk / 2) +
+               (row % kWgmmaWBoxRows) * short_blocks * 16 + 4 * c;
+      };
+      const std::uint32_t lo = short_row(row_lo);
+      const std::uint32_t hi = short_row(row_hi);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        words_lo[b] = b < short_blocks ? ld_shared_u32(lo + 16 * b) : 0U;
+        words_hi[b] = b < short_blocks ? ld_shared_u32(hi + 16 * b) : 0U;
+      }
     }
     // A scale above 2^1 or NaN somewhere in the warp: the two-factor decode for this chunk.
     const bool wide =
@@ -377,6 +415,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   if (threadIdx.x == kWgmmaConsumerThreads) {
     prefetch_tensor_map(&maps.x);
     prefetch_tensor_map(&maps.w);
+    if ((kGemm1 ? args.w.hidden : args.w.inter_padded) % kWgmmaChunk != 0)
+      prefetch_tensor_map(&maps.w_short);
   }
   wait_for_predecessor();
   const int tile_index = static_cast<int>(blockIdx.y);

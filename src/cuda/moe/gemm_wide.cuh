@@ -15,7 +15,8 @@
 // count, the K tail and the rows of a warp past the matrix are zero-filled by the copy); the
 // scales, whose rows are not 4-byte aligned, by byte loads held one iteration in a register.
 // Lane (r = lane/4, c = lane%4) then reads MX block c of rows r and r+8 of its warp's tiles and
-// decodes it a word at a time (mxfp4_mma.cuh).
+// decodes it a word at a time (mxfp4_mma.cuh). (The weights' row groups, row_groups.h, only
+// change where each 16-byte copy reads from.)
 //
 // Activation layout of a stage: slot row n is 256 bytes = 16 units of 8 bf16 (16 bytes). Lane
 // (r, c) reads unit u = 4c + j (the elements of word j of its MX block; its 4 bf16x2 words are
@@ -32,6 +33,7 @@
 #include "gemm_common.cuh"
 #include "mxfp4_mma.cuh"
 #include "pdl.cuh"
+#include "row_groups.h"
 
 namespace mxq::moe::cuda::detail {
 
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, kWideBlocksPerSm)
   const int tile_step = kGemm1 ? P : 16;
   const std::size_t expert_row =
       static_cast<std::size_t>(expert) * (kGemm1 ? 2 * P : args.w.hidden);
-  const int pitch = kGemm1 ? args.w.hidden / 2 : P / 2;  // bytes per packed row
+  const int stored_k = kGemm1 ? args.w.hidden : P;  // values per stored weight row
   const int scale_pitch = moe_scale_pitch(kGemm1 ? args.w.hidden : P);
   const std::uint8_t* weights = kGemm1 ? args.w.w13 : args.w.w2;
   const std::uint8_t* scales = kGemm1 ? args.w.w13_scale : args.w.w2_scale;
@@ -184,7 +186,8 @@ __global__ void __launch_bounds__(kWideWarps * 32, kWideBlocksPerSm)
       const int k = chunk * kWideChunk + 32 * u;
       const bool valid = row >= 0 && k < k_total;
       cp_async_16(stage + kWideXBytes + s * (kWideChunk / 2) + u * 16,
-                  valid ? weights + static_cast<std::size_t>(row) * pitch + k / 2 : weights,
+                  valid ? weights + grouped_block_offset(static_cast<std::size_t>(row), stored_k, k)
+                        : weights,
                   valid ? 16 : 0);
     }
   };

@@ -135,14 +135,14 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
         // The kernels read packed FP4 in the device layout of their activation quantization.
         // Legacy default stream, then a wait: the forward may run on a non-blocking stream.
         auto* packed = static_cast<std::uint8_t*>(uploaded.data());
+        const Shape& shape_bytes = uploaded.shape();  // [..., K/2]
+        const std::int64_t row_bytes = shape_bytes[shape_bytes.rank() - 1];
+        const auto rows = static_cast<std::size_t>(uploaded.numel() / row_bytes);
+        const int k = static_cast<int>(2 * row_bytes);
         if (w4a8) {
-          const Shape& shape_bytes = uploaded.shape();  // [..., K/2]
-          const std::int64_t row_bytes = shape_bytes[shape_bytes.rank() - 1];
-          cuda::moe_weights_to_w4a8_layout(packed,
-                                           static_cast<std::size_t>(uploaded.numel() / row_bytes),
-                                           static_cast<int>(2 * row_bytes), nullptr);
+          cuda::moe_weights_to_w4a8_layout(packed, rows, k, nullptr);
         } else {
-          cuda::moe_weights_to_device_layout(packed, uploaded.nbytes(), nullptr);
+          cuda::moe_weights_to_device_layout(packed, rows, k, nullptr);
         }
         MXQ_CUDA_CHECK(cudaStreamSynchronize(nullptr));
       }

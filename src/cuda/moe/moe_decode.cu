@@ -24,6 +24,7 @@
 #include "mxq/moe/cuda_moe.h"
 #include "pdl.cuh"
 #include "routing.cuh"
+#include "row_groups.h"
 #include "w4a8_layout.h"
 #include "w4a8_mma.cuh"
 #include "workspace.cuh"
@@ -57,33 +58,13 @@ struct ChunkRegs {
   uint4 x[4];
 };
 
+// The weights of a GEMM block's tiles: each tile's row group (row_groups.h: its 16 rows, chunk-
+// major) and the E8M0 scale rows of this lane's rows r and r + 8.
 template <int kAcc>
-struct RowPair {
-  const std::uint8_t* row[kAcc][2];    // packed FP4 rows (r, r+8)
-  const std::uint8_t* scale[kAcc][2];  // their E8M0 scales
+struct TileRows {
+  const std::uint8_t* group[kAcc];
+  const std::uint8_t* scale[kAcc][2];
 };
-
-// kInside: every lane's MX block lies inside K (a full chunk), so nothing is predicated; else
-// (the last chunk when K is not a multiple of kChunk) blocks past K read as zero weights and
-// activations, and scale 1.0.
-template <int kAcc, bool kInside>
-__device__ __forceinline__ void load_chunk(const RowPair<kAcc>& rp, const std::uint16_t* brow,
-                                           int k0, bool has_block, ChunkRegs<kAcc>& regs) {
-  const bool load = kInside || has_block;
-#pragma unroll
-  for (int a = 0; a < kAcc; ++a) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      regs.w[a][h] = load ? detail::load_stream_16(rp.row[a][h] + k0 / 2) : make_uint4(0, 0, 0, 0);
-      regs.scale[a][h] = load ? __ldg(rp.scale[a][h] + k0 / 32) : 127U;
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    regs.x[i] =
-        load ? __ldg(reinterpret_cast<const uint4*>(brow + k0) + i) : make_uint4(0, 0, 0, 0);
-  }
-}
 
 // One chunk's tensor-core work; scales above 2 (E8M0 129..254) take the two-multiply decode.
 template <int kAcc>
@@ -95,14 +76,19 @@ __device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc>& regs, float (&a
   }
 }
 
-// What a W4A16 lane streams (for stream_chunks): 128-wide chunks of K = k_total, the last one
-// short when k_total is not a multiple of 128 (its blocks past K read as zeros).
+// What a W4A16 lane streams (for stream_chunks): 128-wide chunks of K = k_total, MX block c of
+// rows r and r + 8 of every tile with their scales, and the matching 32 activations of its token.
+// The last chunk is short when k_total is not a multiple of 128: its blocks past K read as zero
+// weights and activations and scale 1.0, and its rows lie short_row_bytes apart in the group (the
+// weight rows' K, for GEMM2 the padded P, decides how many blocks the stored chunk holds).
 template <int kAcc>
 struct Bf16Stream {
   using Regs = ChunkRegs<kAcc>;
-  RowPair<kAcc> rp;
+  TileRows<kAcc> tiles;
   const std::uint16_t* brow;  // this lane's token's activations
   int k_total;
+  int short_row_bytes;
+  int r;
   int c;  // lane % 4: the MX block of each chunk this lane takes
 
   __device__ __forceinline__ int full_chunks() const { return k_total / kChunk; }
@@ -110,7 +96,24 @@ struct Bf16Stream {
   template <bool kInside>
   __device__ __forceinline__ void load(int chunk, Regs& regs) const {
     const int k0 = chunk * kChunk + 32 * c;
-    load_chunk<kAcc, kInside>(rp, brow, k0, kInside || k0 < k_total, regs);
+    const bool load = kInside || k0 < k_total;
+    const int row_bytes = kInside ? detail::kChunkBytes : short_row_bytes;
+#pragma unroll
+    for (int a = 0; a < kAcc; ++a) {
+      const std::uint8_t* at =
+          tiles.group[a] + chunk * detail::kGroupChunkBytes + r * row_bytes + 16 * c;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        regs.w[a][h] =
+            load ? detail::load_stream_16(at + 8 * h * row_bytes) : make_uint4(0, 0, 0, 0);
+        regs.scale[a][h] = load ? __ldg(tiles.scale[a][h] + k0 / 32) : 127U;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      regs.x[i] =
+          load ? __ldg(reinterpret_cast<const uint4*>(brow + k0) + i) : make_uint4(0, 0, 0, 0);
+    }
   }
   __device__ __forceinline__ void compute(const Regs& regs, float (&acc)[kAcc][4]) const {
     mma_chunk(regs, acc);
@@ -124,13 +127,12 @@ struct Bf16Stream {
 template <int kAcc>
 struct W4a8Stream {
   using Regs = detail::W4a8ChunkRegs<kAcc>;
-  const std::uint8_t* group[kAcc];  // each tile's row group
-  RowPair<kAcc> rp;                 // its rows' scales (rp.scale)
-  const std::uint8_t* xrow;         // this lane's token's E4M3 row
-  const float* xs_row[2];           // the group scales of accumulator columns 2c and 2c + 1
-  int full;                         // chunks of 4 MX blocks
-  int short_blocks;                 // MX blocks of the short chunk after them (0: none)
-  int r;                            // lane / 4: rows r and r + 8 of each tile
+  TileRows<kAcc> tiles;
+  const std::uint8_t* xrow;  // this lane's token's E4M3 row
+  const float* xs_row[2];    // the group scales of accumulator columns 2c and 2c + 1
+  int full;                  // chunks of 4 MX blocks
+  int short_blocks;          // MX blocks of the short chunk after them (0: none)
+  int r;                     // lane / 4: rows r and r + 8 of each tile
   int c;
 
   __device__ __forceinline__ int full_chunks() const { return full; }
@@ -141,9 +143,9 @@ struct W4a8Stream {
     for (int a = 0; a < kAcc; ++a) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const std::uint8_t* at = group[a] + chunk * (detail::kW4a8GroupRows * kChunk / 2);
+        const std::uint8_t* at = tiles.group[a] + chunk * detail::kGroupChunkBytes;
         if constexpr (kInside) {
-          regs.w[a][h] = detail::load_stream_16(at + (r + 8 * h) * (kChunk / 2) + 16 * c);
+          regs.w[a][h] = detail::load_stream_16(at + (r + 8 * h) * detail::kChunkBytes + 16 * c);
         } else {
           const auto* words =
               reinterpret_cast<const std::uint32_t*>(at + (r + 8 * h) * short_blocks * 16) +
@@ -153,7 +155,7 @@ struct W4a8Stream {
           for (int b = 0; b < 4; ++b) v[b] = b < short_blocks ? __ldg(words + b) : 0U;
           regs.w[a][h] = make_uint4(v[0], v[1], v[2], v[3]);
         }
-        regs.scale[a][h] = detail::load_chunk_scales(rp.scale[a][h], chunk);
+        regs.scale[a][h] = detail::load_chunk_scales(tiles.scale[a][h], chunk);
       }
     }
     const auto* x = reinterpret_cast<const uint4*>(xrow + chunk * kChunk + 32 * c);
@@ -215,16 +217,16 @@ __device__ __forceinline__ void reduce_warps(float (&acc)[kAcc][4], float* red, 
   }
 }
 
-// The W4A8 stream of a GEMM block: its tiles' row groups (rp: rows r and r+8 of each tile,
-// row_bytes apart in the row-major view of the same bytes), its token columns' E4M3 rows and
-// group scales. `row_of(col)` gives the activation row (token or slot) of tile column col.
+// The W4A8 stream of a GEMM block: its tiles, its token columns' E4M3 rows and group scales.
+// `row_of(col)` gives the activation row (token or slot) of tile column col.
 template <int kAcc, typename RowOf>
-__device__ __forceinline__ W4a8Stream<kAcc> w4a8_stream(
-    const RowPair<kAcc>& rp, std::size_t row_bytes, const std::uint8_t* fp8, const float* scales,
-    int k_act, int k_stream, int n, int rows, int r, int c, RowOf row_of) {
+__device__ __forceinline__ W4a8Stream<kAcc> w4a8_stream(const TileRows<kAcc>& tiles,
+                                                        const std::uint8_t* fp8,
+                                                        const float* scales, int k_act,
+                                                        int k_stream, int n, int rows, int r, int c,
+                                                        RowOf row_of) {
   W4a8Stream<kAcc> s;
-  for (int a = 0; a < kAcc; ++a) s.group[a] = rp.row[a][0] - r * row_bytes;
-  s.rp = rp;
+  s.tiles = tiles;
   const std::size_t pitch = detail::w4a8_act_pitch(k_act);
   const std::size_t groups = detail::w4a8_act_groups(k_act);
   s.xrow = fp8 + static_cast<std::size_t>(row_of(n)) * pitch;
@@ -259,22 +261,24 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
   const std::size_t row_bytes = hidden / 2;
   const std::size_t scale_row = moe_scale_pitch(hidden);
   const std::size_t base_row = static_cast<std::size_t>(expert) * 2 * args.w.inter_padded;
-  RowPair<2> rp;
+  const std::size_t gate0 = base_row + ch0;  // the tiles' first rows: gate, then up (P on)
+  const std::size_t up0 = gate0 + args.w.inter_padded;
+  TileRows<2> tiles;
+  tiles.group[0] = args.w.w13 + gate0 * row_bytes;
+  tiles.group[1] = args.w.w13 + up0 * row_bytes;
   for (int h = 0; h < 2; ++h) {
-    const std::size_t gate = base_row + ch0 + r + 8 * h;
-    const std::size_t up = gate + args.w.inter_padded;
-    rp.row[0][h] = args.w.w13 + gate * row_bytes;
-    rp.row[1][h] = args.w.w13 + up * row_bytes;
-    rp.scale[0][h] = args.w.w13_scale + gate * scale_row;
-    rp.scale[1][h] = args.w.w13_scale + up * scale_row;
+    tiles.scale[0][h] = args.w.w13_scale + (gate0 + r + 8 * h) * scale_row;
+    tiles.scale[1][h] = args.w.w13_scale + (up0 + r + 8 * h) * scale_row;
   }
   float acc[2][4] = {};
   if constexpr (kW4a8) {
-    stream_chunks(w4a8_stream<2>(rp, row_bytes, args.ws.x_fp8, args.ws.x_scale, hidden, hidden, n,
-                                 rows, r, c, token_of),
+    stream_chunks(w4a8_stream<2>(tiles, args.ws.x_fp8, args.ws.x_scale, hidden, hidden, n, rows, r,
+                                 c, token_of),
                   warp, acc);
   } else {
-    const Bf16Stream<2> s{rp, args.x + static_cast<std::size_t>(token_of(n)) * hidden, hidden, c};
+    const Bf16Stream<2> s{tiles,  args.x + static_cast<std::size_t>(token_of(n)) * hidden,
+                          hidden, 16 * detail::chunk_blocks(hidden, hidden / kChunk),
+                          r,      c};
     stream_chunks(s, warp, acc);
   }
   allow_dependents();
@@ -312,13 +316,12 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
   const std::size_t row_bytes = padded / 2;
   const std::size_t scale_row = moe_scale_pitch(padded);
   const std::size_t base_row = static_cast<std::size_t>(expert) * args.w.hidden;
-  RowPair<kGemm2Tiles> rp;
+  TileRows<kGemm2Tiles> tiles;
   for (int a = 0; a < kGemm2Tiles; ++a) {
-    for (int h = 0; h < 2; ++h) {
-      const std::size_t row = base_row + h0 + kTileRows * a + r + 8 * h;
-      rp.row[a][h] = args.w.w2 + row * row_bytes;
-      rp.scale[a][h] = args.w.w2_scale + row * scale_row;
-    }
+    const std::size_t first = base_row + h0 + kTileRows * a;
+    tiles.group[a] = args.w.w2 + first * row_bytes;
+    for (int h = 0; h < 2; ++h)
+      tiles.scale[a][h] = args.w.w2_scale + (first + r + 8 * h) * scale_row;
   }
   float acc[kGemm2Tiles][4] = {};
   if constexpr (kW4a8) {
@@ -326,14 +329,18 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
     // reads zero activations).
     const int k_stream = min(padded, detail::w4a8_act_pitch(inter));
     stream_chunks(
-        w4a8_stream<kGemm2Tiles>(rp, row_bytes, args.ws.act_fp8, args.ws.act_scale, inter, k_stream,
-                                 n, rows, r, c, [&](int col) { return slot0 + col; }),
+        w4a8_stream<kGemm2Tiles>(tiles, args.ws.act_fp8, args.ws.act_scale, inter, k_stream, n,
+                                 rows, r, c, [&](int col) { return slot0 + col; }),
         warp, acc);
   } else {
-    const Bf16Stream<kGemm2Tiles> s{rp,
+    // The rows hold P values: a short chunk of the I streamed may be a full one as stored.
+    const Bf16Stream<kGemm2Tiles> s{tiles,
                                     reinterpret_cast<const std::uint16_t*>(args.ws.act) +
                                         static_cast<std::size_t>(slot0 + n) * inter,
-                                    inter, c};
+                                    inter,
+                                    16 * detail::chunk_blocks(padded, inter / kChunk),
+                                    r,
+                                    c};
     stream_chunks(s, warp, acc);
   }
   allow_dependents();
@@ -352,15 +359,15 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
 
 // ---- 3/4 (v3). grouped GEMMs on weight tiles staged in shared memory ----------------------
 // One block = 16 weight rows x the whole K x one tile of <= 8 tokens. The 16 rows are fetched
-// with bulk asynchronous copies (one per row and K stage, each stage completing on its own
-// mbarrier), so a block has its whole tile (23 KB at K = 2880) in flight without registers and
-// starts computing as soon as the first stage lands; 8 blocks per SM keep ~180 KB in flight.
-// GEMM1 takes 8 channels per block: mma rows 0..7 are their gate rows, 8..15 their up rows, so
-// each lane holds gate and up of the same (channel, token) and SwiGLU needs no exchange.
-// Lane (r, c) reads the 16-byte MX block c of each 128-wide chunk of rows r and r+8; the smem row
-// stride is padded to 64 mod 128 bytes so the 8 lanes of a quarter-warp (rows 2q, 2q+1, blocks
-// 0..3) hit 8 distinct 16-byte bank groups. Words are decoded with decode_e2m1x8 into natural
-// bf16x2 pairs, which meet the activations' words as they lie.
+// with bulk asynchronous copies (one per row and 128-wide chunk, each K stage of 8 chunks
+// completing on its own mbarrier), so a block has its whole tile (23 KB at K = 2880) in flight
+// without registers and starts computing as soon as the first stage lands; 8 blocks per SM keep
+// ~180 KB in flight. GEMM1 takes 8 channels per block: mma rows 0..7 are their gate rows, 8..15
+// their up rows, so each lane holds gate and up of the same (channel, token) and SwiGLU needs no
+// exchange. Lane (r, c) reads the 16-byte MX block c of each 128-wide chunk of rows r and r+8; the
+// smem row stride is padded to 64 mod 128 bytes so the 8 lanes of a quarter-warp (rows 2q, 2q+1,
+// blocks 0..3) hit 8 distinct 16-byte bank groups. Words are decoded with decode_e2m1x8 into
+// natural bf16x2 pairs, which meet the activations' words as they lie.
 constexpr int kStageK = 1024;  // K values per bulk-copy stage (a multiple of kChunk)
 constexpr int kMaxStages = 16;
 constexpr int kTileMaxK = kStageK * kMaxStages;
@@ -375,7 +382,7 @@ struct TileShape {
   int k;           // K values
   int stride;      // smem bytes per weight row
   int scale_row;   // global (and smem) bytes per scale row: moe_scale_pitch
-  int row_pitch;   // global bytes per weight row
+  int stored_k;    // values per stored weight row (GEMM2: the padded P)
   int smem_bytes;  // dynamic shared memory
 };
 
@@ -384,7 +391,7 @@ __host__ __device__ inline TileShape tile_shape(const MoeDeviceWeights& w, bool 
   t.k = gemm1 ? w.hidden : w.inter;
   t.stride = padded_row_stride(t.k / 2);
   t.scale_row = moe_scale_pitch(gemm1 ? w.hidden : w.inter_padded);
-  t.row_pitch = (gemm1 ? w.hidden : w.inter_padded) / 2;
+  t.stored_k = gemm1 ? w.hidden : w.inter_padded;
   t.smem_bytes = kTileRows * t.stride + (kTileRows * t.scale_row + 15) / 16 * 16;
   return t;
 }
@@ -428,14 +435,16 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
     }
   }
   __syncthreads();
-  for (int q = threadIdx.x; q < kTileRows * stages; q += blockDim.x) {
+  // One bulk copy per row and 128-wide chunk: the chunks of a row are 1 KB apart in its row group.
+  const int chunks = (shape.k + kChunk - 1) / kChunk;
+  for (int q = threadIdx.x; q < kTileRows * chunks; q += blockDim.x) {
     const int i = q % kTileRows;
-    const int s = q / kTileRows;
-    const int k0 = s * kStageK;
-    const int kn = min(kStageK, shape.k - k0);
+    const int k0 = (q / kTileRows) * kChunk;
+    const int kn = min(kChunk, shape.k - k0);
     detail::bulk_copy_g2s(detail::smem_addr(sw + i * shape.stride + k0 / 2),
-                          weights + global_row(i) * shape.row_pitch + k0 / 2,
-                          static_cast<std::uint32_t>(kn / 2), detail::smem_addr(&stage_bar[s]));
+                          weights + detail::grouped_block_offset(global_row(i), shape.stored_k, k0),
+                          static_cast<std::uint32_t>(kn / 2),
+                          detail::smem_addr(&stage_bar[k0 / kStageK]));
   }
   // Scales (1/16 of the bytes) by ordinary 8-byte loads: rows of 8 consecutive channels are
   // contiguous and 8-byte aligned (GEMM1: two such regions; GEMM2: one of 16 rows).
@@ -463,7 +472,6 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
                         static_cast<std::size_t>(slot0 + n) * args.w.inter;
   }
   float acc[1][4] = {};
-  const int chunks = (shape.k + kChunk - 1) / kChunk;
   for (int ch = warp; ch < chunks; ch += kGemmWarps) {
     const int k0 = ch * kChunk + 32 * c;
     const bool has_block = k0 < shape.k;
@@ -520,9 +528,9 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
   }
 }
 
-// The TMA views of the wgmma GEMMs' operands: the activations by slot ([T * k, H] for GEMM1,
-// [T * k, I] for GEMM2) in boxes of 64 slots x 64 values, the packed weights (w13 [E * 2P, H / 2],
-// w2 [E * H, P / 2] bytes) in boxes of kWgmmaWBoxRows rows x 64 bytes.
+// The TMA views of the wgmma GEMMs' operands (WgmmaMaps): the activations by slot ([T * k, H] for
+// GEMM1, [T * k, I] for GEMM2) in boxes of 64 slots x 64 values, the packed weights (w13 E * 2P
+// rows of H values, w2 E * H rows of P values) in their row groups.
 detail::WgmmaMaps wgmma_maps(const GemmArgs& args, bool gemm1, int tokens) {
   const MoeDeviceWeights& w = args.w;
   const auto experts = static_cast<std::uint64_t>(w.num_local_experts);
@@ -532,10 +540,30 @@ detail::WgmmaMaps wgmma_maps(const GemmArgs& args, bool gemm1, int tokens) {
   maps.x = tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                         gemm1 ? static_cast<const void*>(args.ws.x_wgmma) : args.ws.act, slots, k,
                         k * 2, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B, "MoE wgmma activations");
-  const std::uint64_t w_rows = gemm1 ? experts * 2 * w.inter_padded : experts * w.hidden;
-  const std::uint64_t w_cols = gemm1 ? w.hidden / 2 : w.inter_padded / 2;
-  maps.w = tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, gemm1 ? w.w13 : w.w2, w_rows, w_cols, w_cols,
-                        detail::kWgmmaWBoxRows, 64, CU_TENSOR_MAP_SWIZZLE_64B, "MoE wgmma weights");
+  // The weights' row groups (row_groups.h): full chunks as [groups][16 * chunks][64 B], the short
+  // last chunk as [groups][16][nb * 16 B] from its offset in every group.
+  const std::uint64_t groups =
+      (gemm1 ? experts * 2 * w.inter_padded : experts * w.hidden) / detail::kGroupRows;
+  const int stored_k = gemm1 ? w.hidden : w.inter_padded;
+  const std::uint64_t group_bytes = detail::kGroupRows * static_cast<std::uint64_t>(stored_k / 2);
+  const std::uint64_t full_chunks = stored_k / detail::kLayoutChunk;
+  const int short_blocks = detail::chunk_blocks(stored_k, static_cast<int>(full_chunks));
+  const std::uint8_t* weights = gemm1 ? w.w13 : w.w2;
+  constexpr std::uint32_t kBoxGroups = detail::kWgmmaWBoxGroups;
+  // With no full chunk (K < 128) the map is never read; it still needs a valid shape.
+  maps.w = tma::make_3d(
+      CU_TENSOR_MAP_DATA_TYPE_UINT8, weights,
+      {detail::kChunkBytes, detail::kGroupRows * std::max<std::uint64_t>(full_chunks, 1), groups},
+      {detail::kChunkBytes, group_bytes}, {detail::kChunkBytes, detail::kGroupRows, kBoxGroups},
+      CU_TENSOR_MAP_SWIZZLE_64B, "MoE wgmma weights");
+  if (short_blocks > 0) {
+    const auto row_bytes = static_cast<std::uint32_t>(16 * short_blocks);
+    maps.w_short = tma::make_3d(CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                                weights + full_chunks * detail::kGroupChunkBytes,
+                                {row_bytes, detail::kGroupRows, groups}, {row_bytes, group_bytes},
+                                {row_bytes, detail::kGroupRows, kBoxGroups},
+                                CU_TENSOR_MAP_SWIZZLE_NONE, "MoE wgmma weights (short last chunk)");
+  }
   return maps;
 }
 
@@ -599,36 +627,58 @@ void launch_gemm(const GemmArgs& args, int tokens, int max_tiles, cudaStream_t s
 }
 
 // ---- weight layout ----------------------------------------------------------------------------
-__global__ void to_device_layout_kernel(std::uint32_t* words, std::size_t count) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
-    words[i] = detail::to_device_word(words[i]);
-}
-
-// One block per row group (w4a8_layout.h): the group's rows are read into shared memory, then
-// each thread writes row-chunks converted to their place in the group.
-__global__ void to_w4a8_layout_kernel(std::uint8_t* packed, int k) {
+// One block per row group (row_groups.h): the group's rows are read into shared memory, then
+// each thread writes row chunks, their words converted (W4A16: device words in order; W4A8: its
+// words, lane-contiguous), to their place in the group.
+template <bool kW4a8>
+__global__ void to_row_groups_kernel(std::uint8_t* packed, int k) {
   extern __shared__ uint4 group_smem[];
   const std::size_t row_bytes = static_cast<std::size_t>(k) / 2;
-  const std::size_t group_bytes = detail::kW4a8GroupRows * row_bytes;
+  const std::size_t group_bytes = detail::kGroupRows * row_bytes;
   std::uint8_t* base = packed + blockIdx.x * group_bytes;
   for (std::size_t i = threadIdx.x; i < group_bytes / 16; i += blockDim.x)
     group_smem[i] = reinterpret_cast<const uint4*>(base)[i];
   __syncthreads();
   const auto* group = reinterpret_cast<const std::uint8_t*>(group_smem);
-  const int chunks = (k + detail::kW4a8Chunk - 1) / detail::kW4a8Chunk;
-  for (int item = threadIdx.x; item < chunks * detail::kW4a8GroupRows; item += blockDim.x) {
-    const int q = item / detail::kW4a8GroupRows;
-    const int i = item % detail::kW4a8GroupRows;
-    const int nb = detail::w4a8_chunk_blocks(k, q);
-    const auto* in_words = reinterpret_cast<const std::uint32_t*>(group + i * row_bytes + q * 64);
+  const int chunks = (k + detail::kLayoutChunk - 1) / detail::kLayoutChunk;
+  for (int item = threadIdx.x; item < chunks * detail::kGroupRows; item += blockDim.x) {
+    const int q = item / detail::kGroupRows;
+    const int i = item % detail::kGroupRows;
+    const int nb = detail::chunk_blocks(k, q);
+    const auto* in_words = reinterpret_cast<const std::uint32_t*>(
+        group + i * row_bytes + static_cast<std::size_t>(q) * detail::kChunkBytes);
     std::uint32_t in[16];
     std::uint32_t out[16];
     for (int j = 0; j < 4 * nb; ++j) in[j] = in_words[j];
-    detail::w4a8_convert_chunk(in, nb, out);
-    auto* out_words = reinterpret_cast<std::uint32_t*>(base + detail::w4a8_group_offset(k, q, i));
+    if constexpr (kW4a8) {
+      detail::w4a8_convert_chunk(in, nb, out);
+    } else {
+      detail::device_convert_chunk(in, nb, out);
+    }
+    auto* out_words = reinterpret_cast<std::uint32_t*>(base + detail::group_offset(k, q, i));
     for (int j = 0; j < 4 * nb; ++j) out_words[j] = out[j];
   }
+}
+
+// Rearranges `rows` packed rows of k values into row groups in place (`what` names the caller).
+void to_row_groups(bool w4a8, std::uint8_t* packed, std::size_t rows, int k, cudaStream_t stream,
+                   const char* what) {
+  MXQ_CHECK(k > 0 && k % 32 == 0, ErrorCode::kInvalidArgument, what,
+            ": k: expected a positive multiple of 32, found ", k);
+  MXQ_CHECK(reinterpret_cast<std::uintptr_t>(packed) % 16 == 0, ErrorCode::kInvalidArgument, what,
+            ": expected 16-byte aligned weights");
+  MXQ_CHECK(rows % detail::kGroupRows == 0, ErrorCode::kInvalidArgument, what,
+            ": rows: expected a multiple of 16, found ", rows);
+  MXQ_CHECK(k <= detail::kMaxGroupedK, ErrorCode::kUnsupported, what, ": k: at most ",
+            detail::kMaxGroupedK, " values a row (a row group in shared memory), found ", k);
+  if (rows == 0) return;
+  const int group_bytes = detail::kGroupRows * (k / 2);
+  const auto kernel = w4a8 ? to_row_groups_kernel<true> : to_row_groups_kernel<false>;
+  MXQ_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, group_bytes));
+  kernel<<<static_cast<unsigned>(rows / detail::kGroupRows), 256,
+           static_cast<std::size_t>(group_bytes), stream>>>(packed, k);
+  MXQ_CUDA_CHECK_LAUNCH();
 }
 
 // ---- W4A8 activations -------------------------------------------------------------------------
@@ -831,38 +881,14 @@ GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, 
                                                        : GemmVariant::kRegisterStream;
 }
 
-void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t bytes, cudaStream_t stream) {
-  MXQ_CHECK(bytes % 4 == 0 && reinterpret_cast<std::uintptr_t>(packed) % 4 == 0,
-            ErrorCode::kInvalidArgument,
-            "moe_weights_to_device_layout: expected 4-byte aligned whole words, found ", bytes,
-            " bytes");
-  if (bytes == 0) return;
-  const std::size_t words = bytes / 4;
-  const int blocks = static_cast<int>(std::min<std::size_t>((words + 255) / 256, 4096));
-  to_device_layout_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<std::uint32_t*>(packed),
-                                                      words);
-  MXQ_CUDA_CHECK_LAUNCH();
+void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t rows, int k,
+                                  cudaStream_t stream) {
+  to_row_groups(false, packed, rows, k, stream, "moe_weights_to_device_layout");
 }
 
 void moe_weights_to_w4a8_layout(std::uint8_t* packed, std::size_t rows, int k,
                                 cudaStream_t stream) {
-  MXQ_CHECK(k > 0 && k % 32 == 0, ErrorCode::kInvalidArgument,
-            "moe_weights_to_w4a8_layout: k: expected a positive multiple of 32, found ", k);
-  MXQ_CHECK(reinterpret_cast<std::uintptr_t>(packed) % 16 == 0, ErrorCode::kInvalidArgument,
-            "moe_weights_to_w4a8_layout: expected 16-byte aligned weights");
-  MXQ_CHECK(rows % detail::kW4a8GroupRows == 0, ErrorCode::kInvalidArgument,
-            "moe_weights_to_w4a8_layout: rows: expected a multiple of 16, found ", rows);
-  const int group_bytes = detail::kW4a8GroupRows * (k / 2);
-  constexpr int kMaxGroupBytes = 227 * 1024;  // an sm_90 block's shared memory
-  MXQ_CHECK(group_bytes <= kMaxGroupBytes, ErrorCode::kUnsupported,
-            "moe_weights_to_w4a8_layout: k: at most ", 2 * kMaxGroupBytes / detail::kW4a8GroupRows,
-            " values a row, found ", k);
-  if (rows == 0) return;
-  MXQ_CUDA_CHECK(cudaFuncSetAttribute(to_w4a8_layout_kernel,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, group_bytes));
-  to_w4a8_layout_kernel<<<static_cast<unsigned>(rows / detail::kW4a8GroupRows), 256,
-                          static_cast<std::size_t>(group_bytes), stream>>>(packed, k);
-  MXQ_CUDA_CHECK_LAUNCH();
+  to_row_groups(true, packed, rows, k, stream, "moe_weights_to_w4a8_layout");
 }
 
 void moe_scales_to_device_layout(const std::uint8_t* src, std::size_t rows, int k,

@@ -303,8 +303,11 @@ class MoeGpuWorkload final : public Workload {
         continue;
       }
       std::memcpy(set.data() + at, view.data(), view.nbytes());
-      if (param == moe::MoeParam::kW13 || param == moe::MoeParam::kW2)
-        moe::cuda::detail::to_device_layout_host(set.data() + at, view.nbytes());
+      if (param == moe::MoeParam::kW13 || param == moe::MoeParam::kW2) {
+        const auto row_bytes = static_cast<std::size_t>(view.shape().dim(-1));
+        moe::cuda::detail::to_device_layout_host(set.data() + at, view.nbytes() / row_bytes,
+                                                 static_cast<int>(2 * row_bytes));
+      }
     }
     std::memcpy(set.data() + x_at, x_bits_.data(), x_bits_.size() * sizeof(std::uint16_t));
     std::memcpy(set.data() + ids_at, ids_.data(), ids_.size() * sizeof(std::int32_t));

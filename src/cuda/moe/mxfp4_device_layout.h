@@ -12,6 +12,7 @@
 //   reg0 = w & M,  reg1 = rotl(w, 4) & M,  reg2 = rotl(w, 10) & M,   M = 0x81C081C0
 //   reg3 = (rotl(w, 6) & 0x80C080C0) | (rotl(w, 14) & 0x01000100)
 // device_bit below is the inverse: where each bit of each code must sit in w for that to hold.
+// Rows are stored in groups of 16, chunk-major (row_groups.h), as in the W4A8 layout.
 // Host and device code share this header; tests check the round trip on every bit.
 #pragma once
 
@@ -20,6 +21,7 @@
 #include <cstring>
 
 #include "mxq/core/macros.h"
+#include "row_groups.h"
 
 namespace mxq::moe::cuda::detail {
 
@@ -96,14 +98,27 @@ MXQ_HD_INLINE constexpr std::uint32_t from_device_word(std::uint32_t device) {
   return out;
 }
 
-// Converts packed FP4 bytes (a multiple of 4, little-endian words) to the device layout in place.
-inline void to_device_layout_host(std::uint8_t* packed, std::size_t bytes) {
+// Converts packed FP4 bytes (a multiple of 4, little-endian words) to device words in place, rows
+// untouched (the word-level tests' view).
+inline void to_device_words_host(std::uint8_t* packed, std::size_t bytes) {
   for (std::size_t i = 0; i + 4 <= bytes; i += 4) {
     std::uint32_t w;
     std::memcpy(&w, packed + i, 4);
     w = to_device_word(w);
     std::memcpy(packed + i, &w, 4);
   }
+}
+
+// One row chunk (nb blocks = 4 * nb words) into the device layout, out of place: device words in
+// the checkpoint's order (lane c of a quad reads MX block c: 16 bytes at 16 c).
+MXQ_HD_INLINE void device_convert_chunk(const std::uint32_t* in, int nb, std::uint32_t* out) {
+  for (int j = 0; j < 4 * nb; ++j) out[j] = to_device_word(in[j]);
+}
+
+// The W4A16 device layout of `rows` (a multiple of 16) packed rows of k values (a multiple of
+// 32), in place: device words, rows in groups (row_groups.h).
+inline void to_device_layout_host(std::uint8_t* packed, std::size_t rows, int k) {
+  to_row_groups_host(packed, rows, k, device_convert_chunk);
 }
 
 }  // namespace mxq::moe::cuda::detail

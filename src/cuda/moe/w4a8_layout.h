@@ -19,10 +19,7 @@
 // of a quad takes word c of every block of the chunk, so within the chunk word c of block b
 // moves to position c * nb + b (lane c's words are contiguous: 16 bytes of a full chunk).
 //
-// Row groups: rows are stored in groups of 16 (the mma tile; a group keeps the bytes of its 16
-// rows), chunk-major inside a group: chunk q of row i sits at q * 16 * 64 + i * nb * 16, so one
-// warp's load of rows r (or r + 8) of a tile for a chunk is 512 contiguous bytes and a whole tile
-// chunk is 1 KB, instead of 8 or 16 pieces of 64 bytes a row (1.4 KB at K = 2880) apart.
+// Rows: in groups of 16, chunk-major, as in the W4A16 layout (row_groups.h).
 //
 // Activations: E4M3 rows of round_up(K, 128) bytes (zeros past K) with one fp32 scale per
 // 128-group; within chunk q element 32b + 8c + i (block b, lane c, i < 8) sits at byte
@@ -33,13 +30,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
 #include "mxq/core/macros.h"
+#include "row_groups.h"
 
 namespace mxq::moe::cuda::detail {
 
-inline constexpr int kW4a8Chunk = 128;  // K values per chunk = one activation group
+inline constexpr int kW4a8Chunk = kLayoutChunk;  // K values per chunk = one activation group
 
 // The device-word bit holding bit b of code e (b = 0..2 magnitude, 3 sign).
 MXQ_HD_INLINE constexpr int w4a8_bit(int e, int b) {
@@ -68,12 +65,6 @@ MXQ_HD_INLINE constexpr std::uint32_t from_w4a8_word(std::uint32_t device) {
   return out;
 }
 
-// MX blocks in chunk `chunk` of a K-long row (4, or fewer for the last chunk).
-MXQ_HD_INLINE constexpr int w4a8_chunk_blocks(int k, int chunk) {
-  const int left = (k - chunk * kW4a8Chunk) / 32;
-  return left < 4 ? left : 4;
-}
-
 // Position within its chunk of word c of block b, for a chunk of nb blocks.
 MXQ_HD_INLINE constexpr int w4a8_word_position(int block, int word, int nb) {
   return word * nb + block;
@@ -86,35 +77,10 @@ MXQ_HD_INLINE void w4a8_convert_chunk(const std::uint32_t* in, int nb, std::uint
     for (int c = 0; c < 4; ++c) out[w4a8_word_position(b, c, nb)] = to_w4a8_word(in[4 * b + c]);
 }
 
-inline constexpr int kW4a8GroupRows = 16;
-
-// Byte offset, within its row group, of chunk `chunk` of row `row_in_group` (K values a row).
-MXQ_HD_INLINE constexpr std::size_t w4a8_group_offset(int k, int chunk, int row_in_group) {
-  return static_cast<std::size_t>(chunk) * kW4a8GroupRows * 64 +
-         static_cast<std::size_t>(row_in_group) * w4a8_chunk_blocks(k, chunk) * 16;
-}
-
 // Converts `rows` (a multiple of 16) packed rows of K values (K/2 bytes each, K a multiple of
-// 32) in place.
+// 32) in place: words placed by w4a8_convert_chunk, rows in groups (row_groups.h).
 inline void to_w4a8_layout_host(std::uint8_t* packed, std::size_t rows, int k) {
-  const std::size_t row_bytes = static_cast<std::size_t>(k) / 2;
-  const std::size_t group_bytes = kW4a8GroupRows * row_bytes;
-  std::vector<std::uint8_t> group(group_bytes);
-  for (std::size_t g = 0; g * kW4a8GroupRows < rows; ++g) {
-    std::uint8_t* base = packed + g * group_bytes;
-    std::memcpy(group.data(), base, group_bytes);
-    for (int i = 0; i < kW4a8GroupRows; ++i) {
-      for (int q = 0; q * kW4a8Chunk < k; ++q) {
-        const int nb = w4a8_chunk_blocks(k, q);
-        std::uint32_t in[16];
-        std::uint32_t out[16];
-        std::memcpy(in, group.data() + i * row_bytes + static_cast<std::size_t>(q) * 64,
-                    static_cast<std::size_t>(nb) * 16);
-        w4a8_convert_chunk(in, nb, out);
-        std::memcpy(base + w4a8_group_offset(k, q, i), out, static_cast<std::size_t>(nb) * 16);
-      }
-    }
-  }
+  to_row_groups_host(packed, rows, k, w4a8_convert_chunk);
 }
 
 // ---- activations

@@ -1,11 +1,13 @@
 // The device layout of packed MXFP4 words (src/cuda/moe/mxfp4_device_layout.h), on the host: the
 // bit map is a permutation, conversion round-trips, and the kernels' register extraction gives
 // every code of every natural pair (e_{2i}, e_{2i+1}) at the bf16 bits the scale factors expect
-// (magnitude at bits 6..8, sign at bit 15 of each half). The GPU test of the decode
+// (magnitude at bits 6..8, sign at bit 15 of each half), and rows land in their row groups
+// (row_groups.h) with every word converted. The GPU test of the decode
 // (mxfp4_word_decode_gpu_test) then checks the scaled values against the host codec.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <set>
 #include <vector>
@@ -115,12 +117,50 @@ TEST(Mxfp4DeviceScales, PackedNarrowFactorsMatchTheOneScaleFactor) {
   }
 }
 
-TEST(Mxfp4DeviceLayout, HostConversionConvertsEveryWord) {
+// Every 16-byte MX block of every row lands at grouped_block_offset with its words converted; the
+// blocks fill the rows' bytes exactly once; a full chunk of a group is one 1 KB piece, rows 64
+// bytes apart; the short chunk (K not a multiple of 128) packs its rows nb * 16 bytes apart.
+TEST(Mxfp4DeviceLayout, HostConversionGroupsRowsAndConvertsEveryWord) {
+  for (const int k : {128, 256, 32, 64, 96, 2880, 544}) {
+    const std::size_t rows = 3 * kGroupRows;
+    const std::size_t row_bytes = static_cast<std::size_t>(k) / 2;
+    std::vector<std::uint8_t> natural(rows * row_bytes);
+    std::mt19937 rng(static_cast<unsigned>(k));
+    for (auto& b : natural) b = static_cast<std::uint8_t>(rng());
+    std::vector<std::uint8_t> device = natural;
+    to_device_layout_host(device.data(), rows, k);
+    std::vector<int> covered(natural.size(), 0);
+    for (std::size_t row = 0; row < rows; ++row) {
+      for (int k_at = 0; k_at < k; k_at += 32) {
+        const std::size_t at = grouped_block_offset(row, k, k_at);
+        ASSERT_LE(at + 16, device.size());
+        EXPECT_EQ(at / (kGroupRows * row_bytes), row / kGroupRows);  // stays in its group
+        const int q = k_at / kLayoutChunk;
+        const int i = static_cast<int>(row % kGroupRows);
+        EXPECT_EQ(at % (kGroupRows * row_bytes),
+                  q * 1024U + i * chunk_blocks(k, q) * 16U + (k_at % kLayoutChunk) / 2);
+        for (int j = 0; j < 16; ++j) ++covered[at + j];
+        for (int word = 0; word < 4; ++word) {
+          std::uint32_t got = 0;
+          std::uint32_t want = 0;
+          std::memcpy(&got, device.data() + at + 4 * word, 4);
+          std::memcpy(&want, natural.data() + row * row_bytes + k_at / 2 + 4 * word, 4);
+          EXPECT_EQ(got, to_device_word(want)) << "k " << k << " row " << row << " at " << k_at;
+        }
+      }
+    }
+    for (std::size_t b = 0; b < covered.size(); ++b) ASSERT_EQ(covered[b], 1) << "k " << k;
+  }
+  EXPECT_EQ(chunk_blocks(2880, 22), 2);
+  EXPECT_EQ(chunk_blocks(2880, 21), 4);
+}
+
+TEST(Mxfp4DeviceLayout, WordConversionConvertsEveryWord) {
   std::vector<std::uint8_t> bytes(64);
   std::mt19937 rng(3);
   for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
   std::vector<std::uint8_t> converted = bytes;
-  to_device_layout_host(converted.data(), converted.size());
+  to_device_words_host(converted.data(), converted.size());
   for (std::size_t i = 0; i < bytes.size(); i += 4) {
     const std::uint32_t w = bytes[i] | (bytes[i + 1] << 8) | (bytes[i + 2] << 16) |
                             (static_cast<std::uint32_t>(bytes[i + 3]) << 24);

@@ -231,7 +231,7 @@ void check_chunk(bool wide, std::uint32_t seed) {
   DeviceArray<std::uint16_t> d_x(x.size());
   DeviceArray<float> d_d(kRows * 8);
   std::vector<std::uint8_t> w_device = w;
-  moe::cuda::detail::to_device_layout_host(w_device.data(), w_device.size());
+  moe::cuda::detail::to_device_words_host(w_device.data(), w_device.size());
   d_w.upload(w_device);
   d_s.upload(scales);
   d_x.upload(x);

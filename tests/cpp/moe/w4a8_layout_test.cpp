@@ -64,7 +64,7 @@ TEST(W4a8Layout, RegistersHoldEveryCodeAsE4m3TimesTwoToMinus6) {
 // bytes.
 TEST(W4a8Layout, LaneWordsOfAChunkAreContiguous) {
   for (const int k : {128, 256, 32, 64, 96, 2880, 544}) {
-    const std::size_t rows = 2 * kW4a8GroupRows;
+    const std::size_t rows = 2 * kGroupRows;
     const std::size_t row_bytes = static_cast<std::size_t>(k) / 2;
     std::vector<std::uint8_t> natural(rows * row_bytes);
     std::mt19937 rng(static_cast<unsigned>(k));
@@ -73,18 +73,18 @@ TEST(W4a8Layout, LaneWordsOfAChunkAreContiguous) {
     to_w4a8_layout_host(device.data(), rows, k);
     for (std::size_t r = 0; r < rows; ++r) {
       for (int q = 0; q * kW4a8Chunk < k; ++q) {
-        const int nb = w4a8_chunk_blocks(k, q);
+        const int nb = chunk_blocks(k, q);
         ASSERT_GE(nb, 1);
         for (int c = 0; c < 4; ++c) {
           for (int b = 0; b < nb; ++b) {
             // Lane c's b-th word of the chunk is word c of MX block b.
             std::uint32_t got = 0;
             std::uint32_t want = 0;
-            const std::size_t group = r / kW4a8GroupRows;
-            const int i = static_cast<int>(r % kW4a8GroupRows);
-            const std::size_t at = group * kW4a8GroupRows * row_bytes + w4a8_group_offset(k, q, i);
+            const std::size_t group = r / kGroupRows;
+            const int i = static_cast<int>(r % kGroupRows);
+            const std::size_t at = group * kGroupRows * row_bytes + group_offset(k, q, i);
             EXPECT_EQ(at % 16, 0U);
-            EXPECT_EQ(w4a8_group_offset(k, q, i), q * 1024U + i * nb * 16U);
+            EXPECT_EQ(group_offset(k, q, i), q * 1024U + i * nb * 16U);
             std::memcpy(&got, device.data() + at + 4 * (c * nb + b), 4);
             std::memcpy(
                 &want,
