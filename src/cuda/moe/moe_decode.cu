@@ -359,40 +359,37 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
 
 // ---- 3/4 (v3). grouped GEMMs on weight tiles staged in shared memory ----------------------
 // One block = 16 weight rows x the whole K x one tile of <= 8 tokens. The 16 rows are fetched
-// with bulk asynchronous copies (one per row and 128-wide chunk, each K stage of 8 chunks
-// completing on its own mbarrier), so a block has its whole tile (23 KB at K = 2880) in flight
-// without registers and starts computing as soon as the first stage lands; 8 blocks per SM keep
-// ~180 KB in flight. GEMM1 takes 8 channels per block: mma rows 0..7 are their gate rows, 8..15
-// their up rows, so each lane holds gate and up of the same (channel, token) and SwiGLU needs no
-// exchange. Lane (r, c) reads the 16-byte MX block c of each 128-wide chunk of rows r and r+8; the
-// smem row stride is padded to 64 mod 128 bytes so the 8 lanes of a quarter-warp (rows 2q, 2q+1,
-// blocks 0..3) hit 8 distinct 16-byte bank groups. Words are decoded with decode_e2m1x8 into
-// natural bf16x2 pairs, which meet the activations' words as they lie.
+// with bulk asynchronous copies, each K stage of 8 chunks completing on its own mbarrier, so a
+// block has its whole tile (23 KB at K = 2880) in flight without registers and starts computing
+// as soon as the first stage lands; 8 blocks per SM keep ~180 KB in flight. GEMM1 takes 8
+// channels per block: mma rows 0..7 are their gate rows, 8..15 their up rows, so each lane holds
+// gate and up of the same (channel, token) and SwiGLU needs no exchange. Shared memory holds the
+// rows as their row groups do (row_groups.h: chunk q at q * 1024, row i of a chunk of nb blocks
+// at i * nb * 16), so each half tile (8 rows, a half group) of a chunk is one contiguous copy,
+// and lane (r, c), reading MX block c of rows r and r + 8, meets the other lanes of its
+// quarter-warp (rows 2q, 2q + 1, blocks 0..3) in 128 contiguous bytes: no bank conflicts. Words
+// are decoded into natural bf16x2 pairs, which meet the activations' words as they lie.
 constexpr int kStageK = 1024;  // K values per bulk-copy stage (a multiple of kChunk)
 constexpr int kMaxStages = 16;
 constexpr int kTileMaxK = kStageK * kMaxStages;
 constexpr int kTileBlocksPerSm = 8;
 
-__host__ __device__ constexpr int padded_row_stride(int row_bytes) {
-  return row_bytes + ((64 - row_bytes % 128) + 128) % 128;
-}
-
 // GEMM1 (w13, K = H) or GEMM2 (w2, K = I) geometry, the same on host and device.
 struct TileShape {
   int k;           // K values
-  int stride;      // smem bytes per weight row
-  int scale_row;   // global (and smem) bytes per scale row: moe_scale_pitch
   int stored_k;    // values per stored weight row (GEMM2: the padded P)
-  int smem_bytes;  // dynamic shared memory
+  int chunks;      // 128-wide chunks of K
+  int scale_row;   // global (and smem) bytes per scale row: moe_scale_pitch
+  int smem_bytes;  // dynamic shared memory: the weights' chunks, then the scales
 };
 
 __host__ __device__ inline TileShape tile_shape(const MoeDeviceWeights& w, bool gemm1) {
   TileShape t{};
   t.k = gemm1 ? w.hidden : w.inter;
-  t.stride = padded_row_stride(t.k / 2);
-  t.scale_row = moe_scale_pitch(gemm1 ? w.hidden : w.inter_padded);
   t.stored_k = gemm1 ? w.hidden : w.inter_padded;
-  t.smem_bytes = kTileRows * t.stride + (kTileRows * t.scale_row + 15) / 16 * 16;
+  t.chunks = (t.k + kChunk - 1) / kChunk;
+  t.scale_row = moe_scale_pitch(t.stored_k);
+  t.smem_bytes = t.chunks * detail::kGroupChunkBytes + (kTileRows * t.scale_row + 15) / 16 * 16;
   return t;
 }
 
@@ -407,7 +404,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
   __shared__ float red[(kGemmWarps - 1) * 4 * 32];
   const TileShape shape = tile_shape(args.w, kGemm1);
   std::uint8_t* sw = tile_smem;
-  std::uint8_t* ss = tile_smem + kTileRows * shape.stride;
+  std::uint8_t* ss = tile_smem + shape.chunks * detail::kGroupChunkBytes;
   const auto [expert, slot0, rows] = detail::read_work_tile(args.ws, tile);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -424,27 +421,31 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
   const std::uint8_t* weights = kGemm1 ? args.w.w13 : args.w.w2;
   const std::uint8_t* scales = kGemm1 ? args.w.w13_scale : args.w.w2_scale;
   const int stages = (shape.k + kStageK - 1) / kStageK;
+  // Bytes of 8 rows of chunk q as stored (a full chunk of the stored rows even where K ends
+  // inside it: GEMM2's padding, zeros).
+  const auto half_chunk_bytes = [&](int q) {
+    return 8 * 16 * detail::chunk_blocks(shape.stored_k, q);
+  };
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) detail::mbarrier_init(&stage_bar[s], 1);
     detail::fence_barrier_init();
     for (int s = 0; s < stages; ++s) {
-      const int kn = min(kStageK, shape.k - s * kStageK);
-      detail::mbarrier_arrive_expect_tx(&stage_bar[s],
-                                        static_cast<std::uint32_t>(kTileRows * (kn / 2)));
+      std::uint32_t bytes = 0;
+      for (int q = s * (kStageK / kChunk); q < min((s + 1) * (kStageK / kChunk), shape.chunks); ++q)
+        bytes += 2 * half_chunk_bytes(q);
+      detail::mbarrier_arrive_expect_tx(&stage_bar[s], bytes);
     }
   }
   __syncthreads();
-  // One bulk copy per row and 128-wide chunk: the chunks of a row are 1 KB apart in its row group.
-  const int chunks = (shape.k + kChunk - 1) / kChunk;
-  for (int q = threadIdx.x; q < kTileRows * chunks; q += blockDim.x) {
-    const int i = q % kTileRows;
-    const int k0 = (q / kTileRows) * kChunk;
-    const int kn = min(kChunk, shape.k - k0);
-    detail::bulk_copy_g2s(detail::smem_addr(sw + i * shape.stride + k0 / 2),
-                          weights + detail::grouped_block_offset(global_row(i), shape.stored_k, k0),
-                          static_cast<std::uint32_t>(kn / 2),
-                          detail::smem_addr(&stage_bar[k0 / kStageK]));
+  for (int item = threadIdx.x; item < 2 * shape.chunks; item += blockDim.x) {
+    const int half = item % 2;
+    const int q = item / 2;
+    const std::uint32_t bytes = half_chunk_bytes(q);
+    detail::bulk_copy_g2s(
+        detail::smem_addr(sw + q * detail::kGroupChunkBytes + half * bytes),
+        weights + detail::grouped_block_offset(global_row(8 * half), shape.stored_k, q * kChunk),
+        bytes, detail::smem_addr(&stage_bar[q * kChunk / kStageK]));
   }
   // Scales (1/16 of the bytes) by ordinary 8-byte loads: rows of 8 consecutive channels are
   // contiguous and 8-byte aligned (GEMM1: two such regions; GEMM2: one of 16 rows).
@@ -472,9 +473,10 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
                         static_cast<std::size_t>(slot0 + n) * args.w.inter;
   }
   float acc[1][4] = {};
-  for (int ch = warp; ch < chunks; ch += kGemmWarps) {
+  for (int ch = warp; ch < shape.chunks; ch += kGemmWarps) {
     const int k0 = ch * kChunk + 32 * c;
     const bool has_block = k0 < shape.k;
+    const int chunk_row_bytes = 16 * detail::chunk_blocks(shape.stored_k, ch);
     uint4 xv[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -486,9 +488,9 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
     std::uint32_t sc[1][2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      wv[0][h] = has_block
-                     ? *reinterpret_cast<const uint4*>(sw + (r + 8 * h) * shape.stride + k0 / 2)
-                     : make_uint4(0, 0, 0, 0);
+      wv[0][h] = has_block ? *reinterpret_cast<const uint4*>(sw + ch * detail::kGroupChunkBytes +
+                                                             (r + 8 * h) * chunk_row_bytes + 16 * c)
+                           : make_uint4(0, 0, 0, 0);
       sc[0][h] = has_block ? ss[(r + 8 * h) * shape.scale_row + k0 / 32] : 127U;
     }
     if (detail::warp_any_wide_scale(sc)) {
