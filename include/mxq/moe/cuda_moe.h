@@ -66,9 +66,7 @@ struct MoeDeviceWeights {
 
 // How the grouped GEMMs stream MXFP4 weights (both measured in docs/PERF.md):
 //   kRegisterStream: each lane loads its 16-byte MX blocks straight into registers, one 128-wide
-//                    K chunk ahead of the tensor-core work (the fastest for decode on an H200);
-//                    W4A16 runs GEMM1 and GEMM2 in one kernel whose GEMM2 blocks start on a
-//                    tile as soon as that tile's GEMM1 blocks are done;
+//                    K chunk ahead of the tensor-core work (the faster one on an H200 so far);
 //   kSharedTile:     16 weight rows x the whole K are staged in shared memory by bulk async
 //                    copies, then decoded word-parallel (falls back to kRegisterStream for K >
 //                    16384);
@@ -115,8 +113,7 @@ struct MoeRun {
   float* out_f32 = nullptr;             // [T, H] fp32 partial (before the TP sum), or null
   std::uint16_t* out_bf16 = nullptr;    // [T, H] bf16 final output, or null
   // Optional: 5 events recorded before routing, before gemm1, gemm2, combine and after combine
-  // (benchmarks time the phases with them; recording is legal under graph capture). Where both
-  // GEMMs run as one kernel (W4A16 register_stream) the gemm1 phase holds both, gemm2's is empty.
+  // (benchmarks time the phases with them; recording is legal under graph capture).
   cudaEvent_t* phase_events = nullptr;
 };
 

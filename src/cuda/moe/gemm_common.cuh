@@ -36,20 +36,6 @@ __device__ __forceinline__ WorkTile read_work_tile(const Workspace& ws, int tile
   return {ws.tile_expert[tile], ws.tile_slot0[tile], ws.tile_rows[tile]};
 }
 
-// Adds 1 at `p` with release semantics at GPU scope: what this thread wrote, and what it saw
-// before (the other lanes' writes ordered by a __syncwarp), is visible to an acquire that sees it.
-__device__ __forceinline__ void release_increment(int* p) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p) : "memory");
-}
-
-// A load with acquire semantics at GPU scope: what the writer published before its release (a
-// fence and an atomic) is visible to this thread's later loads.
-__device__ __forceinline__ int load_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // ex2.approx and a fast reciprocal: relative error ~1e-6, far below the bf16 rounding of the
 // result, and ~2 instructions where expf and an IEEE division took ~25 with a slow-path branch
 // (the GEMM1 epilogue ran them once per output).

@@ -81,7 +81,7 @@ __device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc>& regs, float (&a
 // The last chunk is short when k_total is not a multiple of 128: its blocks past K read as zero
 // weights and activations and scale 1.0, and its rows lie short_row_bytes apart in the group (the
 // weight rows' K, for GEMM2 the padded P, decides how many blocks the stored chunk holds).
-template <int kAcc, bool kCoherentX = false>
+template <int kAcc>
 struct Bf16Stream {
   using Regs = ChunkRegs<kAcc>;
   TileRows<kAcc> tiles;
@@ -111,8 +111,8 @@ struct Bf16Stream {
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint4* x = reinterpret_cast<const uint4*>(brow + k0) + i;
-      regs.x[i] = load ? (kCoherentX ? *x : __ldg(x)) : make_uint4(0, 0, 0, 0);
+      regs.x[i] =
+          load ? __ldg(reinterpret_cast<const uint4*>(brow + k0) + i) : make_uint4(0, 0, 0, 0);
     }
   }
   __device__ __forceinline__ void compute(const Regs& regs, float (&acc)[kAcc][4]) const {
@@ -239,16 +239,13 @@ __device__ __forceinline__ W4a8Stream<kAcc> w4a8_stream(const TileRows<kAcc>& ti
   return s;
 }
 
-// Shared memory of a streaming GEMM block: the split-K sums of warps 1..3.
-constexpr int kGemm2Tiles = 2;  // GEMM2's m16 tiles per block (below)
-using StreamShared = float[(kGemmWarps - 1) * 2 * 4 * 32];
-static_assert(kGemm2Tiles == 2, "GEMM1 and GEMM2 blocks reduce 2 accumulator sets");
-
-// GEMM1 with SwiGLU of work tile `tile`, channels row_block * 16 .. + 15 (gate and up rows as two
-// m16 tiles sharing the activations); warp 0 stores the activations.
 template <bool kW4a8>
-__device__ __forceinline__ void gemm1_block(const GemmArgs& args, int tile, int row_block,
-                                            StreamShared& red) {
+__global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
+    gemm1_swiglu_kernel(GemmArgs args) {
+  wait_for_predecessor();
+  const int tile = blockIdx.y;
+  if (tile >= *args.ws.num_tiles) return;
+  __shared__ float red[(kGemmWarps - 1) * 2 * 4 * 32];
   const auto [expert, slot0, rows] = detail::read_work_tile(args.ws, tile);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -258,7 +255,7 @@ __device__ __forceinline__ void gemm1_block(const GemmArgs& args, int tile, int 
   const int hidden = args.w.hidden;
   const auto token_of = [&](int col) { return args.ws.slot_pair[slot0 + col] / args.top_k; };
 
-  const int ch0 = row_block * kTileRows;
+  const int ch0 = blockIdx.x * kTileRows;
   const int r = lane / 4;
   const int c = lane % 4;
   const std::size_t row_bytes = hidden / 2;
@@ -296,21 +293,23 @@ __device__ __forceinline__ void gemm1_block(const GemmArgs& args, int tile, int 
   }
 }
 
-// GEMM2 of work tile `tile`, rows row_block * 32 .. + 31 of w2, as two m16 tiles sharing the
-// activations each lane loads and pairs (the B operand): half the activation loads and pairings
-// per weight byte of one tile. kCoherentAct: the activations were written by other blocks of the
-// same kernel (the fused GEMMs), so they are read by plain loads (after the acquire that waited
-// for them), not through the read-only path.
-template <bool kW4a8, bool kCoherentAct>
-__device__ __forceinline__ void gemm2_block(const GemmArgs& args, int tile, int row_block,
-                                            StreamShared& red) {
+// GEMM2 takes 32 rows of w2 per block, as two m16 tiles sharing the activations each lane loads
+// and pairs (the B operand): half the activation loads and pairings per weight byte of one tile.
+constexpr int kGemm2Tiles = 2;
+
+template <bool kW4a8>
+__global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_kernel(GemmArgs args) {
+  wait_for_predecessor();
+  const int tile = blockIdx.y;
+  if (tile >= *args.ws.num_tiles) return;
+  __shared__ float red[(kGemmWarps - 1) * kGemm2Tiles * 4 * 32];
   const auto [expert, slot0, rows] = detail::read_work_tile(args.ws, tile);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int n = min(lane / 4, rows - 1);  // as in GEMM1: past the rows, a repeat of the last
   const int inter = args.w.inter;
 
-  const int h0 = row_block * kTileRows * kGemm2Tiles;
+  const int h0 = blockIdx.x * kTileRows * kGemm2Tiles;
   const int r = lane / 4;
   const int c = lane % 4;
   const int padded = args.w.inter_padded;
@@ -335,14 +334,13 @@ __device__ __forceinline__ void gemm2_block(const GemmArgs& args, int tile, int 
         warp, acc);
   } else {
     // The rows hold P values: a short chunk of the I streamed may be a full one as stored.
-    const Bf16Stream<kGemm2Tiles, kCoherentAct> s{
-        tiles,
-        reinterpret_cast<const std::uint16_t*>(args.ws.act) +
-            static_cast<std::size_t>(slot0 + n) * inter,
-        inter,
-        16 * detail::chunk_blocks(padded, inter / kChunk),
-        r,
-        c};
+    const Bf16Stream<kGemm2Tiles> s{tiles,
+                                    reinterpret_cast<const std::uint16_t*>(args.ws.act) +
+                                        static_cast<std::size_t>(slot0 + n) * inter,
+                                    inter,
+                                    16 * detail::chunk_blocks(padded, inter / kChunk),
+                                    r,
+                                    c};
     stream_chunks(s, warp, acc);
   }
   allow_dependents();
@@ -356,64 +354,6 @@ __device__ __forceinline__ void gemm2_block(const GemmArgs& args, int tile, int 
         detail::store_gemm2(args, expert, h0 + kTileRows * a + r + (i >= 2 ? 8 : 0), slot0 + col,
                             acc[a][i]);
     }
-  }
-}
-
-// The streaming GEMMs as two kernels: W4A8 (its activations are quantized between them), and
-// shared_tile's fallback for K past its tile (W4A16 register_stream runs fused_gemms_kernel).
-template <bool kW4a8>
-__global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
-    gemm1_stream_kernel(GemmArgs args) {
-  wait_for_predecessor();
-  __shared__ StreamShared red;
-  if (static_cast<int>(blockIdx.y) < *args.ws.num_tiles)
-    gemm1_block<kW4a8>(args, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x), red);
-}
-
-template <bool kW4a8>
-__global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
-    gemm2_stream_kernel(GemmArgs args) {
-  wait_for_predecessor();
-  __shared__ StreamShared red;
-  if (static_cast<int>(blockIdx.y) < *args.ws.num_tiles)
-    gemm2_block<kW4a8, false>(args, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x),
-                              red);
-}
-
-// ---- 3+4 fused: both streaming GEMMs in one kernel (W4A16) ------------------------------------
-// Why: between two kernels every SM drains GEMM1's last blocks, then waits for the whole grid
-// (griddepcontrol.wait) before GEMM2 streams a byte: ~8 µs per forward at T = 1..64 on the H200
-// (docs/PERF.md). Here block b takes work item b: GEMM1 items first (tile-major), then GEMM2
-// items, each waiting only for the GEMM1 items of its own tile, which by then mostly finished long
-// ago. The hardware starts a grid's blocks in index order, so an item only ever waits for items
-// of blocks already running, which never wait themselves (CUB's single-pass scan relies on the
-// same order for its look-back). The routing kernel zeroes the per-tile counts (build_lists).
-__global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
-    fused_gemms_kernel(GemmArgs args) {
-  wait_for_predecessor();
-  __shared__ StreamShared red;
-  const int item = static_cast<int>(blockIdx.x);
-  const int tiles = *args.ws.num_tiles;
-  const int gemm1_blocks = args.w.inter / kTileRows;
-  const int gemm2_blocks = args.w.hidden / (kTileRows * kGemm2Tiles);
-  if (item < tiles * gemm1_blocks) {
-    const int tile = item / gemm1_blocks;
-    gemm1_block<false>(args, tile, item % gemm1_blocks, red);
-    if (threadIdx.x < 32) {  // warp 0 stored the tile's activations: publish them
-      __syncwarp();
-      if (threadIdx.x == 0) detail::release_increment(args.ws.gemm1_done + tile);
-    }
-  } else {
-    // GEMM2 items sit after max_tiles GEMM1 rows of items; those past the routed tiles are idle.
-    const int max_tiles = static_cast<int>(gridDim.x) / (gemm1_blocks + gemm2_blocks);
-    const int j = item - max_tiles * gemm1_blocks;
-    const int tile = j / gemm2_blocks;
-    if (j < 0 || tile >= tiles) return;
-    if (threadIdx.x == 0) {
-      while (detail::load_acquire(args.ws.gemm1_done + tile) < gemm1_blocks) __nanosleep(64);
-    }
-    __syncthreads();
-    gemm2_block<false, true>(args, tile, j % gemm2_blocks, red);
   }
 }
 
@@ -677,11 +617,11 @@ void launch_gemm(const GemmArgs& args, int tokens, int max_tiles, cudaStream_t s
     launch(gemm_tile_kernel<kGemm1>, dim3(row_blocks, max_tiles), dim3(kGemmWarps * 32),
            static_cast<std::size_t>(shape.smem_bytes), stream, args.p.programmatic_launch, args);
   } else if (kGemm1) {
-    const auto kernel = w4a8(args.p) ? gemm1_stream_kernel<true> : gemm1_stream_kernel<false>;
+    const auto kernel = w4a8(args.p) ? gemm1_swiglu_kernel<true> : gemm1_swiglu_kernel<false>;
     launch(kernel, dim3(args.w.inter / kTileRows, max_tiles), dim3(kGemmWarps * 32), 0, stream,
            args.p.programmatic_launch, args);
   } else {
-    const auto kernel = w4a8(args.p) ? gemm2_stream_kernel<true> : gemm2_stream_kernel<false>;
+    const auto kernel = w4a8(args.p) ? gemm2_kernel<true> : gemm2_kernel<false>;
     launch(kernel, dim3(args.w.hidden / (kTileRows * kGemm2Tiles), max_tiles),
            dim3(kGemmWarps * 32), 0, stream, args.p.programmatic_launch, args);
   }
@@ -919,22 +859,13 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   const int max_tiles =
       detail::max_tiles_for(pairs, w.num_local_experts, detail::tile_tokens_for(resolved.gemm));
   const GemmArgs args{w, resolved, run.x, p.top_k, ws};
-  if (resolved.gemm == GemmVariant::kRegisterStream && !w4a8(p)) {
-    // Both GEMMs in one kernel (the GEMM1 phase holds both; GEMM2's is empty).
-    const int items = max_tiles * (w.inter / kTileRows + w.hidden / (kTileRows * kGemm2Tiles));
-    launch(fused_gemms_kernel, dim3(items), dim3(kGemmWarps * 32), 0, stream, p.programmatic_launch,
-           args);
-    MXQ_CUDA_CHECK_LAUNCH();
-    mark(2);
-  } else {
-    launch_gemm<true>(args, run.tokens, max_tiles, stream);
-    if (w4a8(p)) {
-      launch_quantize_fp8(true, reinterpret_cast<const std::uint16_t*>(ws.act), pairs, w.inter,
-                          ws.act_fp8, ws.act_scale, p.programmatic_launch, stream);
-    }
-    mark(2);
-    launch_gemm<false>(args, run.tokens, max_tiles, stream);
+  launch_gemm<true>(args, run.tokens, max_tiles, stream);
+  if (w4a8(p)) {
+    launch_quantize_fp8(true, reinterpret_cast<const std::uint16_t*>(ws.act), pairs, w.inter,
+                        ws.act_fp8, ws.act_scale, p.programmatic_launch, stream);
   }
+  mark(2);
+  launch_gemm<false>(args, run.tokens, max_tiles, stream);
   mark(3);
   launch(combine_kernel, dim3((w.hidden + 255) / 256, run.tokens), dim3(256), 0, stream,
          p.programmatic_launch, ws.y, ws.pair_slot, weights, p.top_k, w.hidden, run.out_f32,

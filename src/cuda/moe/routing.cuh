@@ -9,8 +9,7 @@
 //   1. every block writes its logits; the last router block of a token group (group ticket)
 //      takes the top-k of that group's tokens and adds its pairs to the per-expert counts;
 //   2. the last token group to finish (final ticket) scans the counts, writes the tiles and the
-//      slot of every pair, and returns the tickets and counts to zero for the next forward (and
-//      zeroes the fused GEMM kernel's per-tile counts for this one).
+//      slot of every pair, and returns the tickets and counts to zero for the next forward.
 // With precomputed routing the grid is (1, token groups) and step 1 only counts the given ids.
 // With one token group (T <= kRouteTokens) the group's last block builds the lists at once.
 // One kernel instead of a router launch plus a one-block list kernel: at T = 1 the list work is
@@ -298,7 +297,6 @@ __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, 
       a.ws.tile_expert[tile] = e;
       a.ws.tile_slot0[tile] = offsets[e] + i * a.tile_tokens;
       a.ws.tile_rows[tile] = min(a.tile_tokens, count - i * a.tile_tokens);
-      a.ws.gemm1_done[tile] = 0;
     }
     if (!counts_from_ids) a.ws.expert_counts[e] = 0;
   }

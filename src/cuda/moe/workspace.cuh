@@ -38,7 +38,6 @@ struct Workspace {
   int* tile_expert;        // [max_tiles]
   int* tile_slot0;         // [max_tiles]
   int* tile_rows;          // [max_tiles]
-  int* gemm1_done;         // [max_tiles] GEMM1 items finished per tile (fused GEMMs)
   __nv_bfloat16* act;      // [T*k, I] (in the wgmma K order for GemmVariant::kWgmmaTile)
   std::uint16_t* x_wgmma;  // [T*k, H] bf16: x by slot, in the wgmma K order (kWgmmaTile only)
   float* y;                // [T*k, H]
@@ -118,7 +117,6 @@ inline Workspace carve_workspace(const MoeDeviceWeights& w, const MoeParams& p, 
   ws.tile_expert = reinterpret_cast<int*>(take(tiles * sizeof(int)));
   ws.tile_slot0 = reinterpret_cast<int*>(take(tiles * sizeof(int)));
   ws.tile_rows = reinterpret_cast<int*>(take(tiles * sizeof(int)));
-  ws.gemm1_done = reinterpret_cast<int*>(take(tiles * sizeof(int)));
   ws.act = reinterpret_cast<__nv_bfloat16*>(take(pairs * static_cast<std::size_t>(w.inter) * 2));
   ws.y = reinterpret_cast<float*>(take(pairs * static_cast<std::size_t>(w.hidden) * 4));
   ws.x_wgmma =
