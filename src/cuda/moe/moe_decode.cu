@@ -4,7 +4,8 @@
 // 32 weight rows (GEMM1: the gate and up rows of 16 channels; GEMM2: 32 rows of w2), as two
 // m16n8k16 bf16 mma tiles sharing their activation operand. Lane (r = lane/4, c = lane%4) streams
 // 16-byte chunks (one MXFP4 block of 32 values) of rows r and r+8 of each tile and decodes them a
-// 32-bit word at a time (mxfp4_mma.cuh, weights in the device layout of mxfp4_device_layout.h);
+// 32-bit word at a time (mxfp4_mma.cuh, weights in the device layout of mxfp4_device_layout.h,
+// each tile one row group of row_groups.h, so a warp's 8 rows of a chunk are 512 contiguous bytes);
 // the mma's k order is permuted consistently on both operands, so every lane decodes only bytes
 // of its own MX block and applies one scale per block, and reads its token's activations with the
 // same map.
