@@ -24,6 +24,15 @@ struct GemmArgs {
   Workspace ws;
 };
 
+// A GEMM's K, streamed and stored: GEMM1 (w13) runs over H; GEMM2 (w2) streams I, while its
+// rows hold the padded P values (zeros past I). One owner for the two lengths every variant needs.
+__host__ __device__ inline int streamed_k(const MoeDeviceWeights& w, bool gemm1) {
+  return gemm1 ? w.hidden : w.inter;
+}
+__host__ __device__ inline int stored_row_k(const MoeDeviceWeights& w, bool gemm1) {
+  return gemm1 ? w.hidden : w.inter_padded;
+}
+
 // A GEMM block's work tile (blockIdx.y): `rows` (<= the variant's tile tokens) expert-sorted
 // slots from slot0, all routed to `expert`, as the routing kernel listed them.
 struct WorkTile {

@@ -195,9 +195,9 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   const int P = args.w.inter_padded;
   const int matrix_rows = kGemm1 ? args.w.inter : args.w.hidden;
   const int block_first = blockIdx.x * (kGemm1 ? kWgmmaGemm1Channels : kWgmmaGemm2Rows);
-  const int chunks = ((kGemm1 ? args.w.hidden : args.w.inter) + kWgmmaChunk - 1) / kWgmmaChunk;
+  const int chunks = (streamed_k(args.w, kGemm1) + kWgmmaChunk - 1) / kWgmmaChunk;
   // The stored rows' full chunks and the MX blocks of their short last chunk (GEMM2: P values).
-  const int stored_k = kGemm1 ? args.w.hidden : P;
+  const int stored_k = stored_row_k(args.w, kGemm1);
   const int stored_full = stored_k / kWgmmaChunk;
   const int short_blocks = chunk_blocks(stored_k, stored_full);
   std::uint8_t* const w_smem = smem + kWgmmaStages * kWgmmaXBytes;
@@ -269,7 +269,7 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   const int unit_xor = (r / 2) % 4;  // (row / 2) % 4 of both rows: the 64-byte swizzle
   // E8M0 scales of rows row_lo and row_hi, the chunk's 4 MX blocks packed little-endian (0 past
   // the matrix or K, where the weights are zero too); loaded one chunk ahead of their use.
-  const int scale_pitch = moe_scale_pitch(kGemm1 ? args.w.hidden : P);
+  const int scale_pitch = moe_scale_pitch(stored_row_k(args.w, kGemm1));
   const std::uint8_t* const scales = kGemm1 ? args.w.w13_scale : args.w.w2_scale;
   const std::int64_t scale_row_lo = stage_row_global(row_lo);
   const std::int64_t scale_row_hi = stage_row_global(row_hi);
@@ -415,8 +415,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   if (threadIdx.x == kWgmmaConsumerThreads) {
     prefetch_tensor_map(&maps.x);
     prefetch_tensor_map(&maps.w);
-    if ((kGemm1 ? args.w.hidden : args.w.inter_padded) % kWgmmaChunk != 0)
-      prefetch_tensor_map(&maps.w_short);
+    if (stored_row_k(args.w, kGemm1) % kWgmmaChunk != 0) prefetch_tensor_map(&maps.w_short);
   }
   wait_for_predecessor();
   const int tile_index = static_cast<int>(blockIdx.y);

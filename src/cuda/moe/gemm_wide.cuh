@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, kWideBlocksPerSm)
   const int lane = threadIdx.x % 32;
   const int r = lane / 4;
   const int c = lane % 4;
-  const int k_total = kGemm1 ? args.w.hidden : args.w.inter;
+  const int k_total = streamed_k(args.w, kGemm1);
   const int P = args.w.inter_padded;
 
   for (int n = threadIdx.x; n < kWideTileTokens; n += blockDim.x) {
@@ -148,8 +148,8 @@ __global__ void __launch_bounds__(kWideWarps * 32, kWideBlocksPerSm)
   const int tile_step = kGemm1 ? P : 16;
   const std::size_t expert_row =
       static_cast<std::size_t>(expert) * (kGemm1 ? 2 * P : args.w.hidden);
-  const int stored_k = kGemm1 ? args.w.hidden : P;  // values per stored weight row
-  const int scale_pitch = moe_scale_pitch(kGemm1 ? args.w.hidden : P);
+  const int stored_k = stored_row_k(args.w, kGemm1);
+  const int scale_pitch = moe_scale_pitch(stored_k);
   const std::uint8_t* weights = kGemm1 ? args.w.w13 : args.w.w2;
   const std::uint8_t* scales = kGemm1 ? args.w.w13_scale : args.w.w2_scale;
   // Global row of stage row s, or -1 past the matrix.

@@ -386,8 +386,8 @@ struct TileShape {
 
 __host__ __device__ inline TileShape tile_shape(const MoeDeviceWeights& w, bool gemm1) {
   TileShape t{};
-  t.k = gemm1 ? w.hidden : w.inter;
-  t.stored_k = gemm1 ? w.hidden : w.inter_padded;
+  t.k = detail::streamed_k(w, gemm1);
+  t.stored_k = detail::stored_row_k(w, gemm1);
   t.chunks = (t.k + kChunk - 1) / kChunk;
   t.scale_row = moe_scale_pitch(t.stored_k);
   t.smem_bytes = t.chunks * detail::kGroupChunkBytes + (kTileRows * t.scale_row + 15) / 16 * 16;
@@ -538,7 +538,7 @@ detail::WgmmaMaps wgmma_maps(const GemmArgs& args, bool gemm1, int tokens) {
   const MoeDeviceWeights& w = args.w;
   const auto experts = static_cast<std::uint64_t>(w.num_local_experts);
   const std::uint64_t slots = static_cast<std::uint64_t>(tokens) * args.top_k;
-  const std::uint64_t k = gemm1 ? w.hidden : w.inter;
+  const std::uint64_t k = detail::streamed_k(w, gemm1);
   detail::WgmmaMaps maps;
   maps.x = tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                         gemm1 ? static_cast<const void*>(args.ws.x_wgmma) : args.ws.act, slots, k,
@@ -547,7 +547,7 @@ detail::WgmmaMaps wgmma_maps(const GemmArgs& args, bool gemm1, int tokens) {
   // last chunk as [groups][16][nb * 16 B] from its offset in every group.
   const std::uint64_t groups =
       (gemm1 ? experts * 2 * w.inter_padded : experts * w.hidden) / detail::kGroupRows;
-  const int stored_k = gemm1 ? w.hidden : w.inter_padded;
+  const int stored_k = detail::stored_row_k(w, gemm1);
   const std::uint64_t group_bytes = detail::kGroupRows * static_cast<std::uint64_t>(stored_k / 2);
   const std::uint64_t full_chunks = stored_k / detail::kLayoutChunk;
   const int short_blocks = detail::chunk_blocks(stored_k, static_cast<int>(full_chunks));
