@@ -269,7 +269,7 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   const int unit_xor = (r / 2) % 4;  // (row / 2) % 4 of both rows: the 64-byte swizzle
   // E8M0 scales of rows row_lo and row_hi, the chunk's 4 MX blocks packed little-endian (0 past
   // the matrix or K, where the weights are zero too); loaded one chunk ahead of their use.
-  const int scale_pitch = moe_scale_pitch(stored_row_k(args.w, kGemm1));
+  const int scale_pitch = moe_scale_pitch(stored_k);
   const std::uint8_t* const scales = kGemm1 ? args.w.w13_scale : args.w.w2_scale;
   const std::int64_t scale_row_lo = stage_row_global(row_lo);
   const std::int64_t scale_row_hi = stage_row_global(row_hi);
