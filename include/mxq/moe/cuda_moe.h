@@ -50,10 +50,10 @@ MXQ_HD_INLINE constexpr int moe_scale_pitch(int k) { return (k / 32 + 15) / 16 *
 struct MoeDeviceWeights {
   const std::uint8_t* w13 = nullptr;        // [E, 2P, H/2]: gate rows [0, I), up rows [P, P+I)
   const std::uint8_t* w13_scale = nullptr;  // [E, 2P, moe_scale_pitch(H)] E8M0
-  const std::uint16_t* b13 = nullptr;       // [E, 2P] bf16, or null
+  const std::uint16_t* b13 = nullptr;       // [E, 2P] bf16, 16-byte aligned, or null
   const std::uint8_t* w2 = nullptr;         // [E, H, P/2]
   const std::uint8_t* w2_scale = nullptr;   // [E, H, moe_scale_pitch(P)] E8M0
-  const std::uint16_t* b2 = nullptr;        // [E, H] bf16, or null
+  const std::uint16_t* b2 = nullptr;        // [E, H] bf16, 16-byte aligned, or null
   const std::uint16_t* router_w = nullptr;  // [E_global, H] bf16 (null: routing is precomputed)
   const std::uint16_t* router_b = nullptr;  // [E_global] bf16, or null
   int num_local_experts = 0;                // E (this rank)

@@ -106,6 +106,42 @@ __device__ __forceinline__ Gemm1Bias load_gemm1_bias(const GemmArgs& args, int e
           bf16_bits_to_float(args.w.b13[gate_row + args.w.inter_padded])};
 }
 
+// The down bias of one (expert, hidden row); only one TP rank adds it (0 on the others).
+__device__ __forceinline__ float load_gemm2_bias(const GemmArgs& args, int expert, int row) {
+  if (args.w.b2 == nullptr || !args.p.add_down_bias) return 0.0F;
+  return bf16_bits_to_float(args.w.b2[static_cast<std::size_t>(expert) * args.w.hidden + row]);
+}
+
+// The epilogue biases of a streaming block's 32 weight rows, fetched into shared memory when the
+// block starts (GEMM1: the gate then the up biases of its 16 channels; GEMM2: the down biases of
+// its 32 hidden rows). Loaded at the epilogue they were one serial L2/DRAM round trip at the end
+// of every block; cp.async keeps them in flight during the weight stream without holding
+// registers (the W4A8 kernels sit at 125 of their 128). Without biases (or on a TP rank that
+// does not add b2) the lanes store zeros.
+struct BlockBiases {
+  static constexpr int kRows = 32;
+  __align__(16) std::uint16_t v[kRows];
+
+  // Lanes 0..3 of one warp each start one 16-byte copy; `biases` is the block's first gate (GEMM1)
+  // or down (GEMM2) bias, `second_half` the element offset of its rows 16..31 (GEMM1: P, to the
+  // up half; GEMM2: 16). Both keep 16-byte alignment: P, H and the rows' first channel are
+  // multiples of 16 and the bias arrays are 16-byte aligned (moe_decode_unsupported_reason).
+  __device__ __forceinline__ void start(const std::uint16_t* biases, std::size_t second_half,
+                                        int lane) {
+    if (lane >= kRows / 8) return;
+    if (biases == nullptr) {
+      reinterpret_cast<uint4*>(v)[lane] = make_uint4(0, 0, 0, 0);
+      return;
+    }
+    linear::device::cp_async_16(linear::device::smem_addr(v + 8 * lane),
+                                biases + (lane >= 2 ? second_half : 0) + 8 * (lane & 1), 16);
+    linear::device::cp_async_commit();
+  }
+  // Before the block barrier that precedes the epilogue.
+  __device__ __forceinline__ static void finish() { linear::device::cp_async_wait<0>(); }
+  __device__ __forceinline__ float at(int row) const { return bf16_bits_to_float(v[row]); }
+};
+
 // The activation's column of a channel in GEMM2's input: kWgmmaOrder, the channel's position in
 // the wgmma K order, which GEMM2 of kWgmmaTile reads (wgmma_k_order.h).
 template <bool kWgmmaOrder>
@@ -113,28 +149,20 @@ __device__ __forceinline__ int gemm1_column(int channel) {
   return kWgmmaOrder ? wgmma_k_position(channel) : channel;
 }
 
-// GEMM1 epilogue of one (slot, channel): gate and up sums of the expert's rows.
+// GEMM1 epilogue of one (slot, channel): gate and up sums of the expert's rows plus their biases.
 template <bool kWgmmaOrder = false>
-__device__ __forceinline__ void store_gemm1(const GemmArgs& args, int expert, int channel, int slot,
-                                            float g, float u) {
-  const Gemm1Bias bias = load_gemm1_bias(args, expert, channel);
+__device__ __forceinline__ void store_gemm1(const GemmArgs& args, Gemm1Bias bias, int channel,
+                                            int slot, float g, float u) {
   const float out = apply_activation(args.p.activation, g + bias.gate, u + bias.up,
                                      args.p.swiglu_alpha, args.p.swiglu_limit);
   args.ws.act[static_cast<std::size_t>(slot) * args.w.inter + gemm1_column<kWgmmaOrder>(channel)] =
       __float2bfloat16_rn(out);
 }
 
-// The down bias of one (expert, hidden row); only one TP rank adds it (0 on the others).
-__device__ __forceinline__ float load_gemm2_bias(const GemmArgs& args, int expert, int row) {
-  if (args.w.b2 == nullptr || !args.p.add_down_bias) return 0.0F;
-  return bf16_bits_to_float(args.w.b2[static_cast<std::size_t>(expert) * args.w.hidden + row]);
-}
-
-// GEMM2 epilogue of one (slot, hidden row).
-__device__ __forceinline__ void store_gemm2(const GemmArgs& args, int expert, int row, int slot,
+// GEMM2 epilogue of one (slot, hidden row): the sum plus the row's bias.
+__device__ __forceinline__ void store_gemm2(const GemmArgs& args, float bias, int row, int slot,
                                             float v) {
-  args.ws.y[static_cast<std::size_t>(slot) * args.w.hidden + row] =
-      v + load_gemm2_bias(args, expert, row);
+  args.ws.y[static_cast<std::size_t>(slot) * args.w.hidden + row] = v + bias;
 }
 
 }  // namespace mxq::moe::cuda::detail

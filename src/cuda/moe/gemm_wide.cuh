@@ -253,10 +253,13 @@ __global__ void __launch_bounds__(kWideWarps * 32, kWideBlocksPerSm)
       if (col >= rows) continue;
       const int m = r + (i >= 2 ? 8 : 0);
       if constexpr (kGemm1) {
-        store_gemm1(args, expert, first + m, slot0 + col, acc[0][nt][i], acc[1][nt][i]);
+        store_gemm1(args, load_gemm1_bias(args, expert, first + m), first + m, slot0 + col,
+                    acc[0][nt][i], acc[1][nt][i]);
       } else {
-        store_gemm2(args, expert, first + m, slot0 + col, acc[0][nt][i]);
-        store_gemm2(args, expert, first + 16 + m, slot0 + col, acc[1][nt][i]);
+        store_gemm2(args, load_gemm2_bias(args, expert, first + m), first + m, slot0 + col,
+                    acc[0][nt][i]);
+        store_gemm2(args, load_gemm2_bias(args, expert, first + 16 + m), first + 16 + m,
+                    slot0 + col, acc[1][nt][i]);
       }
     }
 }

@@ -271,6 +271,10 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
     tiles.scale[0][h] = args.w.w13_scale + (gate0 + r + 8 * h) * scale_row;
     tiles.scale[1][h] = args.w.w13_scale + (up0 + r + 8 * h) * scale_row;
   }
+  __shared__ detail::BlockBiases biases;
+  if (warp == 0) {
+    biases.start(args.w.b13 == nullptr ? nullptr : args.w.b13 + gate0, args.w.inter_padded, lane);
+  }
   float acc[2][4] = {};
   if constexpr (kW4a8) {
     stream_chunks(w4a8_stream<2>(tiles, args.ws.x_fp8, args.ws.x_scale, hidden, hidden, n, rows, r,
@@ -283,20 +287,25 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
     stream_chunks(s, warp, acc);
   }
   allow_dependents();
+  detail::BlockBiases::finish();
   reduce_warps<2>(acc, red, warp, lane);
   if (warp != 0) return;
 
   for (int i = 0; i < 4; ++i) {
     const int col = 2 * c + (i & 1);
+    const int m = r + (i >= 2 ? 8 : 0);  // the channel in the block
     if (col < rows)
-      detail::store_gemm1(args, expert, ch0 + r + (i >= 2 ? 8 : 0), slot0 + col, acc[0][i],
+      detail::store_gemm1(args, {biases.at(m), biases.at(16 + m)}, ch0 + m, slot0 + col, acc[0][i],
                           acc[1][i]);
   }
 }
 
+static_assert(detail::BlockBiases::kRows == 2 * kTileRows, "GEMM1: gate and up biases of a tile");
+
 // GEMM2 takes 32 rows of w2 per block, as two m16 tiles sharing the activations each lane loads
 // and pairs (the B operand): half the activation loads and pairings per weight byte of one tile.
 constexpr int kGemm2Tiles = 2;
+static_assert(detail::BlockBiases::kRows == kGemm2Tiles * kTileRows, "GEMM2: a block's rows");
 
 template <bool kW4a8>
 __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_kernel(GemmArgs args) {
@@ -324,6 +333,11 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
     for (int h = 0; h < 2; ++h)
       tiles.scale[a][h] = args.w.w2_scale + (first + r + 8 * h) * scale_row;
   }
+  __shared__ detail::BlockBiases biases;
+  if (warp == 0) {
+    const bool add_bias = args.w.b2 != nullptr && args.p.add_down_bias;
+    biases.start(add_bias ? args.w.b2 + base_row + h0 : nullptr, kTileRows, lane);
+  }
   float acc[kGemm2Tiles][4] = {};
   if constexpr (kW4a8) {
     // The chunks that hold valid channels, as the padded rows store them (a chunk of padding
@@ -345,15 +359,15 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
     stream_chunks(s, warp, acc);
   }
   allow_dependents();
+  detail::BlockBiases::finish();
   reduce_warps<kGemm2Tiles>(acc, red, warp, lane);
   if (warp != 0) return;
 
   for (int a = 0; a < kGemm2Tiles; ++a) {
     for (int i = 0; i < 4; ++i) {
       const int col = 2 * c + (i & 1);
-      if (col < rows)
-        detail::store_gemm2(args, expert, h0 + kTileRows * a + r + (i >= 2 ? 8 : 0), slot0 + col,
-                            acc[a][i]);
+      const int m = kTileRows * a + r + (i >= 2 ? 8 : 0);  // the row in the block
+      if (col < rows) detail::store_gemm2(args, biases.at(m), h0 + m, slot0 + col, acc[a][i]);
     }
   }
 }
@@ -518,15 +532,17 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTileBlocksPerSm)
     for (int q = 0; q < 2; ++q) {
       const int col = 2 * c + q;
       if (col < rows)
-        detail::store_gemm1(args, expert, channel, slot0 + col, acc[0][q], acc[0][2 + q]);
+        detail::store_gemm1(args, detail::load_gemm1_bias(args, expert, channel), channel,
+                            slot0 + col, acc[0][q], acc[0][2 + q]);
     }
   } else {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int col = 2 * c + (i & 1);
+      const int row = blockIdx.x * kTileRows + r + (i >= 2 ? 8 : 0);
       if (col < rows)
-        detail::store_gemm2(args, expert, blockIdx.x * kTileRows + r + (i >= 2 ? 8 : 0),
-                            slot0 + col, acc[0][i]);
+        detail::store_gemm2(args, detail::load_gemm2_bias(args, expert, row), row, slot0 + col,
+                            acc[0][i]);
     }
   }
 }
@@ -769,6 +785,11 @@ const char* moe_decode_unsupported_reason(const MoeDeviceWeights& w, const MoePa
   if (w.inter_padded < w.inter || w.inter_padded % 32 != 0)
     return "padded intermediate size must be a multiple of 32 and >= the intermediate size";
   if (p.top_k < 1 || p.top_k > detail::kMaxTopK) return "top-k must be in [1, 8]";
+  const auto aligned16 = [](const void* ptr) {
+    return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0;
+  };
+  if (!aligned16(w.b13) || !aligned16(w.b2))
+    return "bias arrays must be 16-byte aligned (the GEMM blocks copy them in 16-byte pieces)";
   if (w4a8(p) && p.gemm != GemmVariant::kRegisterStream && p.gemm != GemmVariant::kAuto)
     return "W4A8 (fp8_g128 activations) runs the register_stream GEMMs only";
   if (w.num_local_experts < 1 || w.num_local_experts > detail::kMaxLocalExperts)

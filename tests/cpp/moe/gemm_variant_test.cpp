@@ -3,6 +3,7 @@
 // (T * top_k / router width) and register_stream below; a concrete variant is kept as given.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 
 #include "mxq/moe/cuda_moe.h"
@@ -69,6 +70,29 @@ TEST(GemmVariant, ConcreteVariantsAreKept) {
   EXPECT_EQ(std::string(to_string(GemmVariant::kWgmmaTile)), "wgmma_tile");
   EXPECT_EQ(std::string(to_string(GemmVariant::kRegisterStream)), "register_stream");
   EXPECT_EQ(std::string(to_string(GemmVariant::kSharedTile)), "shared_tile");
+#endif
+}
+
+// The decode tactic's host-side checks (no device needed): the GEMM blocks copy a block's biases
+// in 16-byte pieces, so bias arrays must be 16-byte aligned; null (no biases) is fine.
+TEST(MoeDecodeSupport, RequiresSixteenByteAlignedBiases) {
+#if !MXQ_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  alignas(16) static std::uint16_t storage[64];  // never read: the check looks at addresses
+  MoeDeviceWeights w = gpt_oss_120b();
+  const MoeParams p;
+  EXPECT_EQ(moe_decode_unsupported_reason(w, p), nullptr);  // no biases
+  w.b13 = storage;
+  w.b2 = storage + 8;
+  EXPECT_EQ(moe_decode_unsupported_reason(w, p), nullptr);
+  for (int which = 0; which < 2; ++which) {
+    MoeDeviceWeights bad = w;
+    (which == 0 ? bad.b13 : bad.b2) = storage + 1;  // 2 bytes past a 16-byte boundary
+    const char* reason = moe_decode_unsupported_reason(bad, p);
+    ASSERT_NE(reason, nullptr) << "bias " << which;
+    EXPECT_NE(std::string(reason).find("16-byte aligned"), std::string::npos) << reason;
+  }
 #endif
 }
 
