@@ -75,9 +75,11 @@ inline int tile_tokens_for(GemmVariant variant) {
   }
 }
 
-// At most this many tiles: every expert with slots ends in one partial tile.
+// At most this many tiles of tile_tokens slots: an expert with n > 0 slots takes ceil(n / t) <=
+// floor(n / t) + 1 tiles, the floors sum to at most floor(pairs / t), and at most min(pairs,
+// experts) experts have slots. (Exact bound: the GEMM grids launch one row of blocks per tile.)
 inline int max_tiles_for(int pairs, int experts, int tile_tokens = kTileTokens) {
-  return std::min(pairs, experts) + pairs / tile_tokens + 1;
+  return std::min(pairs, experts) + pairs / tile_tokens;
 }
 
 // Bytes of the sync region (offset 0) for up to max_tokens tokens.
