@@ -116,8 +116,8 @@ __device__ __forceinline__ float load_gemm2_bias(const GemmArgs& args, int exper
 // block starts (GEMM1: the gate then the up biases of its 16 channels; GEMM2: the down biases of
 // its 32 hidden rows). Loaded at the epilogue they were one serial L2/DRAM round trip at the end
 // of every block; cp.async keeps them in flight during the weight stream without holding
-// registers (the W4A8 kernels sit at 125 of their 128). Without biases (or on a TP rank that
-// does not add b2) the lanes store zeros.
+// registers (the W4A8 kernels use 126 and 128 of their 128). Without biases (or on a TP rank
+// that does not add b2) the lanes store zeros.
 struct BlockBiases {
   static constexpr int kRows = 32;
   __align__(16) std::uint16_t v[kRows];
