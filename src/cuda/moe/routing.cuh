@@ -11,7 +11,8 @@
 //   2. the last token group to finish (final ticket) scans the counts, writes the tiles and the
 //      slot of every pair, and returns the tickets and counts to zero for the next forward.
 // With precomputed routing the grid is (1, token groups) and step 1 only counts the given ids.
-// With one token group (T <= kRouteTokens) the group's last block builds the lists at once.
+// With one token group (T <= kRouteTokens) the group's last block builds the lists at once, from
+// the ids it keeps in shared memory.
 // One kernel instead of a router launch plus a one-block list kernel: at T = 1 the list work is
 // a few hundred instructions, so its launch and its dependent round trips were the cost.
 #pragma once
@@ -159,13 +160,21 @@ __device__ __forceinline__ float key_logit(std::uint64_t key) {
 // l, l+32, ..., kPerLane of them), then the softmax over the k chosen logits in order
 // j = 0..k-1, as the reference computes it.
 template <int kPerLane>
-__device__ __forceinline__ void warp_topk_softmax(const RouteArgs& a, int t, int lane) {
+__device__ __forceinline__ void warp_topk_softmax(const RouteArgs& a, int t, int lane,
+                                                  int* shared_ids) {
   const float* row = a.ws.logits + static_cast<std::size_t>(t) * a.router_experts;
+  // Every load is issued before any is used: a load under the `e < width` branch waited for the
+  // one before it (kPerLane serial L2 round trips). Lanes past the width read the last logit and
+  // key it out. The loads bypass L1: other blocks wrote the logits.
+  float logit[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i)
+    logit[i] = __ldcg(row + min(lane + 32 * i, a.router_experts - 1));
   std::uint64_t keys[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int e = lane + 32 * i;
-    keys[i] = e < a.router_experts ? routing_key(__ldcg(row + e), e) : 0;  // other blocks wrote it
+    keys[i] = e < a.router_experts ? routing_key(logit[i], e) : 0;
   }
   float top = 0.0F;
   float sum = 0.0F;
@@ -178,11 +187,13 @@ __device__ __forceinline__ void warp_topk_softmax(const RouteArgs& a, int t, int
     std::uint64_t best = 0;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) best = keys[i] < ceiling && keys[i] > best ? keys[i] : best;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const std::uint64_t other = __shfl_xor_sync(0xFFFFFFFFU, best, offset);
-      best = other > best ? other : best;
-    }
+    // The warp's largest key: the largest high word, then the largest low word among the lanes
+    // holding it (two redux.sync instead of five rounds of 64-bit shuffles).
+    const auto high = static_cast<std::uint32_t>(best >> 32);
+    const std::uint32_t top_high = __reduce_max_sync(0xFFFFFFFFU, high);
+    const std::uint32_t top_low =
+        __reduce_max_sync(0xFFFFFFFFU, high == top_high ? static_cast<std::uint32_t>(best) : 0U);
+    best = (static_cast<std::uint64_t>(top_high) << 32) | top_low;
     ceiling = best;
     const float logit = key_logit(best);
     if (j == 0) top = logit;
@@ -195,24 +206,27 @@ __device__ __forceinline__ void warp_topk_softmax(const RouteArgs& a, int t, int
   if (lane < a.top_k) {
     a.ws.topk_ids[t * a.top_k + lane] = chosen_id;
     a.ws.topk_w[t * a.top_k + lane] = expf(chosen - top) / sum;
+    if (shared_ids != nullptr) shared_ids[t * a.top_k + lane] = chosen_id;
   }
 }
 
 // The router width picks how many keys each lane holds (compile time, so they stay in registers).
-__device__ __forceinline__ void token_topk_softmax(const RouteArgs& a, int t, int lane) {
+// shared_ids (one token group, which starts at token 0): the ids are also kept there, by pair.
+__device__ __forceinline__ void token_topk_softmax(const RouteArgs& a, int t, int lane,
+                                                   int* shared_ids) {
   const int per_lane = (a.router_experts + 31) / 32;
   if (per_lane <= 1) {
-    warp_topk_softmax<1>(a, t, lane);
+    warp_topk_softmax<1>(a, t, lane, shared_ids);
   } else if (per_lane <= 2) {
-    warp_topk_softmax<2>(a, t, lane);
+    warp_topk_softmax<2>(a, t, lane, shared_ids);
   } else if (per_lane <= 4) {
-    warp_topk_softmax<4>(a, t, lane);
+    warp_topk_softmax<4>(a, t, lane, shared_ids);
   } else if (per_lane <= 8) {
-    warp_topk_softmax<8>(a, t, lane);
+    warp_topk_softmax<8>(a, t, lane, shared_ids);
   } else if (per_lane <= 16) {
-    warp_topk_softmax<16>(a, t, lane);
+    warp_topk_softmax<16>(a, t, lane, shared_ids);
   } else {
-    warp_topk_softmax<kMaxRouterExperts / 32>(a, t, lane);
+    warp_topk_softmax<kMaxRouterExperts / 32>(a, t, lane, shared_ids);
   }
 }
 
@@ -237,8 +251,18 @@ __device__ __forceinline__ bool block_is_last(int* ticket, int blocks) {
 // order varies, but each slot's result depends only on its own token and expert.
 // counts_from_ids: one token group, so this block counts the pairs itself (shared-memory atomics)
 // instead of reading the counters the groups added to.
+// kIdsShared: `ids` is in shared memory (one token group), else in global memory, written by
+// other blocks of this kernel (read through L2).
+template <bool kIdsShared>
 __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, int* smem,
                                             bool counts_from_ids) {
+  const auto id_of = [&](int p) {
+    if constexpr (kIdsShared) {
+      return ids[p];
+    } else {
+      return __ldcg(ids + p);
+    }
+  };
   const int experts = a.experts;
   int* counts = smem;                         // [E]
   int* offsets = counts + experts;            // [E+1]
@@ -254,41 +278,59 @@ __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, 
   __syncthreads();
   if (counts_from_ids) {
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-      const int e = __ldcg(ids + p) - a.first_expert;
+      const int e = id_of(p) - a.first_expert;
       if (e >= 0 && e < experts) atomicAdd(&counts[e], 1);
     }
     __syncthreads();
   }
-  if (warp == 0) {  // exclusive scans of slots and tiles: lane l owns a run of experts
-    const int per_lane = (experts + 31) / 32;
-    const int begin = min(lane * per_lane, experts);
-    const int end = min(begin + per_lane, experts);
-    int slots = 0;
-    int tiles = 0;
-    for (int e = begin; e < end; ++e) {
-      slots += counts[e];
-      tiles += (counts[e] + a.tile_tokens - 1) / a.tile_tokens;
-    }
-    int slot_prefix = slots;
-    int tile_prefix = tiles;
-    for (int offset = 1; offset < 32; offset *= 2) {
-      const int s_up = __shfl_up_sync(0xFFFFFFFFU, slot_prefix, offset);
-      const int t_up = __shfl_up_sync(0xFFFFFFFFU, tile_prefix, offset);
-      if (lane >= offset) {
-        slot_prefix += s_up;
-        tile_prefix += t_up;
-      }
-    }
-    slots = slot_prefix - slots;
-    tiles = tile_prefix - tiles;
-    for (int e = begin; e < end; ++e) {
-      offsets[e] = slots;
-      tile_offsets[e] = tiles;
-      slots += counts[e];
-      tiles += (counts[e] + a.tile_tokens - 1) / a.tile_tokens;
-    }
-    if (lane == 31) *a.ws.num_tiles = tile_prefix;
+  // Exclusive scans of slots and tiles over the experts, by the whole block: each thread sums a
+  // run of experts (one when E <= blockDim), the warps scan their threads' sums with shuffles and
+  // add the sums of the warps before them from shared memory. (One warp scanning 4+ experts a
+  // lane was ~0.9 us of the routing's critical path at T = 1.)
+  __shared__ int warp_slots[kRouteWarps];
+  __shared__ int warp_tiles[kRouteWarps];
+  const int per_thread = (experts + kRouteWarps * 32 - 1) / (kRouteWarps * 32);
+  const int begin = min(static_cast<int>(threadIdx.x) * per_thread, experts);
+  const int end = min(begin + per_thread, experts);
+  const auto tiles_of = [&](int count) { return (count + a.tile_tokens - 1) / a.tile_tokens; };
+  int slots = 0;
+  int tiles = 0;
+  for (int e = begin; e < end; ++e) {
+    slots += counts[e];
+    tiles += tiles_of(counts[e]);
   }
+  int slot_prefix = slots;
+  int tile_prefix = tiles;
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const int s_up = __shfl_up_sync(0xFFFFFFFFU, slot_prefix, offset);
+    const int t_up = __shfl_up_sync(0xFFFFFFFFU, tile_prefix, offset);
+    if (lane >= offset) {
+      slot_prefix += s_up;
+      tile_prefix += t_up;
+    }
+  }
+  if (lane == 31) {
+    warp_slots[warp] = slot_prefix;
+    warp_tiles[warp] = tile_prefix;
+  }
+  __syncthreads();
+  int all_tiles = 0;
+  for (int w = 0; w < kRouteWarps; ++w) {
+    if (w < warp) {
+      slot_prefix += warp_slots[w];
+      tile_prefix += warp_tiles[w];
+    }
+    all_tiles += warp_tiles[w];
+  }
+  slots = slot_prefix - slots;
+  tiles = tile_prefix - tiles;
+  for (int e = begin; e < end; ++e) {
+    offsets[e] = slots;
+    tile_offsets[e] = tiles;
+    slots += counts[e];
+    tiles += tiles_of(counts[e]);
+  }
+  if (threadIdx.x == 0) *a.ws.num_tiles = all_tiles;
   __syncthreads();
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
     const int count = counts[e];
@@ -301,7 +343,7 @@ __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, 
     if (!counts_from_ids) a.ws.expert_counts[e] = 0;
   }
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-    const int e = __ldcg(ids + p) - a.first_expert;
+    const int e = id_of(p) - a.first_expert;
     if (e >= 0 && e < experts) {
       const int slot = offsets[e] + atomicAdd(&cursor[e], 1);
       a.ws.slot_pair[slot] = p;
@@ -319,6 +361,7 @@ template <int kNTiles>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
   extern __shared__ int route_smem[];  // build_lists: 4 E + 2 ints
   __shared__ float partial[kRouteWarps][kRouteTokens][kRouterTileRows * kNTiles];
+  __shared__ int group_ids[kRouteTokens * kMaxTopK];  // one token group: its pairs' expert ids
   allow_dependents();
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -328,12 +371,20 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
   if (routing) {
     router_logits<kNTiles>(a, blockIdx.x * kRouterTileRows * kNTiles, t0, nt, partial);
     if (!block_is_last(a.ws.group_tickets + blockIdx.y, static_cast<int>(gridDim.x))) return;
-    for (int t = t0 + warp; t < t0 + nt; t += kRouteWarps) token_topk_softmax(a, t, lane);
+    for (int t = t0 + warp; t < t0 + nt; t += kRouteWarps)
+      token_topk_softmax(a, t, lane, gridDim.y == 1 ? group_ids : nullptr);
     __syncthreads();
   }
   const int* ids = routing ? a.ws.topk_ids : a.given_ids;
   if (gridDim.y == 1) {  // one token group: this block is the last one, no counters needed
-    build_lists(a, ids, route_smem, true);
+    // The group's ids in shared memory, for the lists' two passes over them: the top-k above
+    // kept them there, or the given ones are copied once.
+    if (!routing) {
+      for (int p = static_cast<int>(threadIdx.x); p < nt * a.top_k; p += blockDim.x)
+        group_ids[p] = ids[p];
+      __syncthreads();
+    }
+    build_lists<true>(a, group_ids, route_smem, true);
     return;
   }
   for (int p = t0 * a.top_k + static_cast<int>(threadIdx.x); p < (t0 + nt) * a.top_k;
@@ -342,7 +393,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
     if (e >= 0 && e < a.experts) atomicAdd(a.ws.expert_counts + e, 1);
   }
   if (!block_is_last(a.ws.final_ticket, static_cast<int>(gridDim.y))) return;
-  build_lists(a, ids, route_smem, false);
+  build_lists<false>(a, ids, route_smem, false);
 }
 
 inline std::size_t route_smem_bytes(int experts) {
