@@ -10,12 +10,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <vector>
 
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
 #include "mxq/moe/cuda_moe.h"
+#include "mxq/moe/cuda_moe_trace.h"
 
 namespace mxq::bench {
 namespace {
@@ -31,6 +34,8 @@ using moe::cuda::MoeRun;
       ::mxq::fail(::mxq::ErrorCode::kCuda, #call, " failed: ", cublasGetStatusString(status_)); \
   } while (0)
 
+constexpr const char* kBlockTraceKernelNames[] = {"routing", "gemm1", "gemm2", "combine"};
+static_assert(std::size(kBlockTraceKernelNames) == moe::cuda::kMoeTraceKernels);
 constexpr int kInputSets = 8;  // rotated so repeated runs do not hit the same experts in L2
 
 struct Preset {
@@ -318,10 +323,20 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
   }
   MXQ_CHECK(options.tp >= 1 && (preset->inter / 32) % options.tp == 0, ErrorCode::kInvalidArgument,
             "--tp: expected a divisor of ", preset->inter / 32, " (I/32), found ", options.tp);
+  MXQ_CHECK(options.block_trace_path.empty() || moe::cuda::moe_block_trace_enabled(),
+            ErrorCode::kUnsupported,
+            "--block-trace: this build does not record the MoE block timeline (configure with "
+            "-DMXQ_MOE_BLOCK_TRACE=ON)");
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
     cudaGetLastError();
     fail(ErrorCode::kUnsupported, "mxq bench moe needs a CUDA GPU; none is visible");
+  }
+  std::ofstream trace_file;  // opened now, so a path that cannot be written fails before the work
+  if (!options.block_trace_path.empty()) {
+    trace_file.open(options.block_trace_path);
+    MXQ_CHECK(trace_file.good(), ErrorCode::kIo, "--block-trace: cannot write '",
+              options.block_trace_path, "'");
   }
   const int experts = preset->experts;
   const int hidden = preset->hidden;
@@ -462,6 +477,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
   };
 
   nlohmann::json points = nlohmann::json::array();
+  nlohmann::json block_traces = nlohmann::json::array();  // --block-trace
   for (const int tokens : options.tokens) {
     if (progress) std::fprintf(stderr, "bench moe: %s T=%d ...\n", preset->name, tokens);
     MoeRun run;
@@ -484,10 +500,31 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
         touched * static_cast<double>(moe::cuda::moe_expert_weight_bytes(w));
     const double flops = 2.0 * tokens * k * (3.0 * static_cast<double>(inter) * hidden);
 
+    // The per-block timelines of kBlockTraceReplays more replays of `graphs` (round-robin, as
+    // timed), each taken right after its replay.
+    const auto block_trace_replays = [&](const std::vector<cudaGraphExec_t>& graphs) {
+      (void)moe::cuda::moe_block_trace_take();  // drop the timed replays' records
+      nlohmann::json replays = nlohmann::json::array();
+      for (int i = 0; i < kBlockTraceReplays; ++i) {
+        MXQ_CUDA_CHECK(cudaGraphLaunch(graphs[i % kInputSets], stream));
+        const auto kernels = moe::cuda::moe_block_trace_take();
+        nlohmann::json replay;
+        for (int kernel = 0; kernel < moe::cuda::kMoeTraceKernels; ++kernel) {
+          nlohmann::json blocks = nlohmann::json::array();
+          for (const auto& b : kernels[kernel])
+            blocks.push_back({b.at_ns[0], b.at_ns[1], b.at_ns[2], b.at_ns[3], b.sm});
+          replay[kBlockTraceKernelNames[kernel]] = std::move(blocks);
+        }
+        replays.push_back(std::move(replay));
+      }
+      return replays;
+    };
     // Times one GEMM variant: the whole forward as one graph per input set, replayed
-    // round-robin; then the phases, from the same graphs with event records between kernels.
+    // round-robin (then, with trace_replays, a few more for the block timeline); then the phases,
+    // from the same graphs with event records between kernels.
     const auto measure = [&](moe::cuda::GemmVariant variant, bool programmatic_launch,
-                             const MoeDeviceWeights& mw, const MoeParams& mp) {
+                             const MoeDeviceWeights& mw, const MoeParams& mp,
+                             nlohmann::json* trace_replays = nullptr) {
       MoeParams vp = mp;
       vp.gemm = variant;
       vp.programmatic_launch = programmatic_launch;
@@ -509,6 +546,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
         MXQ_CUDA_CHECK(cudaEventSynchronize(stop));
         if (i >= 5) total.push_back(elapsed_us(start, stop));
       }
+      if (trace_replays != nullptr) *trace_replays = block_trace_replays(graphs);
       for (auto& g : graphs) MXQ_CUDA_CHECK(cudaGraphExecDestroy(g));
       // Phases: the same graphs with event records between the kernels (captured, so the host's
       // launch rate does not stretch the small decode phases as eager launches would; the event
@@ -549,8 +587,16 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
           {"pct_of_copy_ceiling", 100.0 * touched_bytes / (us * 1e-6) / 1e9 / copy_gbps},
           {"tflops", flops / (us * 1e-6) / 1e12}};
     };
-    nlohmann::json point = {{"tokens", tokens},
-                            {"mxq", measure(moe::cuda::GemmVariant::kAuto, true, w, params)}};
+    nlohmann::json trace_replays;
+    nlohmann::json point = {
+        {"tokens", tokens},
+        {"mxq", measure(moe::cuda::GemmVariant::kAuto, true, w, params,
+                        options.block_trace_path.empty() ? nullptr : &trace_replays)}};
+    if (!options.block_trace_path.empty()) {
+      block_traces.push_back({{"tokens", tokens},
+                              {"resolved_variant", point["mxq"]["resolved_variant"]},
+                              {"replays", std::move(trace_replays)}});
+    }
     if (options.all_gemm_variants) {
       using moe::cuda::GemmVariant;
       point["mxq_register_stream"] = measure(GemmVariant::kRegisterStream, true, w, params);
@@ -597,6 +643,18 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
     points.push_back(point);
   }
   MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (!options.block_trace_path.empty()) {
+    const nlohmann::json trace = {
+        {"preset", preset->name},
+        {"points_format",
+         "per block: [start, released, mid, end, sm], %globaltimer ns, 0 = not "
+         "reached (include/mxq/moe/cuda_moe_trace.h)"},
+        {"points", block_traces}};
+    trace_file << trace.dump() << "\n";
+    trace_file.flush();
+    MXQ_CHECK(trace_file.good(), ErrorCode::kIo, "--block-trace: cannot write '",
+              options.block_trace_path, "'");
+  }
   return {{"preset", preset->name},
           {"experts", experts},
           {"hidden", hidden},

@@ -23,7 +23,13 @@ struct MoeBenchOptions {
   // Also time the W4A8 forward ("mxq_w4a8": fp8_g128 activations, weights in the W4A8 layout) on
   // the same weights and inputs.
   bool w4a8 = false;
+  // When set: after timing the default, replay its graphs kBlockTraceReplays more times and write
+  // each replay's per-block timeline (cuda::moe_block_trace_take) to this JSON file. Needs a build
+  // with MXQ_MOE_BLOCK_TRACE (throws kUnsupported otherwise, before any work).
+  std::string block_trace_path;
 };
+
+inline constexpr int kBlockTraceReplays = 6;
 
 // Runs the benchmark; returns one JSON object per token count. Throws mxq::Error without a GPU.
 nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress);

@@ -24,6 +24,7 @@ struct MoeBenchArgs {
   bool no_baseline = false;
   bool default_only = false;
   bool w4a8 = false;
+  std::string block_trace;
   bool json = false;
 };
 
@@ -122,6 +123,11 @@ void register_bench(CLI::App& app) {
   moe->add_flag("--w4a8", args->w4a8,
                 "Also time the W4A8 forward (fp8_g128 activations, its own weight layout) on the "
                 "same weights and inputs (\"mxq_w4a8\")");
+  moe->add_option("--block-trace", args->block_trace,
+                  "Write the default's per-block timeline of a few more replays per token count to "
+                  "FILE (JSON; bench/block_trace_summary.py prints it). Needs a build configured "
+                  "with -DMXQ_MOE_BLOCK_TRACE=ON")
+      ->type_name("FILE");
   moe->add_flag("--json", args->json, "Print JSON");
   auto linear_args = std::make_shared<LinearBenchArgs>();
   auto* linear = bench->add_subcommand(
@@ -173,6 +179,7 @@ void register_bench(CLI::App& app) {
     options.baseline = !args->no_baseline;
     options.all_gemm_variants = !args->default_only;
     options.w4a8 = args->w4a8;
+    options.block_trace_path = args->block_trace;
     const nlohmann::json result = bench::run_moe_bench(options, !args->json);
     if (args->json) {
       print_json(result);

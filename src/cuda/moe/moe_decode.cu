@@ -12,7 +12,10 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <array>
+#include <vector>
 
+#include "block_trace.cuh"
 #include "bulk_copy.cuh"
 #include "cuda/tensor_map.h"
 #include "gemm_common.cuh"
@@ -23,6 +26,7 @@
 #include "mxq/core/error.h"
 #include "mxq/formats/fp8_block_scale.h"
 #include "mxq/moe/cuda_moe.h"
+#include "mxq/moe/cuda_moe_trace.h"
 #include "pdl.cuh"
 #include "routing.cuh"
 #include "row_groups.h"
@@ -243,7 +247,9 @@ __device__ __forceinline__ W4a8Stream<kAcc> w4a8_stream(const TileRows<kAcc>& ti
 template <bool kW4a8>
 __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
     gemm1_swiglu_kernel(GemmArgs args) {
+  detail::trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kStart);
   wait_for_predecessor();
+  detail::trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kReleased);
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;
   __shared__ float red[(kGemmWarps - 1) * 2 * 4 * 32];
@@ -286,6 +292,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
                           r,      c};
     stream_chunks(s, warp, acc);
   }
+  detail::trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kMid);
   allow_dependents();
   detail::BlockBiases::finish();
   reduce_warps<2>(acc, red, warp, lane);
@@ -298,6 +305,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
       detail::store_gemm1(args, {biases.at(m), biases.at(16 + m)}, ch0 + m, slot0 + col, acc[0][i],
                           acc[1][i]);
   }
+  detail::trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kEnd);
 }
 
 static_assert(detail::BlockBiases::kRows == 2 * kTileRows, "GEMM1: gate and up biases of a tile");
@@ -309,7 +317,9 @@ static_assert(detail::BlockBiases::kRows == kGemm2Tiles * kTileRows, "GEMM2: a b
 
 template <bool kW4a8>
 __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_kernel(GemmArgs args) {
+  detail::trace_block(MoeTraceKernel::kGemm2, MoeTracePoint::kStart);
   wait_for_predecessor();
+  detail::trace_block(MoeTraceKernel::kGemm2, MoeTracePoint::kReleased);
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;
   __shared__ float red[(kGemmWarps - 1) * kGemm2Tiles * 4 * 32];
@@ -358,6 +368,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
                                     c};
     stream_chunks(s, warp, acc);
   }
+  detail::trace_block(MoeTraceKernel::kGemm2, MoeTracePoint::kMid);
   allow_dependents();
   detail::BlockBiases::finish();
   reduce_warps<kGemm2Tiles>(acc, red, warp, lane);
@@ -370,6 +381,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
       if (col < rows) detail::store_gemm2(args, biases.at(m), h0 + m, slot0 + col, acc[a][i]);
     }
   }
+  detail::trace_block(MoeTraceKernel::kGemm2, MoeTracePoint::kEnd);
 }
 
 // ---- 3/4 (v3). grouped GEMMs on weight tiles staged in shared memory ----------------------
@@ -760,7 +772,9 @@ void launch_quantize_fp8(bool reads_predecessor, const std::uint16_t* src, int r
 __global__ void combine_kernel(const float* __restrict__ y, const int* __restrict__ pair_slot,
                                const float* __restrict__ topk_w, int top_k, int hidden,
                                float* __restrict__ out_f32, std::uint16_t* __restrict__ out_bf16) {
+  detail::trace_block(MoeTraceKernel::kCombine, MoeTracePoint::kStart);
   wait_for_predecessor();
+  detail::trace_block(MoeTraceKernel::kCombine, MoeTracePoint::kReleased);
   const int t = blockIdx.y;
   const int h = blockIdx.x * blockDim.x + threadIdx.x;
   if (h >= hidden) return;
@@ -774,6 +788,7 @@ __global__ void combine_kernel(const float* __restrict__ y, const int* __restric
   if (out_bf16 != nullptr) {
     out_bf16[at] = __bfloat16_as_ushort(__float2bfloat16_rn(sum));
   }
+  detail::trace_block(MoeTraceKernel::kCombine, MoeTracePoint::kEnd);
 }
 
 }  // namespace
@@ -946,6 +961,33 @@ MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, i
                                 void* workspace) {
   const Workspace ws = detail::carve_workspace(w, p, max_tokens, workspace, nullptr);
   return {ws.topk_ids, ws.topk_w};
+}
+
+bool moe_block_trace_enabled() { return MXQ_MOE_BLOCK_TRACE != 0; }
+
+std::array<std::vector<MoeBlockTraceRecord>, kMoeTraceKernels> moe_block_trace_take() {
+#if MXQ_MOE_BLOCK_TRACE
+  std::vector<MoeBlockTraceRecord> all(static_cast<std::size_t>(kMoeTraceKernels) *
+                                       kMoeTraceMaxBlocks);
+  MXQ_CUDA_CHECK(cudaDeviceSynchronize());
+  MXQ_CUDA_CHECK(cudaMemcpyFromSymbol(all.data(), detail::g_block_trace,
+                                      all.size() * sizeof(MoeBlockTraceRecord)));
+  void* records = nullptr;
+  MXQ_CUDA_CHECK(cudaGetSymbolAddress(&records, detail::g_block_trace));
+  MXQ_CUDA_CHECK(cudaMemset(records, 0, all.size() * sizeof(MoeBlockTraceRecord)));
+  std::array<std::vector<MoeBlockTraceRecord>, kMoeTraceKernels> out;
+  for (int k = 0; k < kMoeTraceKernels; ++k) {
+    const auto first = all.begin() + static_cast<std::ptrdiff_t>(k) * kMoeTraceMaxBlocks;
+    auto last = first + kMoeTraceMaxBlocks;
+    while (last != first && (last - 1)->at_ns[0] == 0) --last;  // blocks that never started
+    out[k].assign(first, last);
+  }
+  return out;
+#else
+  fail(ErrorCode::kUnsupported,
+       "moe_block_trace_take: this build does not record the MoE block timeline (configure with "
+       "-DMXQ_MOE_BLOCK_TRACE=ON)");
+#endif
 }
 
 std::size_t moe_expert_weight_bytes(const MoeDeviceWeights& w) {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "block_trace.cuh"
 #include "cuda/linear/device_ptx.cuh"  // bf16_bits_to_float
 #include "mxfp4_mma.cuh"               // mma_bf16_16816
 #include "pdl.cuh"
@@ -362,6 +363,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
   extern __shared__ int route_smem[];  // build_lists: 4 E + 2 ints
   __shared__ float partial[kRouteWarps][kRouteTokens][kRouterTileRows * kNTiles];
   __shared__ int group_ids[kRouteTokens * kMaxTopK];  // one token group: its pairs' expert ids
+  trace_block(MoeTraceKernel::kRouting, MoeTracePoint::kStart);
   allow_dependents();
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -370,7 +372,9 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
   const bool routing = a.router_w != nullptr;
   if (routing) {
     router_logits<kNTiles>(a, blockIdx.x * kRouterTileRows * kNTiles, t0, nt, partial);
+    trace_block<true>(MoeTraceKernel::kRouting, MoeTracePoint::kReleased);
     if (!block_is_last(a.ws.group_tickets + blockIdx.y, static_cast<int>(gridDim.x))) return;
+    trace_block(MoeTraceKernel::kRouting, MoeTracePoint::kMid);
     for (int t = t0 + warp; t < t0 + nt; t += kRouteWarps)
       token_topk_softmax(a, t, lane, gridDim.y == 1 ? group_ids : nullptr);
     __syncthreads();
@@ -385,6 +389,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
       __syncthreads();
     }
     build_lists<true>(a, group_ids, route_smem, true);
+    trace_block<true>(MoeTraceKernel::kRouting, MoeTracePoint::kEnd);
     return;
   }
   for (int p = t0 * a.top_k + static_cast<int>(threadIdx.x); p < (t0 + nt) * a.top_k;
@@ -394,6 +399,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
   }
   if (!block_is_last(a.ws.final_ticket, static_cast<int>(gridDim.y))) return;
   build_lists<false>(a, ids, route_smem, false);
+  trace_block<true>(MoeTraceKernel::kRouting, MoeTracePoint::kEnd);
 }
 
 inline std::size_t route_smem_bytes(int experts) {

@@ -5,12 +5,14 @@
 #include "mxq/core/build_info.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "moe_test_util.h"
 #include "mxq/io/npy.h"
+#include "mxq/moe/cuda_moe_trace.h"
 #include "mxq/moe/layer.h"
 #include "mxq/moe/synthetic.h"
 
@@ -164,8 +166,18 @@ TEST(Cli, BenchMoeNeedsAGpuAndChecksItsOptions) {
   EXPECT_NE(result.err.find("gpt-oss-7b"), std::string::npos) << result.err;
   result = run("bench moe --help", dir);
   EXPECT_EQ(result.exit_code, 0) << result.err;
-  for (const char* option : {"--tokens", "--tp", "--no-baseline", "--default-only", "--json"})
+  for (const char* option :
+       {"--tokens", "--tp", "--no-baseline", "--default-only", "--block-trace", "--json"})
     EXPECT_NE(result.out.find(option), std::string::npos) << option;
+#if MXQ_WITH_CUDA
+  if (!cuda::moe_block_trace_enabled()) {  // refused before any work, GPU or not
+    const std::string trace = dir.file("trace.json");
+    result = run("bench moe --tokens 1 --block-trace " + trace, dir);
+    EXPECT_NE(result.exit_code, 0);
+    EXPECT_NE(result.err.find("MXQ_MOE_BLOCK_TRACE"), std::string::npos) << result.err;
+    EXPECT_FALSE(std::filesystem::exists(trace));
+  }
+#endif
   if (!query_gpus().gpus.empty()) return;
   result = run("bench moe --tokens 1 --default-only --json", dir);
   EXPECT_NE(result.exit_code, 0);

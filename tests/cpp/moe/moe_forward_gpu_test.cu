@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "mxq/formats/bf16.h"
 #include "mxq/moe/checkpoint.h"
 #include "mxq/moe/compare.h"
+#include "mxq/moe/cuda_moe_trace.h"
 #include "mxq/moe/gpu_layer.h"
 #include "mxq/moe/layer.h"
 #include "mxq/moe/prng.h"
@@ -238,6 +240,56 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeGpuW4a8VsCpu, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::string(info.param.name);
                          });
+
+// The block timeline of a trace build (-DMXQ_MOE_BLOCK_TRACE=ON; skipped otherwise): each block's
+// points in order, and the kernels in order, as programmatic dependent launch promises — no block
+// passes its griddepcontrol.wait before every block of the kernel before it has ended.
+TEST(MoeGpuLayer, BlockTraceOrdersBlocksAndKernels) {
+  if (!cuda::moe_block_trace_enabled()) GTEST_SKIP() << "built without MXQ_MOE_BLOCK_TRACE";
+  for (const std::int64_t tokens : {std::int64_t{3}, std::int64_t{40}}) {  // one / 3 token groups
+    SCOPED_TRACE(tokens);
+    const Case c{"trace", 8, 256, 256, 2,     tokens, Activation::kSwigluOai,
+                 true,    1, 1,   128, false, false};
+    const MoeLayer layer = make_layer(c, 5);
+    const MoeGpuLayer gpu = MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0),
+                                                cuda::GemmVariant::kRegisterStream);
+    cudaStream_t stream;
+    MXQ_CUDA_CHECK(cudaStreamCreate(&stream));
+    (void)cuda::moe_block_trace_take();  // whatever ran before
+    (void)run_gpu(gpu, c, make_input(c, 9), nullptr, stream, /*capture_graph=*/false);
+    const auto trace = cuda::moe_block_trace_take();
+    MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
+
+    constexpr int kStart = static_cast<int>(cuda::MoeTracePoint::kStart);
+    constexpr int kReleased = static_cast<int>(cuda::MoeTracePoint::kReleased);
+    constexpr int kMid = static_cast<int>(cuda::MoeTracePoint::kMid);
+    constexpr int kEnd = static_cast<int>(cuda::MoeTracePoint::kEnd);
+    std::uint64_t previous_end = 0;  // the last end of the kernel before
+    for (int k = 0; k < cuda::kMoeTraceKernels; ++k) {
+      SCOPED_TRACE(k);
+      ASSERT_FALSE(trace[k].empty());
+      std::uint64_t last_end = 0;
+      int ended = 0;
+      for (const cuda::MoeBlockTraceRecord& b : trace[k]) {
+        EXPECT_GT(b.at_ns[kStart], 0U);  // every block of the grid started
+        EXPECT_GE(b.at_ns[kReleased], b.at_ns[kStart]);
+        if (k != 0) EXPECT_GE(b.at_ns[kReleased], previous_end);
+        if (b.at_ns[kMid] != 0) EXPECT_GE(b.at_ns[kMid], b.at_ns[kReleased]);
+        if (b.at_ns[kEnd] != 0) {
+          EXPECT_GE(b.at_ns[kEnd], std::max(b.at_ns[kReleased], b.at_ns[kMid]));
+          last_end = std::max(last_end, b.at_ns[kEnd]);
+          ++ended;
+        }
+      }
+      if (k == 0) {
+        EXPECT_EQ(ended, 1);  // the routing's lists are built by one block
+      } else {
+        EXPECT_GT(ended, 0);
+      }
+      previous_end = last_end;
+    }
+  }
+}
 
 TEST(MoeGpuLayer, RejectsBadArguments) {
   const Case c{"small", 4, 64, 64, 2, 4, Activation::kSwigluOai, true, 1, 1, 128, false, false};
