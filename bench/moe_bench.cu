@@ -369,6 +369,21 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
   fill_bf16<<<1024, 256, 0, stream>>>(b2, w2_rows, 0.05F, 4);
   fill_bf16<<<1024, 256, 0, stream>>>(router, static_cast<std::size_t>(experts) * hidden, 0.05F, 5);
   MXQ_CUDA_CHECK_LAUNCH();
+  // --cold-l2: a buffer of twice the L2 size, overwritten before each timed replay.
+  std::size_t flush_bytes = 0;
+  if (options.cold_l2) {
+    int device = 0;
+    int l2_bytes = 0;
+    MXQ_CUDA_CHECK(cudaGetDevice(&device));
+    MXQ_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+    flush_bytes = 2 * static_cast<std::size_t>(l2_bytes);
+  }
+  auto* flush_buffer = device_alloc<unsigned char>(flush_bytes);
+  int flushes = 0;
+  const auto flush_l2 = [&] {
+    if (flush_bytes == 0) return;
+    MXQ_CUDA_CHECK(cudaMemsetAsync(flush_buffer, ++flushes & 0xFF, flush_bytes, stream));
+  };
   std::vector<__nv_bfloat16*> inputs(kInputSets);
   for (int s = 0; s < kInputSets; ++s) {
     inputs[s] = device_alloc<__nv_bfloat16>(static_cast<std::size_t>(max_tokens) * hidden);
@@ -540,6 +555,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
       }
       std::vector<float> total;
       for (int i = 0; i < options.repeats + 5; ++i) {
+        flush_l2();
         MXQ_CUDA_CHECK(cudaEventRecord(start, stream));
         MXQ_CUDA_CHECK(cudaGraphLaunch(graphs[i % kInputSets], stream));
         MXQ_CUDA_CHECK(cudaEventRecord(stop, stream));
@@ -614,6 +630,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
       std::vector<float> base_times;
       for (int i = 0; i < std::max(10, options.repeats / 2) + 3; ++i) {
         const __nv_bfloat16* x = inputs[i % kInputSets];
+        flush_l2();
         MXQ_CUDA_CHECK(cudaEventRecord(start, stream));
         base.forward(x, tokens, reinterpret_cast<__nv_bfloat16*>(out_base), stream, logits, ids,
                      weights, tos, eos, sop, xg, y1, act, y2);
@@ -663,6 +680,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
           {"top_k", k},
           {"tp", options.tp},
           {"copy_ceiling_gbps", copy_gbps},
+          {"cold_l2", options.cold_l2},
           {"points", points}};
 }
 

@@ -23,6 +23,11 @@ struct MoeBenchOptions {
   // Also time the W4A8 forward ("mxq_w4a8": fp8_g128 activations, weights in the W4A8 layout) on
   // the same weights and inputs.
   bool w4a8 = false;
+  // Before each timed replay (outside the timed events), overwrite a buffer of twice the L2 size,
+  // so that every replay starts with nothing of the layer in L2 — kernel code, parameters, router
+  // weights and workspace included — as when other layers ran in between. Applies to the bf16
+  // baseline too.
+  bool cold_l2 = false;
   // When set: after timing the default, replay its graphs kBlockTraceReplays more times and write
   // each replay's per-block timeline (cuda::moe_block_trace_take) to this JSON file. Needs a build
   // with MXQ_MOE_BLOCK_TRACE (throws kUnsupported otherwise, before any work).

@@ -24,16 +24,18 @@ struct MoeBenchArgs {
   bool no_baseline = false;
   bool default_only = false;
   bool w4a8 = false;
+  bool cold_l2 = false;
   std::string block_trace;
   bool json = false;
 };
 
 [[maybe_unused]] void print_moe_table(const nlohmann::json& result) {
-  std::printf("%s: E=%d H=%d I_rank=%d (padded %d) top-%d TP=%d; copy ceiling %.0f GB/s\n",
+  std::printf("%s: E=%d H=%d I_rank=%d (padded %d) top-%d TP=%d; copy ceiling %.0f GB/s%s\n",
               result["preset"].get<std::string>().c_str(), result["experts"].get<int>(),
               result["hidden"].get<int>(), result["intermediate_per_rank"].get<int>(),
               result["intermediate_padded"].get<int>(), result["top_k"].get<int>(),
-              result["tp"].get<int>(), result["copy_ceiling_gbps"].get<double>());
+              result["tp"].get<int>(), result["copy_ceiling_gbps"].get<double>(),
+              result.value("cold_l2", false) ? "; L2 flushed before each replay" : "");
   std::printf("%6s %-20s %9s %8s %8s %8s %8s %8s %6s %8s %10s %8s\n", "T", "gemm", "total_us",
               "route", "gemm1", "gemm2", "combine", "GB/s", "%ceil", "TFLOPS", "bf16_us",
               "speedup");
@@ -123,6 +125,10 @@ void register_bench(CLI::App& app) {
   moe->add_flag("--w4a8", args->w4a8,
                 "Also time the W4A8 forward (fp8_g128 activations, its own weight layout) on the "
                 "same weights and inputs (\"mxq_w4a8\")");
+  moe->add_flag("--cold-l2", args->cold_l2,
+                "Overwrite a buffer of twice the L2 size before each timed replay (not timed), so "
+                "that no kernel code, parameter, router weight or workspace line of the layer is "
+                "in L2 when it starts, as when other layers ran in between; the baseline too");
   moe->add_option("--block-trace", args->block_trace,
                   "Write the default's per-block timeline of a few more replays per token count to "
                   "FILE (JSON; bench/block_trace_summary.py prints it). Needs a build configured "
@@ -179,6 +185,7 @@ void register_bench(CLI::App& app) {
     options.baseline = !args->no_baseline;
     options.all_gemm_variants = !args->default_only;
     options.w4a8 = args->w4a8;
+    options.cold_l2 = args->cold_l2;
     options.block_trace_path = args->block_trace;
     const nlohmann::json result = bench::run_moe_bench(options, !args->json);
     if (args->json) {

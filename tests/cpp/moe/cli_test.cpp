@@ -166,8 +166,8 @@ TEST(Cli, BenchMoeNeedsAGpuAndChecksItsOptions) {
   EXPECT_NE(result.err.find("gpt-oss-7b"), std::string::npos) << result.err;
   result = run("bench moe --help", dir);
   EXPECT_EQ(result.exit_code, 0) << result.err;
-  for (const char* option :
-       {"--tokens", "--tp", "--no-baseline", "--default-only", "--block-trace", "--json"})
+  for (const char* option : {"--tokens", "--tp", "--no-baseline", "--default-only", "--cold-l2",
+                             "--block-trace", "--json"})
     EXPECT_NE(result.out.find(option), std::string::npos) << option;
 #if MXQ_WITH_CUDA
   if (!cuda::moe_block_trace_enabled()) {  // refused before any work, GPU or not
