@@ -22,6 +22,9 @@ struct GemmArgs {
   const std::uint16_t* x;
   int top_k;
   Workspace ws;
+  // One token routed on the device: the register-streaming GEMM1 takes the top-k and writes the
+  // lists (moe_decode.cu, route_single_token); the routing kernel wrote only the logits.
+  bool single_token = false;
 };
 
 // A GEMM's K, streamed and stored: GEMM1 (w13) runs over H; GEMM2 (w2) streams I, while its

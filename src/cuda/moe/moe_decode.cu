@@ -244,6 +244,54 @@ __device__ __forceinline__ W4a8Stream<kAcc> w4a8_stream(const TileRows<kAcc>& ti
   return s;
 }
 
+// One token routed on the device (GemmArgs::single_token): the routing kernel wrote only the
+// logits, and every GEMM1 block takes the token's top-k itself, in its first warp. (The routing
+// kernel's ticket and its last block's top-k and lists were ~4 µs of serial work before any
+// weight moved at T = 1; docs/PERF.md.) The tiles are the chosen local experts in increasing id
+// order, one slot each — the lists the routing kernel would have built —, here in shared
+// memory; block (0, 0) also writes them, the ids and the weights to the workspace for GEMM2, the
+// combine kernel and moe_routing_view. Returns the number of tiles. One key width for every
+// router up to 256 experts (moe_forward checks it): keys past the width are out of the choice, and
+// one copy of the top-k keeps GEMM1's code small.
+constexpr int kSingleTokenKeysPerLane = 8;
+constexpr int kSingleTokenMaxRouterExperts = 32 * kSingleTokenKeysPerLane;
+__device__ __forceinline__ int route_single_token(const GemmArgs& args, int* tile_expert) {
+  __shared__ int tiles;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const int k = args.top_k;
+    int id = -1;
+    float weight = 0.0F;
+    detail::warp_row_topk<kSingleTokenKeysPerLane>(args.ws.logits, args.w.num_global_experts, k,
+                                                   lane, id, weight);
+    const int e = id - args.w.first_local_expert;
+    const bool local = lane < k && e >= 0 && e < args.w.num_local_experts;
+    const unsigned local_lanes = __ballot_sync(0xFFFFFFFFU, local);
+    int tile = 0;  // local choices with a lower expert id (the ids are distinct)
+    for (int j = 0; j < k; ++j) {
+      const int other = __shfl_sync(0xFFFFFFFFU, e, j);
+      tile += ((local_lanes >> j) & 1U) != 0U && other < e ? 1 : 0;
+    }
+    if (local) tile_expert[tile] = e;
+    if (lane == 0) tiles = __popc(local_lanes);
+    if (blockIdx.x == 0 && blockIdx.y == 0 && lane < k) {
+      const Workspace& ws = args.ws;
+      ws.topk_ids[lane] = id;
+      ws.topk_w[lane] = weight;
+      ws.pair_slot[lane] = local ? tile : -1;
+      if (local) {
+        ws.slot_pair[tile] = lane;
+        ws.tile_expert[tile] = e;
+        ws.tile_slot0[tile] = tile;
+        ws.tile_rows[tile] = 1;
+      }
+      if (lane == 0) *ws.num_tiles = __popc(local_lanes);
+    }
+  }
+  __syncthreads();
+  return tiles;
+}
+
 template <bool kW4a8>
 __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
     gemm1_swiglu_kernel(GemmArgs args) {
@@ -251,16 +299,26 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
   wait_for_predecessor();
   detail::trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kReleased);
   const int tile = blockIdx.y;
-  if (tile >= *args.ws.num_tiles) return;
+  __shared__ int single_token_experts[detail::kMaxTopK];
+  detail::WorkTile work{};
+  if (args.single_token) {
+    if (tile >= route_single_token(args, single_token_experts)) return;
+    work = {single_token_experts[tile], tile, 1};
+  } else {
+    if (tile >= *args.ws.num_tiles) return;
+    work = detail::read_work_tile(args.ws, tile);
+  }
   __shared__ float red[(kGemmWarps - 1) * 2 * 4 * 32];
-  const auto [expert, slot0, rows] = detail::read_work_tile(args.ws, tile);
+  const auto [expert, slot0, rows] = work;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   // This lane's token column of the B operand; columns past the tile's rows repeat its last row
   // (their accumulators are never stored), so the activation loads need no predicate.
   const int n = min(lane / 4, rows - 1);
   const int hidden = args.w.hidden;
-  const auto token_of = [&](int col) { return args.ws.slot_pair[slot0 + col] / args.top_k; };
+  const auto token_of = [&](int col) {
+    return args.single_token ? 0 : args.ws.slot_pair[slot0 + col] / args.top_k;
+  };
 
   const int ch0 = blockIdx.x * kTileRows;
   const int r = lane / 4;
@@ -853,18 +911,24 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   const bool routing = run.topk_ids == nullptr;
   // With precomputed routing the kernel only counts the given ids, even when the layer has a
   // router.
-  const detail::RouteArgs route{run.x,
-                                routing ? w.router_w : nullptr,
-                                w.router_b,
-                                run.topk_ids,
-                                w.hidden,
-                                w.num_global_experts,
-                                p.top_k,
-                                run.tokens,
-                                w.first_local_expert,
-                                w.num_local_experts,
-                                detail::tile_tokens_for(resolved.gemm),
-                                ws};
+  // One token routed on the device, W4A16 register-streaming GEMMs: GEMM1 takes the top-k
+  // (route_single_token).
+  const bool single_token = routing && run.tokens == 1 && !w4a8(p) &&
+                            resolved.gemm == GemmVariant::kRegisterStream &&
+                            w.num_global_experts <= kSingleTokenMaxRouterExperts;
+  detail::RouteArgs route{run.x,
+                          routing ? w.router_w : nullptr,
+                          w.router_b,
+                          run.topk_ids,
+                          w.hidden,
+                          w.num_global_experts,
+                          p.top_k,
+                          run.tokens,
+                          w.first_local_expert,
+                          w.num_local_experts,
+                          detail::tile_tokens_for(resolved.gemm),
+                          ws};
+  route.logits_only = single_token;
   const int route_tiles = routing ? detail::route_tiles_for(run.tokens) : 1;
   const int router_blocks =
       routing ? detail::router_blocks_for(w.num_global_experts, route_tiles) : 1;
@@ -895,7 +959,8 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   mark(1);
   const int max_tiles =
       detail::max_tiles_for(pairs, w.num_local_experts, detail::tile_tokens_for(resolved.gemm));
-  const GemmArgs args{w, resolved, run.x, p.top_k, ws};
+  GemmArgs args{w, resolved, run.x, p.top_k, ws};
+  args.single_token = single_token;
   launch_gemm<true>(args, run.tokens, max_tiles, stream);
   if (w4a8(p)) {
     launch_quantize_fp8(true, reinterpret_cast<const std::uint16_t*>(ws.act), pairs, w.inter,

@@ -11,6 +11,8 @@
 //   2. the last token group to finish (final ticket) scans the counts, writes the tiles and the
 //      slot of every pair, and returns the tickets and counts to zero for the next forward.
 // With precomputed routing the grid is (1, token groups) and step 1 only counts the given ids.
+// With logits_only (one token, W4A16 register-streaming GEMMs) the blocks stop after the logits:
+// GEMM1's blocks take the top-k and write the lists (moe_decode.cu, route_single_token).
 // With one token group (T <= kRouteTokens) the group's last block builds the lists at once, from
 // the ids it keeps in shared memory.
 // One kernel instead of a router launch plus a one-block list kernel: at T = 1 the list work is
@@ -44,6 +46,9 @@ struct RouteArgs {
   int experts;       // local experts
   int tile_tokens;   // slots per GEMM work tile (the GEMM variant's; tile_tokens_for)
   Workspace ws;
+  // Only the logits: GEMM1 takes the top-k and writes the lists itself (one token;
+  // moe_decode.cu, route_single_token).
+  bool logits_only = false;
 };
 
 using mxq::linear::device::bf16_bits_to_float;
@@ -157,34 +162,33 @@ __device__ __forceinline__ float key_logit(std::uint64_t key) {
   return __uint_as_float((order & 0x80000000U) != 0U ? (order & 0x7FFFFFFFU) : ~order);
 }
 
-// Warp per token: k rounds of a warp argmax over the keys held in registers (lane l holds experts
-// l, l+32, ..., kPerLane of them), then the softmax over the k chosen logits in order
-// j = 0..k-1, as the reference computes it.
+// One warp's top-k of a row of `width` router logits: k rounds of a warp argmax over the keys
+// held in registers (lane l holds experts l, l+32, ..., kPerLane of them), then the softmax over
+// the k chosen logits in order j = 0..k-1, as the reference computes it. Lane j < k ends with the
+// j-th choice: its expert id and its weight.
 template <int kPerLane>
-__device__ __forceinline__ void warp_topk_softmax(const RouteArgs& a, int t, int lane,
-                                                  int* shared_ids) {
-  const float* row = a.ws.logits + static_cast<std::size_t>(t) * a.router_experts;
+__device__ __forceinline__ void warp_row_topk(const float* row, int width, int top_k, int lane,
+                                              int& chosen_id, float& weight) {
   // Every load is issued before any is used: a load under the `e < width` branch waited for the
   // one before it (kPerLane serial L2 round trips). Lanes past the width read the last logit and
   // key it out. The loads bypass L1: other blocks wrote the logits.
   float logit[kPerLane];
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i)
-    logit[i] = __ldcg(row + min(lane + 32 * i, a.router_experts - 1));
+  for (int i = 0; i < kPerLane; ++i) logit[i] = __ldcg(row + min(lane + 32 * i, width - 1));
   std::uint64_t keys[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int e = lane + 32 * i;
-    keys[i] = e < a.router_experts ? routing_key(logit[i], e) : 0;
+    keys[i] = e < width ? routing_key(logit[i], e) : 0;
   }
   float top = 0.0F;
   float sum = 0.0F;
   float chosen = 0.0F;  // lane j keeps the j-th choice
-  int chosen_id = -1;
+  chosen_id = -1;
   // Keys are distinct (the ids differ), so round j's choice is the largest key below round
   // j-1's: nothing needs striking, and the keys stay in registers.
   std::uint64_t ceiling = ~std::uint64_t{0};
-  for (int j = 0; j < a.top_k; ++j) {
+  for (int j = 0; j < top_k; ++j) {
     std::uint64_t best = 0;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) best = keys[i] < ceiling && keys[i] > best ? keys[i] : best;
@@ -204,30 +208,40 @@ __device__ __forceinline__ void warp_topk_softmax(const RouteArgs& a, int t, int
       chosen_id = key_id(best);
     }
   }
-  if (lane < a.top_k) {
-    a.ws.topk_ids[t * a.top_k + lane] = chosen_id;
-    a.ws.topk_w[t * a.top_k + lane] = expf(chosen - top) / sum;
-    if (shared_ids != nullptr) shared_ids[t * a.top_k + lane] = chosen_id;
-  }
+  weight = expf(chosen - top) / sum;
 }
 
 // The router width picks how many keys each lane holds (compile time, so they stay in registers).
-// shared_ids (one token group, which starts at token 0): the ids are also kept there, by pair.
+__device__ __forceinline__ void row_topk(const float* row, int width, int top_k, int lane,
+                                         int& chosen_id, float& weight) {
+  const int per_lane = (width + 31) / 32;
+  if (per_lane <= 1) {
+    warp_row_topk<1>(row, width, top_k, lane, chosen_id, weight);
+  } else if (per_lane <= 2) {
+    warp_row_topk<2>(row, width, top_k, lane, chosen_id, weight);
+  } else if (per_lane <= 4) {
+    warp_row_topk<4>(row, width, top_k, lane, chosen_id, weight);
+  } else if (per_lane <= 8) {
+    warp_row_topk<8>(row, width, top_k, lane, chosen_id, weight);
+  } else if (per_lane <= 16) {
+    warp_row_topk<16>(row, width, top_k, lane, chosen_id, weight);
+  } else {
+    warp_row_topk<kMaxRouterExperts / 32>(row, width, top_k, lane, chosen_id, weight);
+  }
+}
+
+// Warp per token: the token's top-k and weights into the workspace. shared_ids (one token group,
+// which starts at token 0): the ids are also kept there, by pair.
 __device__ __forceinline__ void token_topk_softmax(const RouteArgs& a, int t, int lane,
                                                    int* shared_ids) {
-  const int per_lane = (a.router_experts + 31) / 32;
-  if (per_lane <= 1) {
-    warp_topk_softmax<1>(a, t, lane, shared_ids);
-  } else if (per_lane <= 2) {
-    warp_topk_softmax<2>(a, t, lane, shared_ids);
-  } else if (per_lane <= 4) {
-    warp_topk_softmax<4>(a, t, lane, shared_ids);
-  } else if (per_lane <= 8) {
-    warp_topk_softmax<8>(a, t, lane, shared_ids);
-  } else if (per_lane <= 16) {
-    warp_topk_softmax<16>(a, t, lane, shared_ids);
-  } else {
-    warp_topk_softmax<kMaxRouterExperts / 32>(a, t, lane, shared_ids);
+  int chosen_id = -1;
+  float weight = 0.0F;
+  row_topk(a.ws.logits + static_cast<std::size_t>(t) * a.router_experts, a.router_experts, a.top_k,
+           lane, chosen_id, weight);
+  if (lane < a.top_k) {
+    a.ws.topk_ids[t * a.top_k + lane] = chosen_id;
+    a.ws.topk_w[t * a.top_k + lane] = weight;
+    if (shared_ids != nullptr) shared_ids[t * a.top_k + lane] = chosen_id;
   }
 }
 
@@ -373,6 +387,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
   if (routing) {
     router_logits<kNTiles>(a, blockIdx.x * kRouterTileRows * kNTiles, t0, nt, partial);
     trace_block<true>(MoeTraceKernel::kRouting, MoeTracePoint::kReleased);
+    if (a.logits_only) return;
     if (!block_is_last(a.ws.group_tickets + blockIdx.y, static_cast<int>(gridDim.x))) return;
     trace_block(MoeTraceKernel::kRouting, MoeTracePoint::kMid);
     for (int t = t0 + warp; t < t0 + nt; t += kRouteWarps)
