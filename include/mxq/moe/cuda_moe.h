@@ -10,7 +10,8 @@
 //                  (64 for the wide GEMMs)
 //                  (one kernel: its blocks meet through tickets in the workspace; for one
 //                  token routed on the device with W4A16 register-streaming GEMMs it writes
-//                  only the logits, and each GEMM1 block takes the top-k itself)
+//                  only the logits, and each GEMM1 block takes the top-k itself, GEMM1 then
+//                  running as one wave of blocks that split the chosen experts' K chunks evenly)
 //   (W4A8: x quantized to E4M3 groups of 128, overlapping the routing)
 //   2. gemm1     : [gate; up] rows of w13 x tokens, + bias, SwiGLU variant, -> bf16 activations
 //                  (W4A8: then quantized to E4M3 groups of 128, as the CPU reference does)

@@ -22,8 +22,8 @@ struct GemmArgs {
   const std::uint16_t* x;
   int top_k;
   Workspace ws;
-  // One token routed on the device: the register-streaming GEMM1 takes the top-k and writes the
-  // lists (moe_decode.cu, route_single_token); the routing kernel wrote only the logits.
+  // One token routed on the device: the single-token GEMM1 takes the top-k and writes the lists
+  // (moe_decode.cu, gemm1_single_token_kernel); the routing kernel wrote only the logits.
   bool single_token = false;
 };
 

@@ -244,52 +244,29 @@ __device__ __forceinline__ W4a8Stream<kAcc> w4a8_stream(const TileRows<kAcc>& ti
   return s;
 }
 
-// One token routed on the device (GemmArgs::single_token): the routing kernel wrote only the
-// logits, and every GEMM1 block takes the token's top-k itself, in its first warp. (The routing
-// kernel's ticket and its last block's top-k and lists were ~4 µs of serial work before any
-// weight moved at T = 1; docs/PERF.md.) The tiles are the chosen local experts in increasing id
-// order, one slot each — the lists the routing kernel would have built —, here in shared
-// memory; block (0, 0) also writes them, the ids and the weights to the workspace for GEMM2, the
-// combine kernel and moe_routing_view. Returns the number of tiles. One key width for every
-// router up to 256 experts (moe_forward checks it): keys past the width are out of the choice, and
-// one copy of the top-k keeps GEMM1's code small.
-constexpr int kSingleTokenKeysPerLane = 8;
-constexpr int kSingleTokenMaxRouterExperts = 32 * kSingleTokenKeysPerLane;
-__device__ __forceinline__ int route_single_token(const GemmArgs& args, int* tile_expert) {
-  __shared__ int tiles;
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    const int k = args.top_k;
-    int id = -1;
-    float weight = 0.0F;
-    detail::warp_row_topk<kSingleTokenKeysPerLane>(args.ws.logits, args.w.num_global_experts, k,
-                                                   lane, id, weight);
-    const int e = id - args.w.first_local_expert;
-    const bool local = lane < k && e >= 0 && e < args.w.num_local_experts;
-    const unsigned local_lanes = __ballot_sync(0xFFFFFFFFU, local);
-    int tile = 0;  // local choices with a lower expert id (the ids are distinct)
-    for (int j = 0; j < k; ++j) {
-      const int other = __shfl_sync(0xFFFFFFFFU, e, j);
-      tile += ((local_lanes >> j) & 1U) != 0U && other < e ? 1 : 0;
-    }
-    if (local) tile_expert[tile] = e;
-    if (lane == 0) tiles = __popc(local_lanes);
-    if (blockIdx.x == 0 && blockIdx.y == 0 && lane < k) {
-      const Workspace& ws = args.ws;
-      ws.topk_ids[lane] = id;
-      ws.topk_w[lane] = weight;
-      ws.pair_slot[lane] = local ? tile : -1;
-      if (local) {
-        ws.slot_pair[tile] = lane;
-        ws.tile_expert[tile] = e;
-        ws.tile_slot0[tile] = tile;
-        ws.tile_rows[tile] = 1;
-      }
-      if (lane == 0) *ws.num_tiles = __popc(local_lanes);
-    }
+// GEMM1's tiles at channel ch0 of an expert: its 16 gate rows and the 16 up rows P below them,
+// and the scale rows of this lane's rows r and r + 8 of each.
+__device__ __forceinline__ TileRows<2> gemm1_tiles(const GemmArgs& args, int expert, int ch0,
+                                                   int r) {
+  const std::size_t row_bytes = args.w.hidden / 2;
+  const std::size_t scale_row = moe_scale_pitch(args.w.hidden);
+  const std::size_t gate0 = static_cast<std::size_t>(expert) * 2 * args.w.inter_padded + ch0;
+  const std::size_t up0 = gate0 + args.w.inter_padded;
+  TileRows<2> tiles;
+  tiles.group[0] = args.w.w13 + gate0 * row_bytes;
+  tiles.group[1] = args.w.w13 + up0 * row_bytes;
+  for (int h = 0; h < 2; ++h) {
+    tiles.scale[0][h] = args.w.w13_scale + (gate0 + r + 8 * h) * scale_row;
+    tiles.scale[1][h] = args.w.w13_scale + (up0 + r + 8 * h) * scale_row;
   }
-  __syncthreads();
   return tiles;
+}
+
+// The gate bias of GEMM1's tile at channel ch0 (its up biases lie P further), or null.
+__device__ __forceinline__ const std::uint16_t* gemm1_tile_biases(const GemmArgs& args, int expert,
+                                                                  int ch0) {
+  if (args.w.b13 == nullptr) return nullptr;
+  return args.w.b13 + static_cast<std::size_t>(expert) * 2 * args.w.inter_padded + ch0;
 }
 
 template <bool kW4a8>
@@ -299,46 +276,23 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
   wait_for_predecessor();
   detail::trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kReleased);
   const int tile = blockIdx.y;
-  __shared__ int single_token_experts[detail::kMaxTopK];
-  detail::WorkTile work{};
-  if (args.single_token) {
-    if (tile >= route_single_token(args, single_token_experts)) return;
-    work = {single_token_experts[tile], tile, 1};
-  } else {
-    if (tile >= *args.ws.num_tiles) return;
-    work = detail::read_work_tile(args.ws, tile);
-  }
+  if (tile >= *args.ws.num_tiles) return;
   __shared__ float red[(kGemmWarps - 1) * 2 * 4 * 32];
-  const auto [expert, slot0, rows] = work;
+  const auto [expert, slot0, rows] = detail::read_work_tile(args.ws, tile);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   // This lane's token column of the B operand; columns past the tile's rows repeat its last row
   // (their accumulators are never stored), so the activation loads need no predicate.
   const int n = min(lane / 4, rows - 1);
   const int hidden = args.w.hidden;
-  const auto token_of = [&](int col) {
-    return args.single_token ? 0 : args.ws.slot_pair[slot0 + col] / args.top_k;
-  };
+  const auto token_of = [&](int col) { return args.ws.slot_pair[slot0 + col] / args.top_k; };
 
   const int ch0 = blockIdx.x * kTileRows;
   const int r = lane / 4;
   const int c = lane % 4;
-  const std::size_t row_bytes = hidden / 2;
-  const std::size_t scale_row = moe_scale_pitch(hidden);
-  const std::size_t base_row = static_cast<std::size_t>(expert) * 2 * args.w.inter_padded;
-  const std::size_t gate0 = base_row + ch0;  // the tiles' first rows: gate, then up (P on)
-  const std::size_t up0 = gate0 + args.w.inter_padded;
-  TileRows<2> tiles;
-  tiles.group[0] = args.w.w13 + gate0 * row_bytes;
-  tiles.group[1] = args.w.w13 + up0 * row_bytes;
-  for (int h = 0; h < 2; ++h) {
-    tiles.scale[0][h] = args.w.w13_scale + (gate0 + r + 8 * h) * scale_row;
-    tiles.scale[1][h] = args.w.w13_scale + (up0 + r + 8 * h) * scale_row;
-  }
+  const TileRows<2> tiles = gemm1_tiles(args, expert, ch0, r);
   __shared__ detail::BlockBiases biases;
-  if (warp == 0) {
-    biases.start(args.w.b13 == nullptr ? nullptr : args.w.b13 + gate0, args.w.inter_padded, lane);
-  }
+  if (warp == 0) biases.start(gemm1_tile_biases(args, expert, ch0), args.w.inter_padded, lane);
   float acc[2][4] = {};
   if constexpr (kW4a8) {
     stream_chunks(w4a8_stream<2>(tiles, args.ws.x_fp8, args.ws.x_scale, hidden, hidden, n, rows, r,
@@ -366,7 +320,267 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
   detail::trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kEnd);
 }
 
-static_assert(detail::BlockBiases::kRows == 2 * kTileRows, "GEMM1: gate and up biases of a tile");
+// ---- 3 (one token). GEMM1 with the token's top-k, the work split evenly over one wave --------
+// One token routed on the device (GemmArgs::single_token, W4A16): the routing kernel wrote only
+// the logits, and every GEMM1 block takes the token's top-k itself, in its first warp. (The
+// routing kernel's ticket and its last block's top-k and lists were ~4 µs of serial work before
+// any weight moved at T = 1; docs/PERF.md.) The tiles are the chosen local experts in increasing
+// id order, one slot each — the lists the routing kernel would have built —, here in shared
+// memory; block 0 also writes them, the ids and the weights to the workspace for GEMM2, the
+// combine kernel and moe_routing_view. Returns the number of tiles. One key width for every
+// router up to 256 experts (moe_forward checks it): keys past the width are out of the choice, and
+// one copy of the top-k keeps the kernel small.
+constexpr int kSingleTokenKeysPerLane = 8;
+constexpr int kSingleTokenMaxRouterExperts = 32 * kSingleTokenKeysPerLane;
+__device__ __forceinline__ int route_single_token(const GemmArgs& args, int* tile_expert) {
+  __shared__ int tiles;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const int k = args.top_k;
+    int id = -1;
+    float weight = 0.0F;
+    detail::warp_row_topk<kSingleTokenKeysPerLane>(args.ws.logits, args.w.num_global_experts, k,
+                                                   lane, id, weight);
+    const int e = id - args.w.first_local_expert;
+    const bool local = lane < k && e >= 0 && e < args.w.num_local_experts;
+    const unsigned local_lanes = __ballot_sync(0xFFFFFFFFU, local);
+    int tile = 0;  // local choices with a lower expert id (the ids are distinct)
+    for (int j = 0; j < k; ++j) {
+      const int other = __shfl_sync(0xFFFFFFFFU, e, j);
+      tile += ((local_lanes >> j) & 1U) != 0U && other < e ? 1 : 0;
+    }
+    if (local) tile_expert[tile] = e;
+    if (lane == 0) tiles = __popc(local_lanes);
+    if (blockIdx.x == 0 && lane < k) {
+      const Workspace& ws = args.ws;
+      ws.topk_ids[lane] = id;
+      ws.topk_w[lane] = weight;
+      ws.pair_slot[lane] = local ? tile : -1;
+      if (local) {
+        ws.slot_pair[tile] = lane;
+        ws.tile_expert[tile] = e;
+        ws.tile_slot0[tile] = tile;
+        ws.tile_rows[tile] = 1;
+      }
+      if (lane == 0) *ws.num_tiles = __popc(local_lanes);
+    }
+  }
+  __syncthreads();
+  return tiles;
+}
+
+// At T = 1 the 16-channel tiles of the chosen experts (gpt-oss-120b: 4 x 180) do not fill whole
+// waves of resident blocks (528 on 132 SMs), and a partial second wave streams at a fraction of
+// the bandwidth (docs/PERF.md). Here the grid is one wave, and the tiles' 128-wide K chunks, in
+// (tile, chunk) order, are cut into one contiguous range per block (stream-K): ranges differ by
+// at most one chunk, and each is at least one tile long (the grid has no more blocks than
+// tiles), so a range meets at most three tiles (its pieces) and a tile is shared by at most two
+// blocks — one ending in it (part 0), the next starting in it (part 1).
+//
+// A block's warps stream its range as one sequence (warp w takes positions w, w + 4, ..., its
+// loads one position ahead across the pieces' borders: a border costs no refill), writing their
+// sums to shared memory as they leave a piece; then warp p sums piece p in warp order and runs
+// its epilogue. The two parts of a shared tile write their 32 sums to the workspace; the second to
+// arrive at the boundary's counter adds them, part 0 first (the same sum in every replay), returns
+// the counter to zero and runs the epilogue.
+constexpr int kMaxPieces = 3;
+static_assert(kMaxPieces <= kGemmWarps, "one warp per piece's epilogue");
+
+// A piece of a block's range: its tile's row groups (gate, up), the scale rows of the tile's
+// first gate and up rows, and which of the block's positions it holds.
+struct SingleTokenPiece {
+  const std::uint8_t* group[2];
+  const std::uint8_t* scale[2];
+  int tile;
+  int chunk_offset;  // K chunk of position q: q + chunk_offset
+  int end;           // positions [the previous piece's end, end)
+};
+
+// What a lane of the single-token GEMM1 streams: position q of its block's range, from the piece
+// that holds it (in shared memory; three pieces at most).
+struct SingleTokenStream {
+  using Regs = ChunkRegs<2>;
+  const SingleTokenPiece* pieces;
+  const std::uint16_t* x;  // the token's activations
+  int hidden;
+  int scale_row;
+  int short_row_bytes;
+  int r;
+  int c;
+
+  __device__ __forceinline__ int piece_of(int q) const {
+    return (q >= pieces[0].end ? 1 : 0) + (q >= pieces[1].end ? 1 : 0);
+  }
+  __device__ __forceinline__ void load(int q, Regs& regs) const {
+    const SingleTokenPiece& piece = pieces[piece_of(q)];
+    const int chunk = q + piece.chunk_offset;
+    Bf16Stream<2> s;
+    for (int a = 0; a < 2; ++a) {
+      s.tiles.group[a] = piece.group[a];
+      for (int h = 0; h < 2; ++h)
+        s.tiles.scale[a][h] = piece.scale[a] + static_cast<std::size_t>(r + 8 * h) * scale_row;
+    }
+    s.brow = x;
+    s.k_total = hidden;
+    s.short_row_bytes = short_row_bytes;
+    s.r = r;
+    s.c = c;
+    if (chunk < hidden / kChunk) {
+      s.template load<true>(chunk, regs);
+    } else {
+      s.template load<false>(chunk, regs);
+    }
+  }
+};
+
+// The 4 sums of a lane that hold the token's column (lanes c == 0: gate and up of channels r and
+// r + 8), per piece and warp, in shared memory.
+constexpr int kPieceSums = 4;
+using PieceSums = float[kMaxPieces][kGemmWarps][kPieceSums][32];
+
+// Streams this warp's positions of the block's `len`; as it leaves a piece, it stores its sums.
+__device__ __forceinline__ void stream_pieces(const SingleTokenStream& s, int len, int warp,
+                                              int lane, PieceSums& sums) {
+  float acc[2][4] = {};
+  int piece = s.piece_of(warp);
+  const auto after = [&](int q) {  // the chunk at q is in acc
+    const int next = q + kGemmWarps;
+    if (next < s.pieces[piece].end) return;
+    const float out[kPieceSums] = {acc[0][0], acc[0][2], acc[1][0], acc[1][2]};
+    for (int i = 0; i < kPieceSums; ++i) sums[piece][warp][i][lane] = out[i];
+    for (auto& row : acc)
+      for (float& v : row) v = 0.0F;
+    if (next < len) piece = s.piece_of(next);
+  };
+  SingleTokenStream::Regs even;
+  SingleTokenStream::Regs odd;
+  int q = warp;
+  if (q >= len) return;
+  s.load(q, even);
+  for (;; q += 2 * kGemmWarps) {
+    if (q + kGemmWarps < len) s.load(q + kGemmWarps, odd);
+    mma_chunk(even, acc);
+    after(q);
+    if (q + kGemmWarps >= len) break;
+    if (q + 2 * kGemmWarps < len) s.load(q + 2 * kGemmWarps, even);
+    mma_chunk(odd, acc);
+    after(q + kGemmWarps);
+    if (q + 2 * kGemmWarps >= len) break;
+  }
+}
+
+__global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
+    gemm1_single_token_kernel(GemmArgs args) {
+  detail::trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kStart);
+  wait_for_predecessor();
+  detail::trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kReleased);
+  __shared__ int chosen[detail::kMaxTopK];
+  __shared__ SingleTokenPiece pieces[kMaxPieces];
+  __shared__ int num_pieces;
+  __shared__ PieceSums sums;  // zero where a warp has no position in a piece
+  __shared__ detail::BlockBiases biases[kMaxPieces];
+  const int row_blocks = args.w.inter / kTileRows;
+  const int hidden = args.w.hidden;
+  const int chunks = (hidden + kChunk - 1) / kChunk;
+  const int tiles = route_single_token(args, chosen) * row_blocks;
+  const int blocks = min(static_cast<int>(gridDim.x), tiles);
+  if (static_cast<int>(blockIdx.x) >= blocks) return;
+  const long long total = static_cast<long long>(tiles) * chunks;
+  const int begin = static_cast<int>(total * blockIdx.x / blocks);
+  const int len = static_cast<int>(total * (blockIdx.x + 1) / blocks) - begin;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    int n = 0;
+    for (int q = 0; q < len; ++n) {
+      const int tile = (begin + q) / chunks;
+      const int first = (begin + q) % chunks;
+      const int last = min(chunks, first + (len - q));
+      const int ch0 = (tile % row_blocks) * kTileRows;
+      const TileRows<2> rows = gemm1_tiles(args, chosen[tile / row_blocks], ch0, 0);
+      SingleTokenPiece& piece = pieces[n];
+      for (int a = 0; a < 2; ++a) {
+        piece.group[a] = rows.group[a];
+        piece.scale[a] = rows.scale[a][0];
+      }
+      piece.tile = tile;
+      piece.chunk_offset = first - q;
+      q += last - first;
+      piece.end = q;
+    }
+    for (int i = n; i < kMaxPieces; ++i) pieces[i].end = len;
+    num_pieces = n;
+  }
+  for (int i = threadIdx.x; i < static_cast<int>(sizeof(sums) / sizeof(float)); i += blockDim.x)
+    (&sums[0][0][0][0])[i] = 0.0F;
+  __syncthreads();
+  if (warp < num_pieces) {
+    const int tile = pieces[warp].tile;
+    biases[warp].start(
+        gemm1_tile_biases(args, chosen[tile / row_blocks], (tile % row_blocks) * kTileRows),
+        args.w.inter_padded, lane);
+  }
+  const SingleTokenStream s{pieces,
+                            args.x,
+                            hidden,
+                            moe_scale_pitch(hidden),
+                            16 * detail::chunk_blocks(hidden, hidden / kChunk),
+                            lane / 4,
+                            lane % 4};
+  stream_pieces(s, len, warp, lane, sums);
+  detail::trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kMid);
+  allow_dependents();
+  detail::BlockBiases::finish();
+  __syncthreads();
+  if (warp >= num_pieces) return;
+
+  // Warp p: piece p. Lanes c == 0 hold the token's column.
+  const int piece = warp;
+  const int r = lane / 4;
+  const int c = lane % 4;
+  float out[kPieceSums];
+  for (int i = 0; i < kPieceSums; ++i) {
+    out[i] = sums[piece][0][i][lane];
+    for (int w = 1; w < kGemmWarps; ++w) out[i] += sums[piece][w][i][lane];
+  }
+  const int tile = pieces[piece].tile;
+  const int first = pieces[piece].chunk_offset + (piece == 0 ? 0 : pieces[piece - 1].end);
+  const int last = pieces[piece].chunk_offset + pieces[piece].end;
+  if (first != 0 || last != chunks) {
+    const int part = first == 0 ? 0 : 1;
+    const int boundary = static_cast<int>(blockIdx.x) + 1 - part;
+    float* partial = args.ws.split_partial + boundary * 2 * detail::kSplitTileSums;
+    if (c == 0) {
+      for (int i = 0; i < kPieceSums; ++i)
+        partial[part * detail::kSplitTileSums + 8 * i + r] = out[i];
+    }
+    __threadfence();
+    __syncwarp();
+    int arrived = 0;
+    if (lane == 0) arrived = atomicAdd(args.ws.split_count + boundary, 1);
+    if (__shfl_sync(0xFFFFFFFFU, arrived, 0) == 0) {  // the other part finishes the tile
+      detail::trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kEnd);
+      return;
+    }
+    __threadfence();
+    if (c == 0) {
+      for (int i = 0; i < kPieceSums; ++i) {
+        const float other = __ldcg(partial + (1 - part) * detail::kSplitTileSums + 8 * i + r);
+        out[i] = part == 0 ? out[i] + other : other + out[i];
+      }
+    }
+    if (lane == 0) args.ws.split_count[boundary] = 0;
+  }
+  if (c == 0) {
+    const int ch0 = (tile % row_blocks) * kTileRows;
+    for (int h = 0; h < 2; ++h) {
+      const int m = r + 8 * h;  // the channel in the tile
+      detail::store_gemm1(args, {biases[piece].at(m), biases[piece].at(16 + m)}, ch0 + m,
+                          tile / row_blocks, out[h], out[2 + h]);
+    }
+  }
+  detail::trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kEnd);
+}
 
 // GEMM2 takes 32 rows of w2 per block, as two m16 tiles sharing the activations each lane loads
 // and pairs (the B operand): half the activation loads and pairings per weight byte of one tile.
@@ -703,6 +917,11 @@ void launch_gemm(const GemmArgs& args, int tokens, int max_tiles, cudaStream_t s
     }
     launch(gemm_tile_kernel<kGemm1>, dim3(row_blocks, max_tiles), dim3(kGemmWarps * 32),
            static_cast<std::size_t>(shape.smem_bytes), stream, args.p.programmatic_launch, args);
+  } else if (kGemm1 && args.single_token) {
+    const int tiles = max_tiles * (args.w.inter / kTileRows);
+    const int blocks = std::min({kStreamBlocksPerSm * sm_count(), detail::kSplitMaxBlocks, tiles});
+    launch(gemm1_single_token_kernel, dim3(blocks), dim3(kGemmWarps * 32), 0, stream,
+           args.p.programmatic_launch, args);
   } else if (kGemm1) {
     const auto kernel = w4a8(args.p) ? gemm1_swiglu_kernel<true> : gemm1_swiglu_kernel<false>;
     launch(kernel, dim3(args.w.inter / kTileRows, max_tiles), dim3(kGemmWarps * 32), 0, stream,

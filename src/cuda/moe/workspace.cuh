@@ -2,10 +2,12 @@
 // kernels (pointers).
 //
 // The routing kernel synchronizes its blocks with tickets and per-expert counters in the
-// workspace's first bytes (the sync region). They must be zero when a forward starts:
-// moe_workspace_init zeroes them once after allocation, and every forward's last routing block
-// returns them to zero. The region sits at offset 0 with a size that depends only on
-// max_tokens, so ranks that share one workspace (in-process TP/EP) see the same counters.
+// workspace's first bytes (the sync region), and the single-token GEMM1 the two blocks that share
+// a tile with a counter per block boundary. They must be zero when a forward starts:
+// moe_workspace_init zeroes them once after allocation, and every forward returns them to zero
+// (the routing's last block; the second of a tile's two blocks). The region sits at offset 0 with a
+// size that depends only on max_tokens, so ranks that share one workspace (in-process TP/EP) see
+// the same counters.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -24,10 +26,15 @@ constexpr int kWideTileTokens = 64;     // slots per work tile of the wide (pref
 constexpr int kWgmmaTileTokens = 128;   // slots per work tile of the wgmma (prefill) GEMMs
 constexpr int kMaxLocalExperts = 1024;  // moe_decode_unsupported_reason enforces it
 constexpr int kRouteTokens = 16;        // tokens per routing group (the router mma's m)
+// The single-token GEMM1 (moe_decode.cu) runs at most this many blocks: one counter and two
+// partial tiles of 32 sums each per block boundary.
+constexpr int kSplitMaxBlocks = 1024;
+constexpr int kSplitTileSums = 32;  // a 16-channel tile's gate and up sums for one token
 
 struct Workspace {
   int* final_ticket;       // [1] routing blocks done with their token group's counts
   int* expert_counts;      // [kMaxLocalExperts] pairs per local expert (routing, then zeroed)
+  int* split_count;        // [kSplitMaxBlocks] single-token GEMM1: arrivals per block boundary
   int* group_tickets;      // [token groups] router blocks done with a token group's logits
   int* topk_ids;           // [T*k] (router output)
   float* topk_w;           // [T*k]
@@ -41,6 +48,7 @@ struct Workspace {
   __nv_bfloat16* act;      // [T*k, I] (in the wgmma K order for GemmVariant::kWgmmaTile)
   std::uint16_t* x_wgmma;  // [T*k, H] bf16: x by slot, in the wgmma K order (kWgmmaTile only)
   float* y;                // [T*k, H]
+  float* split_partial;    // [kSplitMaxBlocks, 2, kSplitTileSums] the two parts of a shared tile
   // W4A8 only (null otherwise): E4M3 rows in the layout of w4a8_layout.h and their group scales.
   std::uint8_t* x_fp8;    // [T, w4a8_act_pitch(H)]: x by token
   float* x_scale;         // [T, w4a8_act_groups(H)]
@@ -86,7 +94,8 @@ inline int max_tiles_for(int pairs, int experts, int tile_tokens = kTileTokens) 
 inline std::size_t sync_region_bytes(int max_tokens) {
   // One group ticket per token group; sized for one-token groups, so the region's size does not
   // depend on the group size.
-  return (1 + static_cast<std::size_t>(kMaxLocalExperts) + static_cast<std::size_t>(max_tokens)) *
+  return (1 + static_cast<std::size_t>(kMaxLocalExperts) + kSplitMaxBlocks +
+          static_cast<std::size_t>(max_tokens)) *
          sizeof(int);
 }
 
@@ -108,7 +117,8 @@ inline Workspace carve_workspace(const MoeDeviceWeights& w, const MoeParams& p, 
   char* sync = take(sync_region_bytes(max_tokens));
   ws.final_ticket = reinterpret_cast<int*>(sync);
   ws.expert_counts = ws.final_ticket + (sync == nullptr ? 0 : 1);
-  ws.group_tickets = ws.expert_counts + (sync == nullptr ? 0 : kMaxLocalExperts);
+  ws.split_count = ws.expert_counts + (sync == nullptr ? 0 : kMaxLocalExperts);
+  ws.group_tickets = ws.split_count + (sync == nullptr ? 0 : kSplitMaxBlocks);
   ws.topk_ids = reinterpret_cast<int*>(take(pairs * sizeof(int)));
   ws.topk_w = reinterpret_cast<float*>(take(pairs * sizeof(float)));
   ws.logits = reinterpret_cast<float*>(
@@ -121,6 +131,8 @@ inline Workspace carve_workspace(const MoeDeviceWeights& w, const MoeParams& p, 
   ws.tile_rows = reinterpret_cast<int*>(take(tiles * sizeof(int)));
   ws.act = reinterpret_cast<__nv_bfloat16*>(take(pairs * static_cast<std::size_t>(w.inter) * 2));
   ws.y = reinterpret_cast<float*>(take(pairs * static_cast<std::size_t>(w.hidden) * 4));
+  ws.split_partial = reinterpret_cast<float*>(
+      take(static_cast<std::size_t>(kSplitMaxBlocks) * 2 * kSplitTileSums * sizeof(float)));
   ws.x_wgmma =
       reinterpret_cast<std::uint16_t*>(take(pairs * static_cast<std::size_t>(w.hidden) * 2));
   if (p.activation_quant == GpuActivationQuant::kFp8Group128) {

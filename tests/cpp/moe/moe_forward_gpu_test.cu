@@ -229,6 +229,9 @@ const Case kCases[] = {
     {"e32_ep2_t1", 32, 256, 544, 4, 1, Activation::kSwigluOai, true, 1, 2, 128, false, false},
     // One token choosing every expert: GEMM1's grid has a row of tiles past the chosen ones.
     {"e8_k8_t1", 8, 544, 544, 8, 1, Activation::kSwigluOai, true, 1, 1, 128, false, false},
+    // One token whose 8 x 70 GEMM1 tiles exceed a wave of resident blocks (528 on an H200): the
+    // single-token GEMM1 shares tiles between blocks; K has a short last chunk, I is padded.
+    {"e16_k8_i1120_t1", 16, 544, 1120, 8, 1, Activation::kSwigluOai, true, 1, 1, 128, false, false},
     {"e32_tp2_ep2_t64", 32, 256, 544, 4, 64, Activation::kSwigluClamp, true, 2, 2, 128, true,
      false},
 };
