@@ -564,6 +564,33 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
       }
       if (trace_replays != nullptr) *trace_replays = block_trace_replays(graphs);
       for (auto& g : graphs) MXQ_CUDA_CHECK(cudaGraphExecDestroy(g));
+      // One layer inside a captured decode step: the kInputSets forwards one after the other in
+      // one graph (each on its own input set, so consecutive layers touch other experts, as the
+      // layers of a model do), timed as a whole and divided by kInputSets: the graph's launch
+      // latency, which the total above pays once per layer, is shared as in a model's graph.
+      // With cold_l2 the flush precedes each graph, so only its first layer starts cold.
+      std::vector<float> in_graph;
+      {
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        MXQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        for (int s = 0; s < kInputSets; ++s) {
+          run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
+          moe::cuda::moe_forward(mw, vp, run, workspace, ws_bytes, max_tokens, stream);
+        }
+        MXQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        MXQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        MXQ_CUDA_CHECK(cudaGraphDestroy(graph));
+        for (int i = 0; i < options.repeats / 2 + 3; ++i) {
+          flush_l2();
+          MXQ_CUDA_CHECK(cudaEventRecord(start, stream));
+          MXQ_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+          MXQ_CUDA_CHECK(cudaEventRecord(stop, stream));
+          MXQ_CUDA_CHECK(cudaEventSynchronize(stop));
+          if (i >= 3) in_graph.push_back(elapsed_us(start, stop) / kInputSets);
+        }
+        MXQ_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      }
       // Phases: the same graphs with event records between the kernels (captured, so the host's
       // launch rate does not stretch the small decode phases as eager launches would; the event
       // nodes also serialize the kernels, so the phases add up to a little more than the total).
@@ -593,6 +620,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
            moe::cuda::to_string(moe::cuda::resolve_gemm_variant(mw, vp, tokens))},
           {"programmatic_launch", programmatic_launch},
           {"total_us", us},
+          {"layer_in_graph_us", median(in_graph)},
           {"routing_us", median(phase[0])},
           {"gemm1_us", median(phase[1])},
           {"gemm2_us", median(phase[2])},

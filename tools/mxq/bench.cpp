@@ -36,9 +36,9 @@ struct MoeBenchArgs {
               result["intermediate_padded"].get<int>(), result["top_k"].get<int>(),
               result["tp"].get<int>(), result["copy_ceiling_gbps"].get<double>(),
               result.value("cold_l2", false) ? "; L2 flushed before each replay" : "");
-  std::printf("%6s %-20s %9s %8s %8s %8s %8s %8s %6s %8s %10s %8s\n", "T", "gemm", "total_us",
-              "route", "gemm1", "gemm2", "combine", "GB/s", "%ceil", "TFLOPS", "bf16_us",
-              "speedup");
+  std::printf("%6s %-20s %9s %8s %8s %8s %8s %8s %8s %6s %8s %10s %8s\n", "T", "gemm", "total_us",
+              "in_graph", "route", "gemm1", "gemm2", "combine", "GB/s", "%ceil", "TFLOPS",
+              "bf16_us", "speedup");
   for (const auto& p : result["points"]) {
     for (const char* key : {"mxq", "mxq_register_stream", "mxq_shared_tile", "mxq_wide_tile",
                             "mxq_wgmma_tile", "mxq_w4a8"}) {
@@ -47,12 +47,12 @@ struct MoeBenchArgs {
       std::string gemm = m["gemm_variant"].get<std::string>();
       if (gemm == "auto") gemm += ":" + m["resolved_variant"].get<std::string>();
       if (std::string(key) == "mxq_w4a8") gemm = "w4a8:" + gemm;
-      std::printf("%6d %-20s %9.1f %8.1f %8.1f %8.1f %8.1f %8.0f %6.1f %8.1f",
+      std::printf("%6d %-20s %9.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.0f %6.1f %8.1f",
                   p["tokens"].get<int>(), gemm.c_str(), m["total_us"].get<double>(),
-                  m["routing_us"].get<double>(), m["gemm1_us"].get<double>(),
-                  m["gemm2_us"].get<double>(), m["combine_us"].get<double>(),
-                  m["effective_gbps"].get<double>(), m["pct_of_copy_ceiling"].get<double>(),
-                  m["tflops"].get<double>());
+                  m["layer_in_graph_us"].get<double>(), m["routing_us"].get<double>(),
+                  m["gemm1_us"].get<double>(), m["gemm2_us"].get<double>(),
+                  m["combine_us"].get<double>(), m["effective_gbps"].get<double>(),
+                  m["pct_of_copy_ceiling"].get<double>(), m["tflops"].get<double>());
       if (p.contains("baseline_bf16")) {
         const double base = p["baseline_bf16"]["total_us"].get<double>();
         std::printf(" %10.1f %7.2fx", base, base / m["total_us"].get<double>());
