@@ -371,11 +371,12 @@ __device__ __forceinline__ int route_single_token(const GemmArgs& args, int* til
 
 // At T = 1 the 16-channel tiles of the chosen experts (gpt-oss-120b: 4 x 180) do not fill whole
 // waves of resident blocks (528 on 132 SMs), and a partial second wave streams at a fraction of
-// the bandwidth (docs/PERF.md). Here the grid is one wave, and the tiles' 128-wide K chunks, in
-// (tile, chunk) order, are cut into one contiguous range per block (stream-K): ranges differ by
-// at most one chunk, and each is at least one tile long (the grid has no more blocks than
-// tiles), so a range meets at most three tiles (its pieces) and a tile is shared by at most two
-// blocks — one ending in it (part 0), the next starting in it (part 1).
+// the bandwidth (docs/PERF.md). Here the grid is one wave (more when the tiles exceed two), and
+// the tiles' 128-wide K chunks, in (tile, chunk) order, are cut into one contiguous range per
+// block (stream-K): ranges differ by at most one chunk, each is at least one tile long (no more
+// blocks than tiles) and at most two (no fewer than half the tiles), so a range meets at most
+// three tiles (its pieces) and a tile is shared by at most two blocks — one ending in it (part
+// 0), the next starting in it (part 1).
 //
 // A block's warps stream its range as one sequence (warp w takes positions w, w + 4, ..., its
 // loads one position ahead across the pieces' borders: a border costs no refill), writing their
@@ -484,6 +485,9 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
   const int chunks = (hidden + kChunk - 1) / kChunk;
   const int tiles = route_single_token(args, chosen) * row_blocks;
   const int blocks = min(static_cast<int>(gridDim.x), tiles);
+  // The grid has at least half as many blocks as the tiles of its largest choice
+  // (single_token_gemm1_blocks), so a range is at most two tiles long: three pieces at most.
+  if (2 * blocks < tiles) __trap();
   if (static_cast<int>(blockIdx.x) >= blocks) return;
   const long long total = static_cast<long long>(tiles) * chunks;
   const int begin = static_cast<int>(total * blockIdx.x / blocks);
@@ -879,6 +883,16 @@ int sm_count() {
   return sms;
 }
 
+// The single-token GEMM1's grid for up to max_tiles chosen experts: one wave of `resident`
+// blocks, but no more blocks than tiles (a range is at least a tile long: a tile has two parts at
+// most) and no fewer than half the tiles (a range is at most two tiles long: three pieces at
+// most); 0 when that needs more than kSplitMaxBlocks (the boundary counters).
+int single_token_gemm1_blocks(const MoeDeviceWeights& w, int max_tiles, int resident) {
+  const int tiles = max_tiles * (w.inter / kTileRows);
+  const int blocks = std::max(std::min(resident, tiles), (tiles + 1) / 2);
+  return blocks <= detail::kSplitMaxBlocks ? blocks : 0;
+}
+
 // Launches the variant's GEMM; shared_tile falls back to the register-streaming one when K does
 // not fit a tile.
 template <bool kGemm1>
@@ -918,10 +932,9 @@ void launch_gemm(const GemmArgs& args, int tokens, int max_tiles, cudaStream_t s
     launch(gemm_tile_kernel<kGemm1>, dim3(row_blocks, max_tiles), dim3(kGemmWarps * 32),
            static_cast<std::size_t>(shape.smem_bytes), stream, args.p.programmatic_launch, args);
   } else if (kGemm1 && args.single_token) {
-    const int tiles = max_tiles * (args.w.inter / kTileRows);
-    const int blocks = std::min({kStreamBlocksPerSm * sm_count(), detail::kSplitMaxBlocks, tiles});
-    launch(gemm1_single_token_kernel, dim3(blocks), dim3(kGemmWarps * 32), 0, stream,
-           args.p.programmatic_launch, args);
+    launch(gemm1_single_token_kernel,
+           dim3(single_token_gemm1_blocks(args.w, max_tiles, kStreamBlocksPerSm * sm_count())),
+           dim3(kGemmWarps * 32), 0, stream, args.p.programmatic_launch, args);
   } else if (kGemm1) {
     const auto kernel = w4a8(args.p) ? gemm1_swiglu_kernel<true> : gemm1_swiglu_kernel<false>;
     launch(kernel, dim3(args.w.inter / kTileRows, max_tiles), dim3(kGemmWarps * 32), 0, stream,
@@ -1132,9 +1145,10 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   // router.
   // One token routed on the device, W4A16 register-streaming GEMMs: GEMM1 takes the top-k
   // (route_single_token).
-  const bool single_token = routing && run.tokens == 1 && !w4a8(p) &&
-                            resolved.gemm == GemmVariant::kRegisterStream &&
-                            w.num_global_experts <= kSingleTokenMaxRouterExperts;
+  const bool single_token =
+      routing && run.tokens == 1 && !w4a8(p) && resolved.gemm == GemmVariant::kRegisterStream &&
+      w.num_global_experts <= kSingleTokenMaxRouterExperts &&
+      single_token_gemm1_blocks(w, detail::max_tiles_for(p.top_k, w.num_local_experts), 1) > 0;
   detail::RouteArgs route{run.x,
                           routing ? w.router_w : nullptr,
                           w.router_b,

@@ -232,6 +232,9 @@ const Case kCases[] = {
     // One token whose 8 x 70 GEMM1 tiles exceed a wave of resident blocks (528 on an H200): the
     // single-token GEMM1 shares tiles between blocks; K has a short last chunk, I is padded.
     {"e16_k8_i1120_t1", 16, 544, 1120, 8, 1, Activation::kSwigluOai, true, 1, 1, 128, false, false},
+    // One token with more GEMM1 tiles (8 x 136) than two waves: the grid grows past a wave so
+    // that no block's range is longer than two tiles.
+    {"e16_k8_i2176_t1", 16, 256, 2176, 8, 1, Activation::kSwiglu, false, 1, 1, 128, false, false},
     {"e32_tp2_ep2_t64", 32, 256, 544, 4, 64, Activation::kSwigluClamp, true, 2, 2, 128, true,
      false},
 };
