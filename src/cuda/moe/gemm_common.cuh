@@ -23,7 +23,7 @@ struct GemmArgs {
   int top_k;
   Workspace ws;
   // One token routed on the device: the single-token GEMM1 takes the top-k and writes the lists
-  // (moe_decode.cu, gemm1_single_token_kernel); the routing kernel wrote only the logits.
+  // (gemm1_single_token.cuh); the routing kernel wrote only the logits.
   bool single_token = false;
 };
 

@@ -12,7 +12,7 @@
 //      slot of every pair, and returns the tickets and counts to zero for the next forward.
 // With precomputed routing the grid is (1, token groups) and step 1 only counts the given ids.
 // With logits_only (one token, W4A16 register-streaming GEMMs) the blocks stop after the logits:
-// GEMM1's blocks take the top-k and write the lists (moe_decode.cu, route_single_token).
+// GEMM1's blocks take the top-k and write the lists (gemm1_single_token.cuh, route_single_token).
 // With one token group (T <= kRouteTokens) the group's last block builds the lists at once, from
 // the ids it keeps in shared memory.
 // One kernel instead of a router launch plus a one-block list kernel: at T = 1 the list work is
@@ -47,7 +47,7 @@ struct RouteArgs {
   int tile_tokens;   // slots per GEMM work tile (the GEMM variant's; tile_tokens_for)
   Workspace ws;
   // Only the logits: GEMM1 takes the top-k and writes the lists itself (one token;
-  // moe_decode.cu, route_single_token).
+  // gemm1_single_token.cuh, route_single_token).
   bool logits_only = false;
 };
 

@@ -26,8 +26,8 @@ constexpr int kWideTileTokens = 64;     // slots per work tile of the wide (pref
 constexpr int kWgmmaTileTokens = 128;   // slots per work tile of the wgmma (prefill) GEMMs
 constexpr int kMaxLocalExperts = 1024;  // moe_decode_unsupported_reason enforces it
 constexpr int kRouteTokens = 16;        // tokens per routing group (the router mma's m)
-// The single-token GEMM1 (moe_decode.cu) runs at most this many blocks: one counter and two
-// partial tiles of 32 sums each per block boundary.
+// The single-token GEMM1 (gemm1_single_token.cuh) runs at most this many blocks: one counter and
+// two partial tiles of 32 sums each per block boundary.
 constexpr int kSplitMaxBlocks = 1024;
 constexpr int kSplitTileSums = 32;  // a 16-channel tile's gate and up sums for one token
 
