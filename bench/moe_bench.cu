@@ -581,7 +581,8 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
         MXQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
         MXQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
         MXQ_CUDA_CHECK(cudaGraphDestroy(graph));
-        for (int i = 0; i < options.repeats / 2 + 3; ++i) {
+        // Half the repeats (each graph holds 8 layers), at least one, after 3 warm-up launches.
+        for (int i = 0; i < std::max(options.repeats / 2, 1) + 3; ++i) {
           flush_l2();
           MXQ_CUDA_CHECK(cudaEventRecord(start, stream));
           MXQ_CUDA_CHECK(cudaGraphLaunch(exec, stream));
