@@ -15,6 +15,7 @@ of the layer uploaded to that device (:meth:`MoELayer.cuda`), on the caller's st
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import threading
 import weakref
@@ -36,6 +37,31 @@ __all__ = ["MoELayer", "MoERank", "MoEUpdate", "ForwardResult", "PARAMS", "layer
 _HANDLES: "weakref.WeakValueDictionary[int, MoELayer]" = weakref.WeakValueDictionary()
 _NEXT_HANDLE = itertools.count(1)
 _HANDLES_LOCK = threading.Lock()
+
+# Every live layer, weakly, so that the ones still alive when the interpreter exits can be
+# released first (_release_layers_at_exit).
+_LIVE_LAYERS: "weakref.WeakSet[MoELayer]" = weakref.WeakSet()
+
+
+class _ReleasedCore:
+    """Stands in for a layer's C++ core after _release_layers_at_exit."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError("mxq.MoELayer: released at interpreter exit (its C++ state and device "
+                           "copies were freed when the interpreter began to shut down)")
+
+
+@atexit.register
+def _release_layers_at_exit() -> None:
+    """Frees the C++ state and device copies of every layer still alive when the interpreter
+    exits, while CUDA and the extension are still up. A layer can outlive the program's last
+    reference to it in a reference cycle that Python's collector cannot see through —
+    torch.compile's per-code caches (torch 2.11) hold a compiled module's globals, so a layer
+    named there stays alive — and nanobind would then report its C++ object as leaked. An exit
+    handler registered before mxq was imported runs after this one: a layer it uses raises
+    RuntimeError."""
+    for layer in list(_LIVE_LAYERS):
+        layer._release()
 
 
 def layer_from_handle(handle: int) -> "MoELayer":
@@ -141,6 +167,7 @@ class MoELayer:
         # CUDA device index -> (_mxq.MoeGpuLayer, the mxq.autotune() context it consults or None)
         self._device_copies: Dict[int, Any] = {}
         self._device_lock = threading.Lock()
+        _LIVE_LAYERS.add(self)
 
     @classmethod
     def from_checkpoint(
@@ -308,6 +335,10 @@ class MoELayer:
     def _drop_device_copies(self) -> None:
         with self._device_lock:
             self._device_copies.clear()
+
+    def _release(self) -> None:
+        self._drop_device_copies()
+        self._core = _ReleasedCore()
 
     def forward_cuda(self, x: ArrayLike, out: Optional[ArrayLike] = None,
                      expert_ids: Optional[ArrayLike] = None,

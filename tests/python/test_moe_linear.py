@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -147,6 +148,31 @@ def test_moe_precomputed_routing_matches_router(moe_checkpoint):
 
 
 # --- block-FP8 linear ---------------------------------------------------------------------
+
+def test_moe_layers_alive_at_exit_are_released(moe_checkpoint):
+    # A layer that outlives the program in a reference nothing drops (as torch.compile's caches
+    # of torch 2.11 hold a compiled module's globals): its C++ state is freed at exit, so
+    # nanobind reports no leaked instance, and a use after that says why it fails.
+    script = f"""
+import ctypes, mxq
+import mxq.moe
+layer = mxq.MoELayer.from_checkpoint({str(moe_checkpoint)!r})
+held = mxq.MoELayer.from_checkpoint({str(moe_checkpoint)!r})
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(held))
+if __import__("sys").argv[-1] == "use-after-release":
+    mxq.moe._release_layers_at_exit()
+    try:
+        layer.config
+    except RuntimeError as error:
+        print(error)
+"""
+    for args in ([], ["use-after-release"]):
+        result = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
+                                text=True)
+        assert result.returncode == 0, result.stderr
+        assert "leaked" not in result.stderr, result.stderr
+    assert result.stdout.startswith("mxq.MoELayer: released at interpreter exit"), result.stdout
+
 
 def test_linear_loads_cli_quantized_file(tmp_path):
     w = np.random.default_rng(12).standard_normal((192, 320)).astype(np.float32)
