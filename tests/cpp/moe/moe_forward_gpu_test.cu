@@ -237,6 +237,9 @@ const Case kCases[] = {
     {"e16_k8_i2176_t1", 16, 256, 2176, 8, 1, Activation::kSwiglu, false, 1, 1, 128, false, false},
     {"e32_tp2_ep2_t64", 32, 256, 544, 4, 64, Activation::kSwigluClamp, true, 2, 2, 128, true,
      false},
+    // One token over 3 TP ranks, unpadded: I_rank = 960, so GEMM2's K ends in a short chunk.
+    {"e32_k4_tp3_unpadded_t1", 32, 2880, 2880, 4, 1, Activation::kSwigluOai, true, 3, 1, 0, false,
+     false},
 };
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeGpuVsCpu, ::testing::ValuesIn(kCases),
@@ -297,6 +300,34 @@ TEST(MoeGpuLayer, BlockTraceOrdersBlocksAndKernels) {
       previous_end = last_end;
     }
   }
+}
+
+// Top-1 over 4 EP ranks: at T = 1 three of the ranks have no local choice (the single-token
+// GEMM1 finds no tile), and each must still write a zero partial. Two tokens whose choices sit on
+// different ranks run one after the other through the same layer, so a rank that skipped that
+// write would keep the first token's partial.
+TEST(MoeGpuLayer, SingleTokenRanksWithoutALocalChoiceWriteZeros) {
+  const Case c{"e32_ep4_k1_t1", 32,   256, 256, 1, 1, Activation::kSwigluOai, true, 1, 4, 128,
+               false,           false};
+  const MoeLayer layer = make_layer(c, 21);
+  const MoeGpuLayer gpu =
+      MoeGpuLayer::upload(layer, 1, Device::cuda(0), cuda::GemmVariant::kRegisterStream);
+  cudaStream_t stream;
+  MXQ_CUDA_CHECK(cudaStreamCreate(&stream));
+  int previous_rank = -1;
+  int tokens_run = 0;
+  for (std::uint64_t seed = 1; seed < 200 && tokens_run < 2; ++seed) {
+    const Tensor x = make_input(c, seed);
+    const MoeForwardResult ref = layer.forward(x);
+    const int rank = ref.routing.ids.data_as<std::int32_t>()[0] / 8;  // 8 experts a rank
+    if (rank == previous_rank) continue;
+    SCOPED_TRACE(rank);
+    expect_matches_reference(gpu, c, x, ref, nullptr, stream);
+    previous_rank = rank;
+    ++tokens_run;
+  }
+  EXPECT_EQ(tokens_run, 2);
+  MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 TEST(MoeGpuLayer, RejectsBadArguments) {
