@@ -55,9 +55,10 @@ class _ReleasedCore:
 def _release_layers_at_exit() -> None:
     """Frees the C++ state and device copies of every layer still alive when the interpreter
     exits, while CUDA and the extension are still up. A layer can outlive the program's last
-    reference to it in a reference cycle that Python's collector cannot see through —
-    torch.compile's per-code caches (torch 2.11) hold a compiled module's globals, so a layer
-    named there stays alive — and nanobind would then report its C++ object as leaked. An exit
+    reference to it in a reference cycle that Python's collector cannot see through — with
+    torch 2.11, the guards in torch.compile's per-code cache hold a compiled module, whose class
+    holds that code, so an mxq.torch_ops.MoE and its layer stay alive — and nanobind would then
+    report the layer's C++ object as leaked. An exit
     handler registered before mxq was imported runs after this one: a layer it uses raises
     RuntimeError."""
     for layer in list(_LIVE_LAYERS):

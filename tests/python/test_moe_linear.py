@@ -150,9 +150,9 @@ def test_moe_precomputed_routing_matches_router(moe_checkpoint):
 # --- block-FP8 linear ---------------------------------------------------------------------
 
 def test_moe_layers_alive_at_exit_are_released(moe_checkpoint):
-    # A layer that outlives the program in a reference nothing drops (as torch.compile's caches
-    # of torch 2.11 hold a compiled module's globals): its C++ state is freed at exit, so
-    # nanobind reports no leaked instance, and a use after that says why it fails.
+    # A layer that outlives the program in a reference nothing drops (as torch 2.11's
+    # torch.compile cache holds a compiled module and its layers): its C++ state is freed at
+    # exit, so nanobind reports no leaked instance, and a use after that says why it fails.
     script = f"""
 import ctypes, mxq
 import mxq.moe
