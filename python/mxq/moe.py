@@ -58,9 +58,8 @@ def _release_layers_at_exit() -> None:
     reference to it in a reference cycle that Python's collector cannot see through — with
     torch 2.11, the guards in torch.compile's per-code cache hold a compiled module, whose class
     holds that code, so an mxq.torch_ops.MoE and its layer stay alive — and nanobind would then
-    report the layer's C++ object as leaked. An exit
-    handler registered before mxq was imported runs after this one: a layer it uses raises
-    RuntimeError."""
+    report the layer's C++ object as leaked. An exit handler registered before mxq was imported
+    runs after this one: a layer it uses raises RuntimeError."""
     for layer in list(_LIVE_LAYERS):
         layer._release()
 

@@ -147,8 +147,6 @@ def test_moe_precomputed_routing_matches_router(moe_checkpoint):
     assert details.expert_ids.dtype == np.int32 and details.expert_ids.shape == (6, 2)
 
 
-# --- block-FP8 linear ---------------------------------------------------------------------
-
 def test_moe_layers_alive_at_exit_are_released(moe_checkpoint):
     # A layer that outlives the program in a reference nothing drops (as torch 2.11's
     # torch.compile cache holds a compiled module and its layers): its C++ state is freed at
@@ -173,6 +171,8 @@ if __import__("sys").argv[-1] == "use-after-release":
         assert "leaked" not in result.stderr, result.stderr
     assert result.stdout.startswith("mxq.MoELayer: released at interpreter exit"), result.stdout
 
+
+# --- block-FP8 linear ---------------------------------------------------------------------
 
 def test_linear_loads_cli_quantized_file(tmp_path):
     w = np.random.default_rng(12).standard_normal((192, 320)).astype(np.float32)
