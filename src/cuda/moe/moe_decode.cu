@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <type_traits>
 #include <vector>
 
 #include "block_trace.cuh"
@@ -447,26 +448,80 @@ void launch_quantize_fp8(bool reads_predecessor, const std::uint16_t* src, int r
 }
 
 // ---- 5. combine -----------------------------------------------------------------------------
+// out[t][h] = sum over the token's k choices, in order, of weight * y[slot][h]; a thread takes
+// kVec consecutive h (4 when the outputs are aligned for it: H is a multiple of 32 and the
+// workspace's rows are 16-byte aligned). It loads its slots and weights, then all k of its y
+// vectors, before the first add: with one element a thread and the loads in the loop, each of the
+// T x H / 256 short blocks waited for two dependent round trips per choice (82 us at T = 4096,
+// 2.6 TB/s; docs/PERF.md). The sum's order and operations are the same for every kVec.
+template <int kVec>
 __global__ void combine_kernel(const float* __restrict__ y, const int* __restrict__ pair_slot,
                                const float* __restrict__ topk_w, int top_k, int hidden,
                                float* __restrict__ out_f32, std::uint16_t* __restrict__ out_bf16) {
+  static_assert(kVec == 1 || kVec == 4, "one element or a float4");
+  using Vec = std::conditional_t<kVec == 4, float4, float>;
   detail::trace_block(MoeTraceKernel::kCombine, MoeTracePoint::kStart);
   wait_for_predecessor();
   detail::trace_block(MoeTraceKernel::kCombine, MoeTracePoint::kReleased);
   const int t = blockIdx.y;
-  const int h = blockIdx.x * blockDim.x + threadIdx.x;
+  const int h = (blockIdx.x * blockDim.x + threadIdx.x) * kVec;
   if (h >= hidden) return;
-  float sum = 0.0F;
-  for (int j = 0; j < top_k; ++j) {
-    const int slot = pair_slot[t * top_k + j];
-    if (slot >= 0) sum += topk_w[t * top_k + j] * y[static_cast<std::size_t>(slot) * hidden + h];
+  int slot[detail::kMaxTopK];
+  float weight[detail::kMaxTopK];
+#pragma unroll
+  for (int j = 0; j < detail::kMaxTopK; ++j) {
+    slot[j] = j < top_k ? pair_slot[t * top_k + j] : -1;
+    weight[j] = j < top_k ? topk_w[t * top_k + j] : 0.0F;
+  }
+  Vec v[detail::kMaxTopK];
+#pragma unroll
+  for (int j = 0; j < detail::kMaxTopK; ++j) {
+    if (slot[j] >= 0)
+      v[j] = *reinterpret_cast<const Vec*>(y + static_cast<std::size_t>(slot[j]) * hidden + h);
+  }
+  float sum[kVec] = {};
+#pragma unroll
+  for (int j = 0; j < detail::kMaxTopK; ++j) {
+    if (slot[j] < 0) continue;
+    const auto* vj = reinterpret_cast<const float*>(&v[j]);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) sum[i] += weight[j] * vj[i];
   }
   const std::size_t at = static_cast<std::size_t>(t) * hidden + h;
-  if (out_f32 != nullptr) out_f32[at] = sum;
+  if (out_f32 != nullptr) *reinterpret_cast<Vec*>(out_f32 + at) = *reinterpret_cast<Vec*>(sum);
   if (out_bf16 != nullptr) {
-    out_bf16[at] = __bfloat16_as_ushort(__float2bfloat16_rn(sum));
+    std::uint16_t bits[kVec];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) bits[i] = __bfloat16_as_ushort(__float2bfloat16_rn(sum[i]));
+    if constexpr (kVec == 4) {
+      *reinterpret_cast<uint2*>(out_bf16 + at) =
+          make_uint2(bits[0] | (static_cast<std::uint32_t>(bits[1]) << 16),
+                     bits[2] | (static_cast<std::uint32_t>(bits[3]) << 16));
+    } else {
+      out_bf16[at] = bits[0];
+    }
   }
   detail::trace_block(MoeTraceKernel::kCombine, MoeTracePoint::kEnd);
+}
+
+// The caller's outputs decide the vector width: float4 needs 16-byte aligned fp32 rows, 4 bf16 an
+// 8-byte aligned row (H is a multiple of 32, so the row starts keep the base's alignment).
+void launch_combine(const Workspace& ws, const float* weights, const MoeParams& p, int hidden,
+                    const MoeRun& run, cudaStream_t stream) {
+  const auto aligned = [](const void* ptr, std::uintptr_t bytes) {
+    return reinterpret_cast<std::uintptr_t>(ptr) % bytes == 0;
+  };
+  constexpr int kThreads = 256;
+  if (aligned(run.out_f32, 16) && aligned(run.out_bf16, 8) && aligned(ws.y, 16)) {
+    launch(combine_kernel<4>, dim3((hidden / 4 + kThreads - 1) / kThreads, run.tokens),
+           dim3(kThreads), 0, stream, p.programmatic_launch, ws.y, ws.pair_slot, weights, p.top_k,
+           hidden, run.out_f32, run.out_bf16);
+  } else {
+    launch(combine_kernel<1>, dim3((hidden + kThreads - 1) / kThreads, run.tokens), dim3(kThreads),
+           0, stream, p.programmatic_launch, ws.y, ws.pair_slot, weights, p.top_k, hidden,
+           run.out_f32, run.out_bf16);
+  }
+  MXQ_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -590,9 +645,7 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   mark(2);
   launch_gemm<false>(args, run.tokens, max_tiles, stream);
   mark(3);
-  launch(combine_kernel, dim3((w.hidden + 255) / 256, run.tokens), dim3(256), 0, stream,
-         p.programmatic_launch, ws.y, ws.pair_slot, weights, p.top_k, w.hidden, run.out_f32,
-         run.out_bf16);
+  launch_combine(ws, weights, p, w.hidden, run, stream);
   mark(4);
 }
 

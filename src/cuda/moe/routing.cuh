@@ -357,14 +357,29 @@ __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, 
     }
     if (!counts_from_ids) a.ws.expert_counts[e] = 0;
   }
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-    const int e = id_of(p) - a.first_expert;
-    if (e >= 0 && e < experts) {
-      const int slot = offsets[e] + atomicAdd(&cursor[e], 1);
-      a.ws.slot_pair[slot] = p;
-      a.ws.pair_slot[p] = slot;
-    } else {
-      a.ws.pair_slot[p] = -1;
+  // The pairs' slots, kSlotBatch pairs a thread per round with their ids loaded together: one
+  // pair at a time, each id's L2 round trip waited for the stores before it (the compiler cannot
+  // move a load of `ids` above a store to the workspace), and this one block's loop grew with T
+  // (at T = 4096, 64 dependent rounds a thread).
+  constexpr int kSlotBatch = 8;
+  for (int p0 = threadIdx.x; p0 < pairs; p0 += kSlotBatch * blockDim.x) {
+    int e[kSlotBatch];
+#pragma unroll
+    for (int b = 0; b < kSlotBatch; ++b) {
+      const int p = p0 + b * static_cast<int>(blockDim.x);
+      e[b] = p < pairs ? id_of(p) - a.first_expert : -1;
+    }
+#pragma unroll
+    for (int b = 0; b < kSlotBatch; ++b) {
+      const int p = p0 + b * static_cast<int>(blockDim.x);
+      if (p >= pairs) break;
+      if (e[b] >= 0 && e[b] < experts) {
+        const int slot = offsets[e[b]] + atomicAdd(&cursor[e[b]], 1);
+        a.ws.slot_pair[slot] = p;
+        a.ws.pair_slot[p] = slot;
+      } else {
+        a.ws.pair_slot[p] = -1;
+      }
     }
   }
   for (int g = threadIdx.x; g < static_cast<int>(gridDim.y); g += blockDim.x)

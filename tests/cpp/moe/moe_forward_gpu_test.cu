@@ -330,6 +330,45 @@ TEST(MoeGpuLayer, SingleTokenRanksWithoutALocalChoiceWriteZeros) {
   MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// The combine writes 4 outputs a thread when the output is 8-byte aligned and one otherwise: a
+// caller's view at any element offset gets the same bits.
+TEST(MoeGpuLayer, OutputAtAnyAlignmentGetsTheSameBits) {
+  const Case c{"e8_k4_t3", 8, 544, 544, 4,     3,    Activation::kSwigluOai,
+               true,       1, 1,   128, false, false};
+  const MoeLayer layer = make_layer(c, 5);
+  const MoeGpuLayer gpu = MoeGpuLayer::upload(layer, c.tokens);
+  cudaStream_t stream;
+  MXQ_CUDA_CHECK(cudaStreamCreate(&stream));
+  for (const std::int64_t tokens : {std::int64_t{1}, c.tokens}) {
+    SCOPED_TRACE(tokens);
+    Tensor xb = Tensor::empty(DType::kBF16, {tokens, c.hidden});
+    const Tensor x = synthetic_tokens(tokens, c.hidden, 9);
+    auto* xh = static_cast<std::uint16_t*>(xb.data());
+    for (std::int64_t i = 0; i < x.numel(); ++i) xh[i] = float_to_bf16(x.data_as<float>()[i]);
+    const Tensor x_dev = xb.to(Device::cuda());
+    const std::int64_t n = tokens * c.hidden;
+    Tensor buffer = Tensor::empty(DType::kBF16, {n + 3}, Device::cuda());
+    std::vector<std::uint16_t> first;
+    for (int offset = 0; offset < 4; ++offset) {  // 8-, 2-, 4- and 2-byte aligned
+      MXQ_CUDA_CHECK(cudaMemset(buffer.data(), 0xFF, buffer.nbytes()));
+      const TensorView out(static_cast<std::uint16_t*>(buffer.data()) + offset, DType::kBF16,
+                           {tokens, c.hidden}, Device::cuda());
+      gpu.forward(x_dev, out, stream);
+      MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::vector<std::uint16_t> got(static_cast<std::size_t>(n));
+      MXQ_CUDA_CHECK(cudaMemcpy(got.data(), out.data(), got.size() * 2, cudaMemcpyDeviceToHost));
+      if (offset == 0) {
+        first = got;
+        EXPECT_FALSE(
+            std::any_of(got.begin(), got.end(), [](std::uint16_t v) { return v == 0xFFFF; }));
+      } else {
+        EXPECT_EQ(got, first) << "offset " << offset;
+      }
+    }
+  }
+  MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 TEST(MoeGpuLayer, RejectsBadArguments) {
   const Case c{"small", 4, 64, 64, 2, 4, Activation::kSwigluOai, true, 1, 1, 128, false, false};
   const MoeLayer layer = make_layer(c, 3);
