@@ -1,6 +1,7 @@
 #include "mxq/moe/gpu_layer.h"
 
 #include <any>
+#include <cstdint>
 
 #include "host_forward.h"
 #include "mxq/core/cuda_check.h"
@@ -274,6 +275,11 @@ std::int64_t check_forward_inputs(const MoeConfig& config, Device device, int ma
   require_dtype(x, "x", DType::kBF16);
   require_device(x, "x", device);
   require_contiguous(x, "x");
+  // The router and GEMM kernels read x in 16-byte vectors.
+  const auto misalignment = reinterpret_cast<std::uintptr_t>(x.data()) % 16;
+  MXQ_CHECK(misalignment == 0, ErrorCode::kInvalidArgument,
+            "x: expected a 16-byte aligned address (the kernels read 16-byte vectors), found one ",
+            misalignment, " bytes past a boundary (a view at an element offset: pass a copy)");
   const std::int64_t tokens = x.size(0);
   MXQ_CHECK(x.size(1) == hidden, ErrorCode::kShapeMismatch, "x: expected [T, ", hidden, "], found ",
             x.shape());

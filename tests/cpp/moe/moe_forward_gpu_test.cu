@@ -381,6 +381,9 @@ TEST(MoeGpuLayer, RejectsBadArguments) {
   EXPECT_THROW(gpu.forward(x_host, out4, nullptr), Error);  // host memory
   Tensor x_f32 = Tensor::empty(DType::kF32, {4, 64}, Device::cuda());
   EXPECT_THROW(gpu.forward(x_f32, out4, nullptr), Error);  // wrong dtype
+  const TensorView x_misaligned(static_cast<std::uint16_t*>(x.data()) + 1, DType::kBF16, {4, 64},
+                                Device::cuda());
+  EXPECT_THROW(gpu.forward(x_misaligned, out4, nullptr), Error);  // not 16-byte aligned
 }
 
 }  // namespace
