@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,8 @@ struct TuneArgs {
   std::vector<std::string> ops;
   std::string device = "cpu";
   std::string cache;
-  double budget = 0;
+  double budget = 0;          // --budget: seconds for all passes together
+  bool budget_given = false;  // else each pass has MXQ_AUTOTUNE_BUDGET's seconds
   bool fresh = false;
   bool json = false;
 };
@@ -167,7 +169,9 @@ void run_tune(const TuneArgs& args) {
   const bool fresh = args.fresh || options.mode == tune::AutotuneMode::kFresh;
   options.mode = fresh ? tune::AutotuneMode::kFresh : tune::AutotuneMode::kTune;
   if (!args.cache.empty()) options.cache_path = args.cache;
-  options.budget_seconds = args.budget;
+  // --budget is shared by the passes (below); without it each pass has MXQ_AUTOTUNE_BUDGET's
+  // seconds, as a library session would.
+  if (args.budget_given) options.budget_seconds = args.budget;
 
   tune::Deployment deployment;
   deployment.model = args.preset;
@@ -202,8 +206,8 @@ void run_tune(const TuneArgs& args) {
   {
     Progress progress(total, prints && stderr_is_terminal());
     for (const PlannedPass& pass : passes) {
-      double budget = 0;
-      if (args.budget > 0) {
+      std::optional<double> budget;  // the session takes options.budget_seconds
+      if (args.budget_given && args.budget > 0) {
         const double used =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         budget = std::max(args.budget - used, 1e-9);
@@ -240,6 +244,9 @@ void run_tune(const TuneArgs& args) {
     out["preset"] = args.preset;
     out["draft_preset"] = args.draft_preset;
     out["seconds"] = seconds;
+    out["budget"] = {{"seconds", args.budget_given ? args.budget : options.budget_seconds},
+                     {"for", args.budget_given ? "all passes" : "each pass"},
+                     {"from", args.budget_given ? "--budget" : "MXQ_AUTOTUNE_BUDGET"}};
     out["summary"] = counts;
     out["ranks"] = group.rank.size;
     out["launch"] = {{"mode", dist::to_string(group.plan.mode)}, {"reason", group.plan.reason}};
@@ -294,11 +301,16 @@ void register_tune(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--cache", args->cache,
                   "Cache file (default: MXQ_AUTOTUNE_CACHE, else the deployment's default path)");
-  cmd->add_option("--budget", args->budget, "Seconds for all passes; 0 = no limit");
+  cmd->add_option("--budget", args->budget,
+                  "Seconds for all passes together; 0 = no limit (default: MXQ_AUTOTUNE_BUDGET "
+                  "seconds for each pass, itself 0 unless set)");
   cmd->add_flag("--fresh", args->fresh,
                 "Read no cache; write a new timestamped file under runs/ (= MXQ_AUTOTUNE=fresh)");
   cmd->add_flag("--json", args->json, "Print what was tuned, hit, skipped and why as JSON");
-  cmd->callback([args] { run_tune(*args); });
+  cmd->callback([args, cmd] {
+    args->budget_given = cmd->count("--budget") > 0;
+    run_tune(*args);
+  });
 }
 
 }  // namespace mxq::cli

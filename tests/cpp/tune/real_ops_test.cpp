@@ -220,5 +220,29 @@ TEST(TinyMoeCli, TunesEveryKeyThenServesAllFromTheCacheWithZeroTuning) {
   }
 }
 
+TEST(TuneCli, BudgetIsTheFlagForAllPassesElseTheVariableForEachPass) {
+  testing::TempDir dir;
+  const std::vector<std::string> args = {"tune",    "--preset",           "toy",   "--tokens", "1",
+                                         "--cache", dir.file("toy.json"), "--json"};
+  const auto budget_of = [&](const std::vector<std::string>& extra,
+                             const std::vector<std::string>& env) {
+    std::vector<std::string> argv = args;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const testing::ProcessResult r = testing::run_cli(argv, env);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["budget"];
+  };
+  const nlohmann::json from_env = budget_of({}, {"MXQ_AUTOTUNE_BUDGET=600"});
+  EXPECT_EQ(from_env["seconds"], 600.0);
+  EXPECT_EQ(from_env["for"], "each pass");
+  EXPECT_EQ(from_env["from"], "MXQ_AUTOTUNE_BUDGET");
+  const nlohmann::json from_flag = budget_of({"--budget", "300"}, {"MXQ_AUTOTUNE_BUDGET=600"});
+  EXPECT_EQ(from_flag["seconds"], 300.0);
+  EXPECT_EQ(from_flag["for"], "all passes");
+  EXPECT_EQ(from_flag["from"], "--budget");
+  const nlohmann::json unlimited = budget_of({}, {});
+  EXPECT_EQ(unlimited["seconds"], 0.0);
+}
+
 }  // namespace
 }  // namespace mxq::tune
