@@ -27,10 +27,10 @@ namespace mxq::moe {
 class MoeDistLayer {
  public:
   // Uploads rank comm.rank() of `layer` to `device`. layer.num_ranks() must equal comm.size().
-  // The communicator (and `tuner`, when given) must outlive the layer.
+  // The communicator (and `tuner`, when given) must outlive the layer. `gemm` as in
+  // MoeGpuLayer::upload (kAuto: per call, decode or prefill kernels by the token count).
   static MoeDistLayer upload(const MoeLayer& layer, dist::Communicator& comm, int max_tokens,
-                             Device device,
-                             cuda::GemmVariant gemm = cuda::GemmVariant::kRegisterStream,
+                             Device device, cuda::GemmVariant gemm = cuda::GemmVariant::kAuto,
                              const tune::Autotuner* tuner = nullptr);
 
   [[nodiscard]] int rank() const;
