@@ -139,7 +139,10 @@ Autotuner::Autotuner(AutotunerConfig config)
   if (!cache_path_.empty()) store_ = std::make_unique<CacheStore>(cache_path_, fingerprint_);
   if (mode() == AutotuneMode::kLoad || mode() == AutotuneMode::kTune) {
     std::vector<CacheEntry> loaded;
-    const CacheStore::Outcome outcome = store_->load(loaded);
+    // Only a tuner that may write moves an unreadable file aside: `load` never changes files.
+    const CacheStore::Outcome outcome =
+        store_->load(loaded, mode() == AutotuneMode::kTune ? CacheStore::Unreadable::kMoveAside
+                                                           : CacheStore::Unreadable::kLeave);
     for (const std::string& w : outcome.warnings) warnings_.push_back(w);
     for (CacheEntry& e : loaded) {
       std::string key = e.key();

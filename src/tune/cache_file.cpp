@@ -610,10 +610,16 @@ void warn(CacheStore::Outcome& outcome, std::string text) {
 
 }  // namespace
 
-CacheStore::Outcome CacheStore::load(std::vector<CacheEntry>& entries) {
+CacheStore::Outcome CacheStore::load(std::vector<CacheEntry>& entries, Unreadable unreadable) {
   Outcome outcome;
   entries.clear();
   ReadResult read = read_cache_file(path_);
+  if (read.status == ReadStatus::kCorrupt && unreadable == Unreadable::kLeave) {
+    warn(outcome, "autotune cache " + path_ + " is unreadable (" + read.problem +
+                      "); not used, and left as it is (a tuning run would move it aside)");
+    outcome.ok = false;
+    return outcome;
+  }
   if (read.status == ReadStatus::kCorrupt) {
     // Move aside under the lock, after checking that no writer replaced it meanwhile.
     try {

@@ -83,6 +83,8 @@ ServingTuner serving_tuner(tune::Backend backend, const std::optional<tune::Depl
   } else {
     out.note = "reading " + out.cache + " (" + std::to_string(out.tuner->decisions().size()) +
                " servable decision(s))";
+    // Why it serves nothing, when it does not (an unreadable or foreign file): the warning.
+    for (const std::string& warning : out.tuner->warnings()) out.note += "; " + warning;
   }
   return out;
 }

@@ -121,9 +121,13 @@ class CacheStore {
 
   CacheStore(std::string path, Fingerprint fingerprint);
 
+  // What load() does with a file it cannot read: a process that will write the cache moves it
+  // aside (its bytes kept) so the next save starts a new file; a read-only one leaves it as it is.
+  enum class Unreadable { kMoveAside, kLeave };
   // Reads the file (no lock needed: writers rename whole files). Missing: empty. Unreadable:
-  // moved aside under the lock, empty. Another fingerprint: empty, foreign() = true.
-  Outcome load(std::vector<CacheEntry>& entries);
+  // empty, ok = false, the file moved aside under the lock or left alone as asked. Another
+  // fingerprint: empty, foreign() = true.
+  Outcome load(std::vector<CacheEntry>& entries, Unreadable unreadable = Unreadable::kMoveAside);
   // Re-reads the file only if another process replaced it since this store last read or wrote
   // it (one stat otherwise); returns true and its entries when it did and they are usable.
   bool reload_if_changed(std::vector<CacheEntry>& entries);

@@ -142,6 +142,38 @@ TEST(CorruptFiles, AreMovedAsideWithAWarningAndNothingElseIsTouched) {
   }
 }
 
+TEST(CorruptFiles, AreLeftAsTheyAreByAReadOnlyLoad) {
+  const Problem problem = toy_gemm_problem(64, 64);
+  for (const Broken& broken : broken_files()) {
+    SCOPED_TRACE(broken.name);
+    TempDir dir;
+    const std::string path = dir.file("cache.json");
+    write_broken(path, broken);
+    const std::uintmax_t broken_size = std::filesystem::file_size(path);
+    const std::string broken_bytes = broken.huge ? "" : testing::read_file(path);
+
+    AutotunerConfig config;
+    config.options.mode = AutotuneMode::kLoad;  // what serving (mxq moe, linear, run) uses
+    config.options.cache_path = path;
+    std::unique_ptr<Autotuner> tuner;
+    ASSERT_NO_THROW(tuner = std::make_unique<Autotuner>(config));
+    const std::vector<std::string> warnings = tuner->warnings();
+    ASSERT_EQ(warnings.size(), 1U);
+    EXPECT_NE(warnings[0].find("left as it is"), std::string::npos) << warnings[0];
+    EXPECT_NE(warnings[0].find(broken.expected), std::string::npos) << warnings[0];
+    EXPECT_EQ(tuner->lookup(problem, 4).source, SelectionSource::kDefault);
+
+    // Not moved, not changed, no lock file created next to it.
+    EXPECT_TRUE(testing::files_starting_with(dir.path(), "cache.json.corrupt-").empty());
+    EXPECT_FALSE(std::filesystem::exists(path + ".lock"));
+    ASSERT_TRUE(std::filesystem::exists(path));
+    EXPECT_EQ(std::filesystem::file_size(path), broken_size);
+    if (!broken.huge) {
+      EXPECT_EQ(testing::read_file(path), broken_bytes);
+    }
+  }
+}
+
 TEST(CorruptFiles, AMalformedEntryIsSkippedWithAWarningAndTheRestIsServed) {
   TempDir dir;
   const std::string path = dir.file("cache.json");
