@@ -178,6 +178,11 @@ int Autotuner::measured_count() const {
   return measured_;
 }
 
+int Autotuner::unsaved_count() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int>(dirty_.size());
+}
+
 void Autotuner::warn_locked(std::string text) {
   log_warn(text);
   warnings_.push_back(std::move(text));

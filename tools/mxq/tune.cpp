@@ -2,6 +2,7 @@
 // into its cache file: the target pass, then the draft pass. Misses are measured and saved one
 // by one; hits cost nothing. Progress on stderr (a bar on a terminal, plain lines otherwise);
 // --json prints what was tuned, hit, skipped and why on stdout.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -153,6 +154,26 @@ void run_tune(const TuneArgs& args) {
   for (std::int64_t t : args.tokens) {
     if (t < 1) fail_argument(ErrorCode::kInvalidArgument, "--tokens", "counts >= 1", t);
   }
+  // Every --ops name must be an op some pass tunes on this device: a typo would tune nothing.
+  for (const std::string& name : args.ops) {
+    std::vector<std::string> known;
+    for (const char* preset : {args.preset.c_str(), args.draft_preset.c_str()}) {
+      if (*preset == '\0') continue;
+      for (const tune::PresetProblem& p :
+           preset_problems_for(preset, {args.tp, args.ep}, backend)) {
+        if (std::find(known.begin(), known.end(), p.problem.op()) == known.end())
+          known.push_back(p.problem.op());
+      }
+    }
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string list;
+      for (const std::string& op : known) list += (list.empty() ? "" : ", ") + op;
+      fail(ErrorCode::kInvalidArgument, "--ops: '", name,
+           "' is not an op the preset(s) tune on --device ", args.device,
+           " (expected one of: ", list, ")");
+    }
+  }
+
   // --tp x --ep ranks on as many GPUs: one process each, tuning together over NCCL (pooled
   // timings, one decision table); else this process tunes alone.
   const RankSetup group = launch_ranks("tune", args.tp * args.ep, backend == tune::Backend::kCuda);
@@ -270,6 +291,12 @@ void run_tune(const TuneArgs& args) {
   }
   if (counts["failed"] > 0) {
     fail(ErrorCode::kInternal, counts["failed"], " key(s) could not be tuned (see above)");
+  }
+  if (const int unsaved = tuner.unsaved_count(); unsaved > 0) {
+    const std::vector<std::string> warnings = tuner.warnings();
+    fail(ErrorCode::kIo, unsaved, " tuned decision(s) were not saved to ", tuner.cache_path(),
+         warnings.empty() ? std::string() : " (" + warnings.back() + ")",
+         "; tune into another file with --cache FILE or --fresh");
   }
 }
 

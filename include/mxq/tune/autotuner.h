@@ -134,6 +134,9 @@ class Autotuner {
   [[nodiscard]] std::vector<std::string> warnings() const;
   // Number of (problem, bucket) keys measured by this process.
   [[nodiscard]] int measured_count() const;
+  // Decisions tuned by this process that are not in the cache file yet (a foreign file it may not
+  // write into, or a save that failed); 0 once every winner is saved.
+  [[nodiscard]] int unsaved_count() const;
 
  private:
   friend class TuningSession;

@@ -244,5 +244,32 @@ TEST(TuneCli, BudgetIsTheFlagForAllPassesElseTheVariableForEachPass) {
   EXPECT_EQ(unlimited["seconds"], 0.0);
 }
 
+TEST(TuneCli, AnOpThePresetsDoNotTuneIsAnError) {
+  testing::TempDir dir;
+  const testing::ProcessResult r = testing::run_cli(
+      {"tune", "--preset", "toy", "--ops", "toy_gemm,nope", "--cache", dir.file("c.json")});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--ops: 'nope'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("toy_gemm"), std::string::npos) << r.err;  // the ops it could be
+  EXPECT_FALSE(std::filesystem::exists(dir.file("c.json")));
+}
+
+TEST(TuneCli, DecisionsThatCannotBeSavedFailTheRun) {
+  testing::TempDir dir;
+  const std::string path = dir.file("c.json");
+  const std::vector<std::string> args = {"tune", "--preset", "toy", "--tokens",
+                                         "1",    "--cache",  path};
+  ASSERT_EQ(testing::run_cli(args).exit_code, 0);
+  // The same file as if tuned on another machine: not served, and not written into.
+  nlohmann::json file = nlohmann::json::parse(testing::read_file(path));
+  file["fingerprint"]["device"] = "another CPU";
+  testing::write_file(path, file.dump(2));
+  const std::string foreign = testing::read_file(path);
+  const testing::ProcessResult r = testing::run_cli(args);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("not saved"), std::string::npos) << r.err;
+  EXPECT_EQ(testing::read_file(path), foreign);
+}
+
 }  // namespace
 }  // namespace mxq::tune
