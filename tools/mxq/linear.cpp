@@ -3,9 +3,11 @@
 // decision and why every other tactic was not chosen. With --tactic auto an autotuner's cache
 // (MXQ_AUTOTUNE_CACHE, read when MXQ_AUTOTUNE is load or tune) may choose the tactic; --explain
 // and --json say whether it did.
+#include <charconv>
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <system_error>
 
 #include "autotune_cli.h"
 #include "cli_util.h"
@@ -37,9 +39,13 @@ Device parse_device(const std::string& text) {
   if (text == "cpu") return Device::cpu();
   if (text == "cuda") return Device::cuda(0);
   if (text.rfind("cuda:", 0) == 0) {
-    try {
-      return Device::cuda(std::stoi(text.substr(5)));
-    } catch (const std::exception&) {
+    // The whole rest must be a device index: "cuda:1x" and "cuda:-1" are refused here.
+    const std::string index = text.substr(5);
+    int value = 0;
+    const auto [end, error] = std::from_chars(index.data(), index.data() + index.size(), value);
+    if (error == std::errc() && end == index.data() + index.size() && !index.empty() &&
+        index[0] != '-' && index[0] != '+') {
+      return Device::cuda(value);
     }
   }
   fail_argument(ErrorCode::kInvalidArgument, "--device", "cpu, cuda or cuda:N", "'" + text + "'");

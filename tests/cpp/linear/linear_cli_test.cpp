@@ -116,6 +116,15 @@ TEST(LinearCli, DeepSeekDirectoryAndForcedTactics) {
                        dir.file("bad.npy") + " --output " + dir.file("b.npy"));
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("expected K = 256"), std::string::npos) << bad.err;
+
+  // A device that is not cpu, cuda or cuda:N is refused by name, before any CUDA call.
+  for (const char* device : {"cuda:-1", "cuda:1x", "cuda:", "cuda:+1", "gpu"}) {
+    const auto r = run_cli(dir, base + " --output " + dir.file("d.npy") + " --device " + device);
+    EXPECT_NE(r.exit_code, 0) << device;
+    EXPECT_NE(r.err.find("--device: expected cpu, cuda or cuda:N"), std::string::npos)
+        << device << ": " << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("d.npy")));
 }
 
 TEST(LinearCli, BenchNeedsAGpu) {
