@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -12,6 +13,36 @@
 
 namespace mxq::cli {
 bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }
+
+namespace {
+
+// The first word that names no subcommand where one is expected ("mxq tnue", "mxq cache foo"),
+// as a message listing the commands there; empty when the words name commands. CLI11 reports
+// these as "A subcommand is required", which does not say what was wrong.
+std::string unknown_command(CLI::App& app, int argc, char** argv) {
+  CLI::App* level = &app;
+  std::string path = "mxq";
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    const auto subcommands = level->get_subcommands([](CLI::App*) { return true; });
+    if (word.empty() || word[0] == '-' || subcommands.empty()) return {};
+    CLI::App* next = nullptr;
+    std::string names;
+    for (CLI::App* sub : subcommands) {
+      if (sub->check_name(word)) next = sub;
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (next == nullptr) {
+      return "unknown command '" + word + "'" + (level == &app ? "" : " of '" + path + "'") +
+             " (expected one of: " + names + "; see " + path + " --help)";
+    }
+    level = next;
+    path += " " + word;
+  }
+  return {};
+}
+
+}  // namespace
 }  // namespace mxq::cli
 
 int main(int argc, char** argv) {
@@ -28,6 +59,10 @@ int main(int argc, char** argv) {
   mxq::cli::register_run(app);
   mxq::cli::register_bench(app);
   mxq::cli::register_linear(app);
+  if (const std::string unknown = mxq::cli::unknown_command(app, argc, argv); !unknown.empty()) {
+    std::fprintf(stderr, "mxq: error: %s\n", unknown.c_str());
+    return static_cast<int>(CLI::ExitCodes::ExtrasError);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

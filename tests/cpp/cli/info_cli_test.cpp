@@ -81,5 +81,22 @@ TEST(InfoCli, EveryCommandHasHelp) {
   EXPECT_NE(none.exit_code, 0);
 }
 
+TEST(InfoCli, AnUnknownCommandIsNamedWithTheCommandsThere) {
+  const ScratchDir dir("mxq-cli-unknown");
+  const auto top = run_cli(dir, "tnue --preset toy");
+  EXPECT_NE(top.exit_code, 0);
+  EXPECT_NE(top.err.find("unknown command 'tnue' (expected one of: info,"), std::string::npos)
+      << top.err;
+  EXPECT_NE(top.err.find("tune"), std::string::npos) << top.err;
+  const auto nested = run_cli(dir, "cache foo");
+  EXPECT_NE(nested.exit_code, 0);
+  EXPECT_NE(nested.err.find("unknown command 'foo' of 'mxq cache' (expected one of: ls,"),
+            std::string::npos)
+      << nested.err;
+  // Words after a command that takes positionals are its arguments, not commands.
+  EXPECT_EQ(run_cli(dir, "cache ls " + dir.file("none")).err.find("unknown command"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace mxq
