@@ -78,6 +78,11 @@ void run_ls(const std::string& dir_arg, bool json) {
   const std::string dir = dir_arg.empty() ? cache_dir() + "/autotune" : dir_arg;
   nlohmann::json rows = nlohmann::json::array();
   std::error_code error;
+  // A directory the user named must be one (the default one may not exist yet: no files).
+  if (!dir_arg.empty() && !fs::is_directory(dir, error)) {
+    fail(ErrorCode::kIo, "cache ls: '", dir, "' ",
+         fs::exists(dir, error) ? "is not a directory" : "does not exist");
+  }
   if (fs::exists(dir, error)) {
     std::vector<fs::path> files;
     for (auto it = fs::recursive_directory_iterator(dir, error); !error && it != fs::end(it);

@@ -153,6 +153,13 @@ TEST(MergePasses, TargetThenDraftGiveTheUnionAndANewProcessServesBothWithoutTuni
   EXPECT_EQ(counts["target.json"], target_keys.size());
   EXPECT_EQ(counts["draft.json"], draft_keys.size());
   EXPECT_EQ(counts.size(), 4U);  // .lock files are not listed
+
+  // A path that is no directory is an error, not an empty listing.
+  for (const std::string& not_a_dir : {dir.file("missing"), union_path}) {
+    const testing::ProcessResult bad = testing::run_cli({"cache", "ls", not_a_dir});
+    EXPECT_NE(bad.exit_code, 0) << not_a_dir;
+    EXPECT_NE(bad.err.find(not_a_dir), std::string::npos) << bad.err;
+  }
 }
 
 TEST(MergePasses, EachWinnerIsSavedAtOnceAndLeavingByAnExceptionSavesTheRest) {
