@@ -143,6 +143,16 @@ void run_show(const std::string& path, bool json) {
   const CacheFile file = read_or_fail(path);
   const tune::Backend backend = backend_of(file);
   const tune::TacticRegistry& registry = tune::builtin_tactics();
+  // Why this machine serves none of the entries (another fingerprint); empty when it may.
+  std::string machine;
+  std::string why;
+  if (const auto mine = local_fingerprint(file.fingerprint, why); !mine) {
+    machine = "cannot compare the fingerprint with this machine: " + why;
+  } else if (const auto diffs = mine->differences(file.fingerprint); !diffs.empty()) {
+    machine = "tuned with another fingerprint (";
+    for (std::size_t i = 0; i < diffs.size(); ++i) machine += (i ? "; " : "") + diffs[i];
+    machine += ")";
+  }
   if (json) {
     nlohmann::json entries = nlohmann::json::array();
     for (const CacheEntry& e : file.entries) {
@@ -152,7 +162,8 @@ void run_show(const std::string& path, bool json) {
       for (const tune::DtypeField& d : e.problem.dtypes()) dtypes[d.name] = d.dtype;
       nlohmann::json candidates = nlohmann::json::object();
       for (const tune::CandidateTiming& c : e.candidates) candidates[c.tactic] = c.median_us;
-      const std::string problem = tune::entry_problem(e, registry, backend);
+      std::string problem = tune::entry_problem(e, registry, backend);
+      if (problem.empty()) problem = machine;
       entries.push_back({{"key", e.key()},
                          {"op", e.problem.op()},
                          {"shape", shape},
@@ -171,6 +182,8 @@ void run_show(const std::string& path, bool json) {
     print_json({{"path", path},
                 {"schema_version", tune::kCacheSchemaVersion},
                 {"fingerprint", fingerprint_json(file.fingerprint)},
+                {"this_machine", machine.empty()},
+                {"not_served_here", machine},
                 {"entries", entries},
                 {"skipped", file.skipped}});
     return;
@@ -179,6 +192,7 @@ void run_show(const std::string& path, bool json) {
   for (const auto& [name, value] : file.fingerprint.fields()) {
     std::printf("  %-20s %s\n", name.c_str(), value.c_str());
   }
+  if (!machine.empty()) std::printf("not served on this machine: %s\n", machine.c_str());
   std::printf("\n%-12s %-22s %-14s %7s  %-30s %10s %10s %6s  %s\n", "op", "shape", "dtypes",
               "bucket", "tactic", "us", "default", "gain", "pass");
   for (const CacheEntry& e : file.entries) {

@@ -269,6 +269,14 @@ TEST(TuneCli, DecisionsThatCannotBeSavedFailTheRun) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("not saved"), std::string::npos) << r.err;
   EXPECT_EQ(testing::read_file(path), foreign);
+  // `cache show` says so too: none of its entries is served here.
+  const testing::ProcessResult show = testing::run_cli({"cache", "show", path, "--json"});
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  const nlohmann::json shown = nlohmann::json::parse(show.out);
+  EXPECT_FALSE(shown["this_machine"].get<bool>());
+  EXPECT_NE(shown["not_served_here"].get<std::string>().find("another CPU"), std::string::npos);
+  ASSERT_FALSE(shown["entries"].empty());
+  for (const auto& e : shown["entries"]) EXPECT_FALSE(e["servable"].get<bool>()) << e.dump();
 }
 
 }  // namespace
