@@ -1,6 +1,10 @@
 // `mxq synth gpt-oss OUT_DIR`: writes a deterministic synthetic MXFP4 MoE checkpoint.
+#include <charconv>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
+#include <new>
+#include <system_error>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -8,23 +12,113 @@
 #include "mxq/moe/synthetic.h"
 
 namespace mxq::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SynthOptions {
+  std::string model;
+  std::string out_dir;
+  moe::SyntheticSpec spec;
+  std::string seed = "0";
+  std::string layout = "gpt-oss";
+  bool force = false;
+};
+
+// The flags' values, checked by flag name before anything is written.
+void check_spec(SynthOptions& o) {
+  const moe::SyntheticSpec& s = o.spec;
+  if (s.experts < 1) fail_argument(ErrorCode::kInvalidArgument, "--experts", ">= 1", s.experts);
+  for (const auto& [flag, value] :
+       {std::pair{"--hidden", s.hidden}, {"--intermediate", s.intermediate}}) {
+    if (value < 32 || value % 32 != 0)
+      fail_argument(ErrorCode::kInvalidArgument, flag, "a positive multiple of 32", value);
+  }
+  if (s.top_k < 1 || s.top_k > s.experts) {
+    fail_argument(ErrorCode::kInvalidArgument, "--top-k",
+                  "1 .. --experts (" + std::to_string(s.experts) + ")", s.top_k);
+  }
+  if (s.layers < 1) fail_argument(ErrorCode::kInvalidArgument, "--layers", ">= 1", s.layers);
+  // The seed: every digit of an unsigned 64-bit number (no sign, no wrap, no saturation).
+  std::uint64_t seed = 0;
+  const char* end = o.seed.data() + o.seed.size();
+  const auto [stop, error] = std::from_chars(o.seed.data(), end, seed);
+  if (o.seed.empty() || error != std::errc() || stop != end) {
+    fail_argument(ErrorCode::kInvalidArgument, "--seed", "an integer in 0 .. 2^64 - 1",
+                  "'" + o.seed + "'");
+  }
+  o.spec.seed = seed;
+}
+
+// OUT_DIR must be new or empty, or (--force) hold only what synth writes: a directory with
+// another checkpoint's layers would otherwise keep them next to the new config.json.
+void check_out_dir(const SynthOptions& o) {
+  std::error_code error;
+  if (!fs::exists(o.out_dir, error)) return;
+  if (!fs::is_directory(o.out_dir, error))
+    fail(ErrorCode::kIo, "OUT_DIR '", o.out_dir, "' exists and is not a directory");
+  for (const fs::directory_entry& entry : fs::directory_iterator(o.out_dir)) {
+    const std::string name = entry.path().filename().string();
+    const bool ours =
+        name == "config.json" || (name.starts_with("layer-") && name.ends_with(".safetensors"));
+    if (!o.force || !ours) {
+      fail(ErrorCode::kIo, "OUT_DIR '", o.out_dir, "' is not empty (it holds '", name, "')",
+           o.force ? "; --force replaces only config.json and layer-*.safetensors"
+                   : "; use a new directory, or --force to replace a checkpoint synth wrote");
+    }
+  }
+  for (const fs::directory_entry& entry : fs::directory_iterator(o.out_dir))
+    fs::remove(entry.path());
+}
+
+void run_synth(SynthOptions& o) {
+  check_spec(o);
+  check_out_dir(o);
+  o.spec.layout = *moe::layout_from_name(o.layout);
+  std::error_code error;
+  const bool created = !fs::exists(o.out_dir, error);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    moe::write_synthetic_checkpoint(o.out_dir, o.spec, [](std::string_view line) {
+      std::cerr << "mxq synth: " << line << std::endl;
+    });
+  } catch (...) {
+    // Nothing half-written is left behind: the directory goes if synth made it, else its files.
+    if (created) {
+      fs::remove_all(o.out_dir, error);
+    } else {
+      for (const fs::directory_entry& entry : fs::directory_iterator(o.out_dir, error))
+        fs::remove(entry.path(), error);
+    }
+    try {
+      throw;
+    } catch (const std::bad_alloc&) {
+      const double gb = static_cast<double>(o.spec.experts) * 3.0 *
+                        static_cast<double>(o.spec.hidden) *
+                        static_cast<double>(o.spec.intermediate) * 4.0 / 1e9;
+      fail(ErrorCode::kUnsupported,
+           "not enough host memory to synthesize one layer of E=", o.spec.experts,
+           ", H=", o.spec.hidden, ", I=", o.spec.intermediate, " (~", gb, " GB of f32 weights)");
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "wrote " << o.out_dir << " (" << o.spec.layers << " layer(s), " << o.layout
+            << " layout) in " << seconds << " s\n";
+}
+
+}  // namespace
 
 void register_synth(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "synth",
       "Write a deterministic synthetic checkpoint (weights drawn with mxq's PRNG, "
-      "quantized with mxq's MXFP4 quantizer) and its config.json");
-  struct Options {
-    std::string model;
-    std::string out_dir;
-    moe::SyntheticSpec spec;
-    std::string layout = "gpt-oss";
-  };
-  auto options = std::make_shared<Options>();
+      "quantized with mxq's MXFP4 quantizer) and its config.json into a new or empty OUT_DIR");
+  auto options = std::make_shared<SynthOptions>();
   cmd->add_option("model", options->model, "Model family")
       ->required()
       ->check(CLI::IsMember({"gpt-oss"}));
-  cmd->add_option("out_dir", options->out_dir, "Output directory")->required();
+  cmd->add_option("out_dir", options->out_dir, "Output directory (new or empty)")->required();
   cmd->add_option("--experts", options->spec.experts, "Number of experts E")->capture_default_str();
   cmd->add_option("--hidden", options->spec.hidden, "Hidden size H (a multiple of 32)")
       ->capture_default_str();
@@ -33,21 +127,14 @@ void register_synth(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--top-k", options->spec.top_k, "Experts per token")->capture_default_str();
   cmd->add_option("--layers", options->spec.layers, "Number of MoE layers")->capture_default_str();
-  cmd->add_option("--seed", options->spec.seed, "PRNG seed")->capture_default_str();
+  cmd->add_option("--seed", options->seed, "PRNG seed (0 .. 2^64 - 1)")->capture_default_str();
   cmd->add_option("--layout", options->layout, "Tensor layout")
       ->check(CLI::IsMember({"gpt-oss", "native"}))
       ->capture_default_str();
-  cmd->callback([options] {
-    options->spec.layout = *moe::layout_from_name(options->layout);
-    const auto start = std::chrono::steady_clock::now();
-    moe::write_synthetic_checkpoint(options->out_dir, options->spec, [](std::string_view line) {
-      std::cerr << "mxq synth: " << line << std::endl;
-    });
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::cout << "wrote " << options->out_dir << " (" << options->spec.layers << " layer(s), "
-              << options->layout << " layout) in " << seconds << " s\n";
-  });
+  cmd->add_flag("--force", options->force,
+                "Replace the checkpoint in a non-empty OUT_DIR (only if it holds nothing but "
+                "config.json and layer-*.safetensors)");
+  cmd->callback([options] { run_synth(*options); });
 }
 
 }  // namespace mxq::cli

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "moe_test_util.h"
 #include "mxq/io/npy.h"
@@ -61,6 +63,36 @@ TEST(Cli, SynthWritesTheLibrarysCheckpoint) {
     EXPECT_EQ(read_file(dir.file("cli/") + file), read_file(dir.file("lib/") + file)) << file;
   }
   EXPECT_NE(run("synth llama " + dir.file("x"), dir).exit_code, 0);
+}
+
+TEST(Cli, SynthChecksItsFlagsAndNeverMixesCheckpoints) {
+  testing::TempDir dir("synth-checks");
+  const std::string shape = " --experts 4 --hidden 64 --intermediate 64";
+  const std::string small = shape + " --top-k 2";
+  // Bad values are named by flag, and nothing is created.
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {" --top-k 2 --seed -1", "--seed: expected an integer in 0 .. 2^64 - 1, found '-1'"},
+           {" --top-k 2 --seed 18446744073709551616", "--seed: expected an integer"},
+           {" --top-k 2 --layers 0", "--layers: expected >= 1"},
+           {" --top-k 5", "--top-k: expected 1 .. --experts (4)"}}) {
+    const CommandResult r = run("synth gpt-oss " + dir.file("bad") + shape + flags, dir);
+    EXPECT_NE(r.exit_code, 0) << flags;
+    EXPECT_NE(r.err.find(message), std::string::npos) << flags << ": " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("bad"))) << flags;
+  }
+  // A directory holding a checkpoint is refused; --force replaces it without stale layers.
+  ASSERT_EQ(run("synth gpt-oss " + dir.file("ckpt") + small + " --layers 2", dir).exit_code, 0);
+  const CommandResult again = run("synth gpt-oss " + dir.file("ckpt") + small, dir);
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.err.find("is not empty"), std::string::npos) << again.err;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("ckpt/layer-00001.safetensors")));
+  ASSERT_EQ(run("synth gpt-oss " + dir.file("ckpt") + small + " --force", dir).exit_code, 0);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("ckpt/layer-00000.safetensors")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ckpt/layer-00001.safetensors")));
+  // --force never deletes files synth did not write.
+  std::ofstream(dir.file("ckpt/notes.txt")) << "keep";
+  EXPECT_NE(run("synth gpt-oss " + dir.file("ckpt") + small + " --force", dir).exit_code, 0);
+  EXPECT_EQ(read_file(dir.file("ckpt/notes.txt")), "keep");
 }
 
 TEST(Cli, MoeRunsTheLayerAndReportsShapesBeforeAndAfterPadding) {
