@@ -86,11 +86,16 @@ BlockShape fp8_block_of(const io::SafetensorsFile& file, const DequantizeOptions
 }
 
 void dequantize_command(const DequantizeOptions& options) {
+  require_writable_output(options.output, "output");
   const io::SafetensorsFile file = io::SafetensorsFile::open(options.input);
   const std::string name = pick_name(file, options.name);
   Tensor out;
   std::string layout;
   if (file.contains(name + std::string(kMxfp4Suffix))) {
+    if (!options.block.empty()) {
+      fail(ErrorCode::kInvalidArgument, "--block: '", name,
+           "' is MXFP4 (blocks of 32 along K, no block shape to give); --block is for block-FP8");
+    }
     layout = "mxfp4";
     out = dequantize_mxfp4(load(file, name + ".blocks"), load(file, name + ".scales"));
   } else {

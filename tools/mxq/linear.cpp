@@ -93,6 +93,7 @@ void run_linear(const LinearArgs& args) {
   if (args.output.empty() && !args.explain) {
     fail(ErrorCode::kInvalidArgument, "--output: required unless --explain is given");
   }
+  if (!args.output.empty()) require_writable_output(args.output, "--output");
   const Device device = parse_device(args.device);
   if (device.is_cuda()) {
     const GpuQuery gpus = query_gpus();

@@ -1,6 +1,4 @@
 // mxq: the command-line tool. One file per subcommand (see commands.h).
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -12,8 +10,6 @@
 #include "mxq/core/error.h"
 
 namespace mxq::cli {
-bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }
-
 namespace {
 
 // The first word that names no subcommand where one is expected ("mxq tnue", "mxq cache foo"),

@@ -51,6 +51,13 @@ void run_moe(const MoeOptions& options) {
   const moe::MoeConfig config = checkpoint.resolve_config(options.layer, overrides);
   const Tensor x = io::read_npy(options.input);
   require_dtype(x, "--input", DType::kF32);
+  // The input against the checkpoint's H and the output path, before the layer is loaded.
+  if (x.shape().rank() != 2 || x.shape()[1] != config.hidden_size) {
+    fail_argument(ErrorCode::kShapeMismatch, "--input",
+                  "an array [T, " + std::to_string(config.hidden_size) + "] (H of the layer)",
+                  x.shape());
+  }
+  require_writable_output(options.output, "--output");
   if (options.tp < 1 || options.ep < 1) {
     fail_argument(ErrorCode::kInvalidArgument, "--tp/--ep", ">= 1",
                   std::to_string(options.tp) + "/" + std::to_string(options.ep));

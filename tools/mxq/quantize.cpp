@@ -57,6 +57,7 @@ void report(const QuantizeOptions& options, const std::vector<io::NamedTensor>& 
 
 void quantize_mxfp4_command(const QuantizeOptions& options) {
   const ScaleRule rule = parse_scale_rule(options.scale_rule);
+  require_writable_output(options.output, "output");
   const Tensor x = read_f32_input(options.input);
   if (x.shape().rank() < 1 || x.shape().dim(-1) % kMxfp4BlockSize != 0) {
     fail_argument(ErrorCode::kShapeMismatch, options.input,
@@ -77,6 +78,7 @@ void quantize_mxfp4_command(const QuantizeOptions& options) {
 
 void quantize_fp8_block_command(const QuantizeOptions& options) {
   const BlockShape block = parse_block_shape(options.block);
+  require_writable_output(options.output, "output");
   const Tensor x = read_f32_input(options.input);
   if (x.shape().rank() != 2) {
     fail_argument(ErrorCode::kShapeMismatch, options.input, "a 2-D array [N, K]", x.shape());

@@ -69,6 +69,12 @@ TEST(QuantizeCli, Mxfp4LayoutAndRoundTrip) {
   const auto d = run_cli(dir, "dequantize " + dir.file("w.safetensors") + " " + dir.file("y.npy"));
   ASSERT_EQ(d.exit_code, 0) << d.err;
   expect_same_floats(io::read_npy(dir.file("y.npy")), dequantize_mxfp4(blocks, scales));
+  // --block means nothing for MXFP4: refused, not ignored.
+  const auto b = run_cli(
+      dir, "dequantize " + dir.file("w.safetensors") + " " + dir.file("b.npy") + " --block 32x32");
+  EXPECT_NE(b.exit_code, 0);
+  EXPECT_NE(b.err.find("--block"), std::string::npos) << b.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("b.npy")));
 }
 
 TEST(QuantizeCli, Fp8BlockLayoutRoundTripAndBlockFromMetadata) {

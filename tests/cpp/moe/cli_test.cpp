@@ -180,7 +180,18 @@ TEST(Cli, MoeErrorsAreClearAndNonZero) {
                    " --output " + dir.file("y.npy"),
                dir);
   EXPECT_NE(result.exit_code, 0);
-  EXPECT_NE(result.err.find("x: expected shape [T, 64]"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("--input: expected an array [T, 64]"), std::string::npos) << result.err;
+  EXPECT_EQ(result.err.find("padding"), std::string::npos) << "fails before loading the layer";
+  // An output that cannot be written fails before the layer is loaded, and writes nothing.
+  for (const std::string& output : {dir.file("missing/y.npy"), dir.file("ckpt")}) {
+    result = run("moe --checkpoint " + dir.file("ckpt") + " --input " + dir.file("x.npy") +
+                     " --output " + output,
+                 dir);
+    EXPECT_NE(result.exit_code, 0) << output;
+    EXPECT_NE(result.err.find("--output"), std::string::npos) << result.err;
+    EXPECT_EQ(result.err.find("padding"), std::string::npos) << "fails before loading the layer";
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("missing")));
   if (!has_gpu) {
     result = run("run --device cuda", dir);
     EXPECT_NE(result.exit_code, 0);
