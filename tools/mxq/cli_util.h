@@ -7,15 +7,29 @@
 #include <iostream>
 #include <string>
 
+#include "mxq/core/error.h"
+
 namespace mxq::cli {
 
 inline void print_json(const nlohmann::json& value) { std::cout << value.dump(2) << '\n'; }
 
-// Thrown by a command to end with this exit status after printing its result (e.g. `cache diff`
-// exits 1 when the files differ); main() returns it.
+// Exit statuses: 0 success, 1 a negative answer that is not an error (`cache diff`: the files
+// differ; `cache verify`: problems found; `run`: FAIL), 2 an error (bad arguments, unreadable
+// files, failures).
+inline constexpr int kExitNo = 1;
+inline constexpr int kExitError = 2;
+
+// Thrown by a command to end with this exit status after printing its result; main() returns it.
 struct ExitStatus {
   int code = 0;
 };
+
+// Ends a command with kExitNo after saying why on stderr ("mxq: <parts>").
+template <typename... Parts>
+[[noreturn]] void answer_no(const Parts&... parts) {
+  std::fprintf(stderr, "mxq: %s\n", detail::concat(parts...).c_str());
+  throw ExitStatus{kExitNo};
+}
 
 // True when stderr is a terminal (progress bars only then; plain lines otherwise).
 bool stderr_is_terminal();

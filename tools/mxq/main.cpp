@@ -57,20 +57,21 @@ int main(int argc, char** argv) {
   mxq::cli::register_linear(app);
   if (const std::string unknown = mxq::cli::unknown_command(app, argc, argv); !unknown.empty()) {
     std::fprintf(stderr, "mxq: error: %s\n", unknown.c_str());
-    return static_cast<int>(CLI::ExitCodes::ExtrasError);
+    return mxq::cli::kExitError;
   }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+    // --help and --version end here with 0; a usage error is an error like any other.
+    return app.exit(error) == 0 ? 0 : mxq::cli::kExitError;
   } catch (const mxq::cli::ExitStatus& status) {
     return status.code;
   } catch (const mxq::Error& error) {
     std::fprintf(stderr, "mxq: error: %s\n", error.what());
-    return 1;
+    return mxq::cli::kExitError;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "mxq: error: %s\n", error.what());
-    return 1;
+    return mxq::cli::kExitError;
   }
   return 0;
 }

@@ -277,6 +277,11 @@ TEST(TuneCli, DecisionsThatCannotBeSavedFailTheRun) {
   EXPECT_NE(shown["not_served_here"].get<std::string>().find("another CPU"), std::string::npos);
   ASSERT_FALSE(shown["entries"].empty());
   for (const auto& e : shown["entries"]) EXPECT_FALSE(e["servable"].get<bool>()) << e.dump();
+  // Exit statuses: a verify that finds problems answers 1; an error (a missing file) is 2.
+  EXPECT_EQ(testing::run_cli({"cache", "verify", path}).exit_code, 1);
+  EXPECT_EQ(testing::run_cli({"cache", "verify", dir.file("missing.json")}).exit_code, 2);
+  EXPECT_EQ(testing::run_cli({"cache", "diff", path, dir.file("missing.json")}).exit_code, 2);
+  EXPECT_EQ(r.exit_code, 2);  // the tune run that could not save
 }
 
 }  // namespace
