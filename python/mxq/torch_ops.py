@@ -171,7 +171,8 @@ def _check_quantize_mxfp4(x: Tensor) -> None:
 @torch.library.custom_op("mxq::quantize_mxfp4", mutates_args=(), device_types="cpu")
 def quantize_mxfp4(x: Tensor, scale_rule: str = "floor") -> Tuple[Tensor, Tensor]:
     """MXFP4 along the last axis of float32/bfloat16 x [..., K]: uint8 blocks [..., K/32, 16]
-    (two E2M1 per byte, low nibble first) and E8M0 scales [..., K/32] (float8_e8m0fnu)."""
+    (two E2M1 per byte, low nibble first) and E8M0 scales [..., K/32] (float8_e8m0fnu; uint8
+    with torch < 2.7, which lacks that dtype)."""
     _check_quantize_mxfp4(x)
     blocks, scales = _mxq.quantize_mxfp4(x, scale_rule)
     return _from_numpy(blocks, _U8), _from_numpy(scales, _E8M0 or _U8)

@@ -176,7 +176,8 @@ void register_linear(CLI::App& app) {
   cmd->add_option("--input", args->input, "Input .npy, f32 [M, K]")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--output", args->output, "Output .npy, f32 [M, N]");
+  cmd->add_option("--output", args->output,
+                  "Output .npy, f32 [M, N] (required unless --explain, which then only explains)");
   cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option(
          "--tactic", args->tactic,

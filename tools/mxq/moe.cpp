@@ -223,9 +223,12 @@ void register_moe(CLI::App& app) {
                   "fp8_g128 (W4A8: E4M3 in groups of 128 along K; CPU and CUDA)")
       ->check(CLI::IsMember({"bf16", "fp8_g128"}));
   cmd->add_option("--experts", options->overrides.num_experts,
-                  "Number of experts (without config.json: taken from the tensors)");
-  cmd->add_option("--hidden", options->overrides.hidden_size, "Hidden size");
-  cmd->add_option("--intermediate", options->overrides.intermediate_size, "Intermediate size");
+                  "Number of experts: overrides config.json (without it: from the tensors), and "
+                  "must match the tensors");
+  cmd->add_option("--hidden", options->overrides.hidden_size,
+                  "Hidden size H: overrides config.json, must match the tensors");
+  cmd->add_option("--intermediate", options->overrides.intermediate_size,
+                  "Intermediate size I: overrides config.json, must match the tensors");
   cmd->add_option("--top-k", options->overrides.top_k,
                   "Experts per token (required without config.json)");
   cmd->add_flag("--json", options->json, "Print machine-readable JSON");

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -188,6 +189,12 @@ class TuningSession {
   // Tunes the buckets serving these token counts (each bucket once).
   std::vector<TuneRecord> tune_tokens(const Problem& problem,
                                       std::span<const std::int64_t> token_counts);
+  // The same with a braced list: session.tune_tokens(problem, {1, 8, 64}).
+  std::vector<TuneRecord> tune_tokens(const Problem& problem,
+                                      std::initializer_list<std::int64_t> token_counts) {
+    return tune_tokens(problem,
+                       std::span<const std::int64_t>(token_counts.begin(), token_counts.size()));
+  }
   // Called after every key (progress reporting).
   void on_record(std::function<void(const TuneRecord&)> callback) {
     callback_ = std::move(callback);

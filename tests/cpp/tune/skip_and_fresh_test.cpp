@@ -127,8 +127,10 @@ TEST_F(SkipAndFresh, FreshRunReadsNothingAndWritesANewRunsFile) {
     EXPECT_EQ(tuner.lookup(problem, 8).source, SelectionSource::kDefault)
         << "the main cache was read";
     TuningSession session(tuner, "target");
-    for (std::int64_t b : {1, 8, 64})
-      EXPECT_EQ(session.tune(problem, b).status, TuneStatus::kTuned);
+    // Token counts as a braced list (the documented call).
+    const std::vector<TuneRecord> records = session.tune_tokens(problem, {1, 8, 64});
+    ASSERT_EQ(records.size(), 3U);
+    for (const TuneRecord& r : records) EXPECT_EQ(r.status, TuneStatus::kTuned);
   }
   const ReadResult run = read_cache_file(first_run);
   ASSERT_EQ(run.status, ReadStatus::kOk);
