@@ -7,7 +7,9 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli_util.h"
@@ -193,15 +195,34 @@ void run_show(const std::string& path, bool json) {
     std::printf("  %-20s %s\n", name.c_str(), value.c_str());
   }
   if (!machine.empty()) std::printf("not served on this machine: %s\n", machine.c_str());
-  std::printf("\n%-12s %-22s %-14s %7s  %-30s %10s %10s %6s  %s\n", "op", "shape", "dtypes",
-              "bucket", "tactic", "us", "default", "gain", "pass");
-  for (const CacheEntry& e : file.entries) {
-    std::string dtypes;
-    for (const tune::DtypeField& d : e.problem.dtypes())
-      dtypes += (dtypes.empty() ? "" : ",") + d.dtype;
+  // Rows by op, shape and bucket (numerically: the keys sort 16 before 2), columns as wide as
+  // their longest value.
+  std::vector<const CacheEntry*> rows;
+  for (const CacheEntry& e : file.entries) rows.push_back(&e);
+  const auto dtypes_text = [](const CacheEntry& e) {
+    std::string out;
+    for (const tune::DtypeField& d : e.problem.dtypes()) out += (out.empty() ? "" : ",") + d.dtype;
+    return out;
+  };
+  std::sort(rows.begin(), rows.end(), [&](const CacheEntry* a, const CacheEntry* b) {
+    return std::tuple(a->problem.op(), dims_text(a->problem), dtypes_text(*a), a->bucket) <
+           std::tuple(b->problem.op(), dims_text(b->problem), dtypes_text(*b), b->bucket);
+  });
+  int op_w = 2, shape_w = 5, dtypes_w = 6, tactic_w = 6;
+  for (const CacheEntry* e : rows) {
+    op_w = std::max(op_w, static_cast<int>(e->problem.op().size()));
+    shape_w = std::max(shape_w, static_cast<int>(dims_text(e->problem).size()));
+    dtypes_w = std::max(dtypes_w, static_cast<int>(dtypes_text(*e).size()));
+    tactic_w = std::max(tactic_w, static_cast<int>(e->tactic.size()));
+  }
+  std::printf("\n%-*s %-*s %-*s %7s  %-*s %10s %10s %6s  %s\n", op_w, "op", shape_w, "shape",
+              dtypes_w, "dtypes", "bucket", tactic_w, "tactic", "us", "default", "gain", "pass");
+  for (const CacheEntry* row : rows) {
+    const CacheEntry& e = *row;
     const double gain = e.median_us > 0 && e.default_us > 0 ? e.default_us / e.median_us : 1.0;
-    std::printf("%-12s %-22s %-14s %7lld  %-30s %10.2f %10.2f %5.2fx  %s\n", e.problem.op().c_str(),
-                dims_text(e.problem).c_str(), dtypes.c_str(), static_cast<long long>(e.bucket),
+    std::printf("%-*s %-*s %-*s %7lld  %-*s %10.2f %10.2f %5.2fx  %s\n", op_w,
+                e.problem.op().c_str(), shape_w, dims_text(e.problem).c_str(), dtypes_w,
+                dtypes_text(e).c_str(), static_cast<long long>(e.bucket), tactic_w,
                 e.tactic.c_str(), e.median_us, e.default_us, gain, e.pass.c_str());
     const std::string problem = tune::entry_problem(e, registry, backend);
     if (!problem.empty()) std::printf("    not served: %s\n", problem.c_str());
@@ -257,8 +278,9 @@ void run_merge(const std::vector<std::string>& inputs, const std::string& out) {
   for (std::size_t i = 1; i < files.size(); ++i) {
     const auto diffs = files[0].fingerprint.differences(files[i].fingerprint);
     if (!diffs.empty()) {
-      fail(ErrorCode::kInvalidArgument, "cannot merge ", inputs[i], " into ", inputs[0],
-           ": fingerprints differ (", diffs.front(), diffs.size() > 1 ? ", ..." : "", ")");
+      fail(ErrorCode::kInvalidArgument, "cannot merge ", inputs[0], " and ", inputs[i],
+           ": they were tuned with different fingerprints (", diffs.front(),
+           diffs.size() > 1 ? ", ..." : "", ")");
     }
   }
   std::map<std::string, CacheEntry> merged;  // later inputs win
@@ -275,7 +297,10 @@ void run_merge(const std::vector<std::string>& inputs, const std::string& out) {
   // An existing OUT of the same fingerprint keeps its other entries (nothing is erased).
   tune::CacheStore store(out, files[0].fingerprint);
   const tune::CacheStore::Outcome outcome = store.save(entries);
-  if (!outcome.ok) fail(ErrorCode::kInvalidArgument, "not written: ", outcome.warnings.back());
+  if (!outcome.ok) {
+    fail(ErrorCode::kInvalidArgument, "not written: ", out,
+         " holds entries of another fingerprint (see the warning above); merge into another -o");
+  }
   std::printf("merged %zu file(s), %zu entries (%d conflicting, later file wins) into %s\n",
               files.size(), entries.size(), conflicts, out.c_str());
 }
@@ -333,6 +358,17 @@ void run_prune(const std::string& path, bool stale, const std::vector<std::strin
   const CacheFile file = read_or_fail(path);
   const tune::Backend backend = backend_of(file);
   const tune::TacticRegistry& registry = tune::builtin_tactics();
+  // An --op the file has no entry of is a typo more often than not: say so, change nothing.
+  std::set<std::string> file_ops;
+  for (const CacheEntry& e : file.entries) file_ops.insert(e.problem.op());
+  for (const std::string& op : ops) {
+    if (file_ops.count(op) == 0) {
+      std::string list;
+      for (const std::string& name : file_ops) list += (list.empty() ? "" : ", ") + name;
+      fail(ErrorCode::kInvalidArgument, "--op: ", path, " has no entry of op '", op,
+           "' (its ops: ", list.empty() ? "none" : list, ")");
+    }
+  }
   std::vector<std::string> removed;
   const auto drop = [&](const CacheEntry& e) {
     const bool by_op = std::find(ops.begin(), ops.end(), e.problem.op()) != ops.end();

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "mxq/tune/autotuner.h"
 #include "mxq/tune/block_fp8_linear.h"
@@ -282,6 +283,40 @@ TEST(TuneCli, DecisionsThatCannotBeSavedFailTheRun) {
   EXPECT_EQ(testing::run_cli({"cache", "verify", dir.file("missing.json")}).exit_code, 2);
   EXPECT_EQ(testing::run_cli({"cache", "diff", path, dir.file("missing.json")}).exit_code, 2);
   EXPECT_EQ(r.exit_code, 2);  // the tune run that could not save
+}
+
+TEST(TuneCli, CacheShowOrdersBucketsByValueAndPruneRefusesAnAbsentOp) {
+  testing::TempDir dir;
+  const std::string path = dir.file("c.json");
+  ASSERT_EQ(testing::run_cli({"tune", "--preset", "toy", "--tokens", "1,2,16", "--cache", path})
+                .exit_code,
+            0);
+  const testing::ProcessResult show = testing::run_cli({"cache", "show", path});
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  // Each toy problem's rows come in bucket order 1, 2, 16 (as text, 16 sorts before 2).
+  std::vector<long long> buckets;
+  std::istringstream lines(show.out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string op, shape, dtypes;
+    long long bucket = 0;
+    if (words >> op >> shape >> dtypes >> bucket && op == "toy_gemm") buckets.push_back(bucket);
+  }
+  ASSERT_FALSE(buckets.empty()) << show.out;
+  ASSERT_EQ(buckets.size() % 3, 0U) << show.out;
+  for (std::size_t i = 0; i < buckets.size(); i += 3) {
+    EXPECT_EQ(buckets[i], 1);
+    EXPECT_EQ(buckets[i + 1], 2);
+    EXPECT_EQ(buckets[i + 2], 16);
+  }
+
+  const std::string before = testing::read_file(path);
+  const testing::ProcessResult typo = testing::run_cli({"cache", "prune", path, "--op", "toy_gem"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("its ops: toy_gemm"), std::string::npos) << typo.err;
+  EXPECT_EQ(testing::read_file(path), before);
+  EXPECT_EQ(testing::run_cli({"cache", "prune", path, "--op", "toy_gemm"}).exit_code, 0);
+  EXPECT_TRUE(read_cache_file(path).file.entries.empty());
 }
 
 }  // namespace
