@@ -12,7 +12,14 @@ namespace {
 constexpr std::string_view kNames[] = {"trace", "debug", "info", "warn", "error", "off"};
 
 LogLevel parse_level() {
-  const std::string value = env_string("MXQ_LOG_LEVEL");  // validated against the choices
+  // A bad value must not make logging throw (it runs in destructors and error paths): it is
+  // said once on stderr, and the default level applies.
+  const std::string problem = env_validate("MXQ_LOG_LEVEL");
+  if (!problem.empty()) {
+    std::fprintf(stderr, "[mxq warn] %s; logging at warn\n", problem.c_str());
+    return LogLevel::kWarn;
+  }
+  const std::string value = env_string("MXQ_LOG_LEVEL");
   for (int i = 0; i < 6; ++i) {
     if (kNames[i] == value) return static_cast<LogLevel>(i);
   }

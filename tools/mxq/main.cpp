@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "mxq/core/build_info.h"
 #include "mxq/core/error.h"
+#include "mxq/core/log.h"
 
 namespace mxq::cli {
 namespace {
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
   mxq::cli::register_run(app);
   mxq::cli::register_bench(app);
   mxq::cli::register_linear(app);
+  (void)mxq::log_level();  // a bad MXQ_LOG_LEVEL is said at once, whatever the command logs
   if (const std::string unknown = mxq::cli::unknown_command(app, argc, argv); !unknown.empty()) {
     std::fprintf(stderr, "mxq: error: %s\n", unknown.c_str());
     return mxq::cli::kExitError;

@@ -69,6 +69,16 @@ TEST(InfoCli, HumanOutputFlagsBadValues) {
   EXPECT_NE(r.out.find(nccl), std::string::npos) << r.out;
 }
 
+TEST(InfoCli, ABadLogLevelIsSaidOnceAndTheCommandRuns) {
+  const ScratchDir dir("mxq-cli-log-level");
+  const auto r = run_cli(dir, "cache ls " + dir.path().string(), "MXQ_LOG_LEVEL=loud");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::size_t at = r.err.find("MXQ_LOG_LEVEL");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'loud'"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("MXQ_LOG_LEVEL", at + 1), std::string::npos) << "said once: " << r.err;
+}
+
 TEST(InfoCli, EveryCommandHasHelp) {
   const ScratchDir dir("mxq-cli-help");
   for (const std::string command :
