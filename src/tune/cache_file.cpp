@@ -117,9 +117,7 @@ void append_fingerprint(std::string& out, const Fingerprint& fp) {
     first = false;
     append_string(out, name);
     out += ": ";
-    const bool numeric = name == "cpu_threads" || name == "sm_count" || name == "driver_version" ||
-                         name == "runtime_version";
-    if (numeric) {
+    if (Fingerprint::numeric_field(name)) {
       out += value;
     } else {
       append_string(out, value);

@@ -29,6 +29,11 @@ std::string cpu_model_name() {
 
 }  // namespace
 
+bool Fingerprint::numeric_field(std::string_view name) {
+  return name == "cpu_threads" || name == "sm_count" || name == "driver_version" ||
+         name == "runtime_version";
+}
+
 std::vector<std::pair<std::string, std::string>> Fingerprint::fields() const {
   return {{"backend", backend},
           {"device", device},

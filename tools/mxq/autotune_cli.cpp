@@ -45,6 +45,15 @@ tune::Deployment preset_deployment(const std::string& preset, const tune::Parall
   return deployment;
 }
 
+nlohmann::json fingerprint_json(const tune::Fingerprint& fp) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, value] : fp.fields()) {
+    out[name] = tune::Fingerprint::numeric_field(name) ? nlohmann::json(std::stoll(value))
+                                                       : nlohmann::json(value);
+  }
+  return out;
+}
+
 nlohmann::json ServingTuner::json() const {
   return {{"mode", mode},
           {"cache", tuner ? nlohmann::json(cache) : nlohmann::json(nullptr)},

@@ -26,6 +26,9 @@ std::vector<tune::PresetProblem> preset_problems_for(const std::string& preset,
 tune::Deployment preset_deployment(const std::string& preset, const tune::ParallelLayout& layout,
                                    tune::Backend backend, const std::vector<std::string>& skip_ops);
 
+// A fingerprint as JSON, numbers as numbers (as the cache file writes it).
+nlohmann::json fingerprint_json(const tune::Fingerprint& fp);
+
 // What a command reads: a tuner over the cache file, or none and why.
 struct ServingTuner {
   std::unique_ptr<tune::Autotuner> tuner;  // null: nothing consulted (default tactics/dispatch)

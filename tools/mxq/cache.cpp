@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "autotune_cli.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "mxq/core/build_info.h"
@@ -58,12 +59,6 @@ std::optional<tune::Fingerprint> local_fingerprint(const tune::Fingerprint& thei
   if (!gpus.gpus.empty()) return tune::cuda_fingerprint(gpus.gpus.front().index, registry);
   why_not = "no GPU visible (" + gpus.note + ")";
   return std::nullopt;
-}
-
-nlohmann::json fingerprint_json(const tune::Fingerprint& fp) {
-  nlohmann::json out = nlohmann::json::object();
-  for (const auto& [name, value] : fp.fields()) out[name] = value;
-  return out;
 }
 
 std::string dims_text(const tune::Problem& p) {

@@ -259,9 +259,7 @@ void run_tune(const TuneArgs& args) {
     nlohmann::json out;
     out["cache"] = tuner.cache_path();
     out["mode"] = tune::to_string(tuner.mode());
-    nlohmann::json fp;
-    for (const auto& [name, value] : tuner.fingerprint().fields()) fp[name] = value;
-    out["fingerprint"] = fp;
+    out["fingerprint"] = fingerprint_json(tuner.fingerprint());
     out["preset"] = args.preset;
     out["draft_preset"] = args.draft_preset;
     out["seconds"] = seconds;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct Fingerprint {
 
   // (name, value) in a fixed order: what the file stores and what is compared.
   [[nodiscard]] std::vector<std::pair<std::string, std::string>> fields() const;
+  // Whether field `name` is a number (the file and JSON reports write it unquoted).
+  [[nodiscard]] static bool numeric_field(std::string_view name);
   // One line per differing field: "device: 'A' here, 'B' there".
   [[nodiscard]] std::vector<std::string> differences(const Fingerprint& other) const;
   [[nodiscard]] std::string hash() const;  // 16 hex digits over fields()

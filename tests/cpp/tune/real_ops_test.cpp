@@ -274,6 +274,8 @@ TEST(TuneCli, DecisionsThatCannotBeSavedFailTheRun) {
   const testing::ProcessResult show = testing::run_cli({"cache", "show", path, "--json"});
   ASSERT_EQ(show.exit_code, 0) << show.err;
   const nlohmann::json shown = nlohmann::json::parse(show.out);
+  EXPECT_EQ(shown["fingerprint"], file["fingerprint"])
+      << "the file's fingerprint, numbers as numbers";
   EXPECT_FALSE(shown["this_machine"].get<bool>());
   EXPECT_NE(shown["not_served_here"].get<std::string>().find("another CPU"), std::string::npos);
   ASSERT_FALSE(shown["entries"].empty());
