@@ -97,11 +97,18 @@ void print_human(const nlohmann::json& info) {
   std::cout << "cache directory: " << info["cache_dir"].get<std::string>() << "\n";
   std::cout << "environment:\n";
   for (const auto& var : info["environment"]) {
-    std::printf("  %-22s = %-12s %s%s\n", var["name"].get<std::string>().c_str(),
-                var["value"].get<std::string>().empty() ? "(unset)"
-                                                        : var["value"].get<std::string>().c_str(),
-                var["set"].get<bool>() ? "" : "[default] ",
-                var["meaning"].get<std::string>().c_str());
+    const std::string value =
+        var["value"].get<std::string>().empty() ? "(unset)" : var["value"].get<std::string>();
+    const std::string meaning = std::string(var["set"].get<bool>() ? "[set] " : "[default] ") +
+                                var["meaning"].get<std::string>();
+    // A value too long for its column (a path) keeps the column: the meaning goes below it.
+    if (value.size() > 12) {
+      std::printf("  %-22s = %s\n  %-22s   %-12s %s\n", var["name"].get<std::string>().c_str(),
+                  value.c_str(), "", "", meaning.c_str());
+    } else {
+      std::printf("  %-22s = %-12s %s\n", var["name"].get<std::string>().c_str(), value.c_str(),
+                  meaning.c_str());
+    }
     if (var.contains("error"))
       std::printf("    error: %s\n", var["error"].get<std::string>().c_str());
   }
