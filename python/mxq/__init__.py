@@ -10,6 +10,10 @@ stream and come back in the caller's framework. Errors from the C++ core are
 
 from __future__ import annotations
 
+# ml_dtypes registers bfloat16 / float8 with NumPy: mxq's outputs use them, and files that hold
+# them (a checkpoint's bf16 router read with safetensors.numpy) load only once it is imported.
+import ml_dtypes  # noqa: F401
+
 from . import _mxq
 from ._errors import DtypeError, Error, InvalidArgumentError
 from ._mxq import BlockShape

@@ -14,7 +14,9 @@ op                                        CPU        CUDA   result
 ========================================  =========  =====  ===================================
 
 Each op has a fake (shape-only) implementation, so ``torch.compile(fullgraph=True)`` traces
-modules calling them (dynamic shapes included), and passes ``torch.library.opcheck``.
+modules calling them (dynamic shapes included); ``torch.library.opcheck`` passes for the ops
+without float8 inputs. The ops are for inference (no autograd formula): run and compile them
+under ``torch.no_grad()`` or ``torch.inference_mode()``.
 
 * **Tensors in** are read in place through DLPack (no copy); float8 tensors travel as uint8
   views of the same bytes. **Results** on the CPU are NumPy arrays owned by mxq, wrapped by

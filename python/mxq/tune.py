@@ -15,7 +15,8 @@ Which ops consult it: the block-FP8 linear (``BlockFp8Linear.forward``,
 ``torch.ops.mxq.block_fp8_linear``) with ``tactic="auto"`` on the tuner's device (CPU tactics
 for ``device="cpu"``, CUDA tactics for ``device="cuda[:N]"``), and the MoE layer on a GPU
 (``MoELayer.forward`` / ``torch.ops.mxq.moe_forward`` with CUDA input, ``device="cuda[:N]"``:
-its GEMM variant per rank and token count). The CPU MoE reference runs its own tiling.
+its GEMM variant per rank and token count; on the CPU (``MoELayer.forward`` with host input,
+``device="cpu"``) its expert tiling.
 """
 
 from __future__ import annotations
@@ -47,7 +48,11 @@ class Autotune:
         self.phase = phase
         self.device = device
         self._backend, _, index = device.partition(":")
+        if index and not index.isdigit():
+            raise ValueError(f"device: expected \"cpu\" or \"cuda[:N]\", found {device!r}")
         self._index = int(index or 0)
+        if isinstance(skip_ops, str):  # one op name, not its characters
+            skip_ops = [skip_ops]
         self._tuner = _mxq.Autotuner(mode, None if cache is None else str(cache), self._backend,
                                      self._index, budget_seconds,
                                      None if skip_ops is None else list(skip_ops))

@@ -236,12 +236,35 @@ ArrayArg array_arg(nb::handle array, std::string_view argument,
                               .c_str());
   }
   Shape shape;
-  Shape strides;
+  std::vector<std::int64_t> stride_list;
+  bool empty = false;
+  bool negative = false;
+  std::string strides_text = "[";
   for (size_t i = 0; i < a.ndim(); ++i) {
     shape.push_back(static_cast<std::int64_t>(a.shape(i)));
-    strides.push_back(static_cast<std::int64_t>(a.stride(i)));
+    stride_list.push_back(static_cast<std::int64_t>(a.stride(i)));
+    empty |= a.shape(i) == 0;
+    negative |= a.stride(i) < 0;
+    strides_text += (i ? ", " : "") + std::to_string(a.stride(i));
   }
-  result.view = TensorView(const_cast<void*>(a.data()), *dtype, shape, strides, device);
+  strides_text += "]";
+  if (negative) {  // a reversed view (x[:, ::-1]): mxq reads memory forward only
+    throw nb::value_error((arg +
+                           ": expected a C-contiguous (row-major, dense) array, found shape " +
+                           shape.str() + " with element strides " + strides_text +
+                           " (use numpy.ascontiguousarray or .contiguous())")
+                              .c_str());
+  }
+  if (empty) {
+    // No element to address: the exporter's strides (often 0) say nothing, and the array is
+    // as contiguous as it can be.
+    result.view = TensorView(const_cast<void*>(a.data()), *dtype, shape, device);
+  } else {
+    Shape strides;
+    for (const std::int64_t s : stride_list) strides.push_back(s);
+    result.view = TensorView(const_cast<void*>(a.data()), *dtype, shape, strides, device);
+  }
+  const Shape& strides = result.view.strides();
   if (requirements.contiguous && !result.view.is_contiguous()) {
     throw nb::value_error((arg +
                            ": expected a C-contiguous (row-major, dense) array, found "

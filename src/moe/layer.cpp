@@ -30,6 +30,11 @@ MoeLayer::MoeLayer(const MoeConfig& config, std::int64_t layer, const ShardOptio
 MoeLayer MoeLayer::create(const MoeConfig& config, std::int64_t layer, const ShardOptions& shards) {
   config.validate();
   if (layer < 0) fail_argument(ErrorCode::kOutOfRange, "layer", ">= 0", layer);
+  // Checked here, not only per rank below: with a size of 0 the loops would make no rank at all.
+  if (shards.tp_size < 1)
+    fail_argument(ErrorCode::kInvalidArgument, "tp_size", ">= 1", shards.tp_size);
+  if (shards.ep_size < 1)
+    fail_argument(ErrorCode::kInvalidArgument, "ep_size", ">= 1", shards.ep_size);
   MoeLayer result(config, layer, shards);
   for (int ep = 0; ep < shards.ep_size; ++ep) {
     const EpShard ep_part = ep_shard(config.num_experts, shards.ep_size, ep);

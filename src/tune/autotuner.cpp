@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include "mxq/core/error.h"
@@ -136,6 +137,12 @@ Autotuner::Autotuner(AutotunerConfig config)
     }
   }
   cache_path_ = resolve_cache_path(config_, fingerprint_);
+  // A directory is no cache file: reading it would fail, and a tuning run would move it aside.
+  if (std::error_code error;
+      !cache_path_.empty() && std::filesystem::is_directory(cache_path_, error)) {
+    fail_argument(ErrorCode::kInvalidArgument, "autotune cache", "a file path",
+                  "'" + cache_path_ + "', a directory");
+  }
   if (!cache_path_.empty()) store_ = std::make_unique<CacheStore>(cache_path_, fingerprint_);
   if (mode() == AutotuneMode::kLoad || mode() == AutotuneMode::kTune) {
     std::vector<CacheEntry> loaded;

@@ -197,3 +197,16 @@ def test_torch_cuda_tensor_on_host_op_is_value_error():
     assert _mxq._inspect_array(x)["data"] == x.data_ptr()
     with pytest.raises(ValueError, match="^x: expected a host"):
         formats.quantize_mxfp4(x)
+
+
+def test_empty_arrays_are_contiguous():
+    """An array with a zero extent has no element to address: whatever strides its exporter
+    gives, it is accepted (as the torch ops accept empty tensors)."""
+    blocks, scales = formats.quantize_mxfp4(np.ones((0, 64), np.float32))
+    assert blocks.shape == (0, 2, 16) and scales.shape == (0, 2)
+
+
+def test_reversed_views_are_named_as_not_contiguous():
+    with pytest.raises(ValueError, match=r"^x: expected a C-contiguous .*strides \[64, -1\]"):
+        formats.quantize_mxfp4(np.ones((1, 64), np.float32)[:, ::-1])
+

@@ -151,10 +151,29 @@ def test_bad_arguments():
         mxq.autotune(mode="fast")
     with pytest.raises(ValueError, match=r"^device: "):
         mxq.autotune(device="tpu")
+    with pytest.raises(ValueError, match=r"^device: "):
+        mxq.autotune(device="cuda:x")
     context = mxq.autotune(mode="off")
     with context:
         with pytest.raises(RuntimeError, match="already active"):
             context.__enter__()
+
+
+def test_a_directory_is_no_cache_and_is_left_alone(linear, tmp_path):
+    folder = tmp_path / "mydir"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep")
+    for mode in ("tune", "load"):
+        with pytest.raises(ValueError, match="expected a file path"):
+            mxq.autotune(cache=str(folder), mode=mode)
+    assert folder.is_dir() and (folder / "notes.txt").read_text() == "keep"
+    assert not list(tmp_path.glob("mydir.corrupt-*"))
+
+
+def test_skip_ops_may_be_one_name(linear, tmp_path):
+    with mxq.autotune(cache=str(tmp_path / "c.json"), skip_ops="block_fp8_linear") as tuner:
+        linear.forward(tokens(8))
+    assert [r["status"] for r in tuner.records] == ["skipped"]
 
 
 def test_cpu_moe_forward_tunes_and_serves_expert_tilings(moe_checkpoint, tmp_path):

@@ -89,6 +89,10 @@ def test_moe_properties_and_ranks(moe_checkpoint):
         moe.rank(tp_rank=2)
     with pytest.raises(NotImplementedError, match="tp_rank"):
         mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_rank=0, tp_size=2)
+    for sizes in ({"tp_size": 0}, {"tp_size": -1}, {"ep_size": 0}):
+        name = next(iter(sizes))
+        with pytest.raises(ValueError, match=f"{name}: expected >= 1"):
+            mxq.MoELayer.from_checkpoint(moe_checkpoint, align=None, **sizes)
 
 
 def test_moe_update_session_context_manager(moe_checkpoint):

@@ -2,6 +2,8 @@
 // every TP x EP split agrees within the fp32 summation bound (uneven splits of I included).
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cmath>
 
 #include "moe_test_util.h"
@@ -145,6 +147,18 @@ TEST_F(SmallCheckpoint, AForcedSplitMustBeAMultipleOf32) {
   const ForwardComparison comparison =
       compare_forward(forced.forward(x_), 2, load(1, 1).forward(x_), 1, config_.top_k);
   EXPECT_TRUE(comparison.within_fp32_summation_error());
+}
+
+TEST_F(SmallCheckpoint, SplitSizesBelowOneAreRefusedByName) {
+  for (const auto& [tp, ep, name] : {std::tuple{0, 1, "tp_size"}, std::tuple{-1, 1, "tp_size"},
+                                     std::tuple{1, 0, "ep_size"}, std::tuple{1, -2, "ep_size"}}) {
+    ShardOptions shards;
+    shards.tp_size = tp;
+    shards.ep_size = ep;
+    const std::string message =
+        testing::error_of([&] { (void)MoeLayer::load(checkpoint_, 1, config_, shards); });
+    EXPECT_NE(message.find(std::string(name) + ": expected >= 1"), std::string::npos) << message;
+  }
 }
 
 TEST_F(SmallCheckpoint, ForwardIsIndependentOfTheThreadCount) {

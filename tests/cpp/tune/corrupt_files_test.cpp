@@ -174,6 +174,29 @@ TEST(CorruptFiles, AreLeftAsTheyAreByAReadOnlyLoad) {
   }
 }
 
+TEST(CorruptFiles, ADirectoryAsTheCachePathIsAnErrorAndIsNotMoved) {
+  TempDir dir;
+  const std::string path = dir.file("not-a-file");
+  std::filesystem::create_directories(path);
+  testing::write_file(path + "/notes.txt", "keep me");
+  for (const AutotuneMode mode : {AutotuneMode::kLoad, AutotuneMode::kTune}) {
+    AutotunerConfig config;
+    config.options.mode = mode;
+    config.options.cache_path = path;
+    const std::string message = [&] {
+      try {
+        const Autotuner tuner(config);
+      } catch (const Error& error) {
+        return std::string(error.what());
+      }
+      return std::string("no error");
+    }();
+    EXPECT_NE(message.find("expected a file path"), std::string::npos) << message;
+    EXPECT_EQ(testing::read_file(path + "/notes.txt"), "keep me");
+    EXPECT_TRUE(testing::files_starting_with(dir.path(), "not-a-file.corrupt-").empty());
+  }
+}
+
 TEST(CorruptFiles, AMalformedEntryIsSkippedWithAWarningAndTheRestIsServed) {
   TempDir dir;
   const std::string path = dir.file("cache.json");
