@@ -93,6 +93,11 @@ PaddingSummary MoeLayer::padding_summary() const {
 }
 
 PaddingSummary MoeLayer::prepare(std::int64_t alignment) {
+  const std::unique_lock lock(lock_.mutex);
+  return prepare_locked(alignment);
+}
+
+PaddingSummary MoeLayer::prepare_locked(std::int64_t alignment) {
   if (updating_) {
     fail(ErrorCode::kInvalidArgument, "MoE layer ", layer_,
          ": prepare() during a weight update; call end_update()");
@@ -108,6 +113,11 @@ PaddingSummary MoeLayer::prepare(std::int64_t alignment) {
 }
 
 void MoeLayer::restore_checkpoint_layout() {
+  const std::unique_lock lock(lock_.mutex);
+  restore_locked();
+}
+
+void MoeLayer::restore_locked() {
   for (MoeRankWeights& rank : ranks_) rank.restore_checkpoint_layout();
 }
 
@@ -147,16 +157,18 @@ void MoeLayer::write_tensor(const MoeTensorName& name, const TensorView& tensor)
 }
 
 void MoeLayer::begin_update() {
+  const std::unique_lock lock(lock_.mutex);
   if (updating_) {
     fail(ErrorCode::kInvalidArgument, "MoE layer ", layer_,
          ": begin_update() while an update is already in progress");
   }
   alignment_before_update_ = ranks_.front().shape().alignment;
-  restore_checkpoint_layout();
+  restore_locked();
   updating_ = true;
 }
 
 void MoeLayer::load(const std::string& name, const TensorView& tensor) {
+  const std::unique_lock lock(lock_.mutex);
   if (!updating_) {
     fail(ErrorCode::kInvalidArgument, "MoE layer ", layer_, ": load(", name,
          ") outside a weight update; call begin_update() first");
@@ -166,12 +178,13 @@ void MoeLayer::load(const std::string& name, const TensorView& tensor) {
 }
 
 void MoeLayer::end_update() {
+  const std::unique_lock lock(lock_.mutex);
   if (!updating_) {
     fail(ErrorCode::kInvalidArgument, "MoE layer ", layer_,
          ": end_update() without begin_update()");
   }
   updating_ = false;
-  if (alignment_before_update_ != 0) (void)prepare(alignment_before_update_);
+  if (alignment_before_update_ != 0) (void)prepare_locked(alignment_before_update_);
 }
 
 tune::Problem MoeLayer::tune_problem(int rank) const {
@@ -185,6 +198,7 @@ tune::Problem MoeLayer::tune_problem(int rank) const {
 MoeForwardResult MoeLayer::forward(const TensorView& x, const Routing* routing,
                                    const tune::Autotuner* tuner) const {
   const auto start = std::chrono::steady_clock::now();
+  const std::shared_lock lock(lock_.mutex);  // no writer while the weights are read
   if (updating_) {
     fail(ErrorCode::kInvalidArgument, "MoE layer ", layer_,
          ": forward() during a weight update; call end_update() first");

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import ml_dtypes
@@ -115,6 +116,44 @@ def test_moe_update_session_context_manager(moe_checkpoint):
         for name, value in tensors.items():
             u.load(name, value)
     assert np.array_equal(moe.forward(x).view(np.uint32), before.view(np.uint32))
+
+
+def test_moe_forward_racing_updates_is_never_torn(moe_checkpoint):
+    """Forwards in one thread, updates (and re-layouts) of the same weights in another: every
+    forward gives the reference bits or raises that an update is open, never a mix."""
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, layer=0, tp_size=2, align=128)
+    x = tokens(3, 128, seed=5)
+    ref = moe.forward(x)
+    same = {k: v for k, v in tensors_of(moe_checkpoint).items() if ".layers.0." in k}
+    done = threading.Event()
+    outcomes = {"equal": 0, "refused": 0, "torn": 0}
+
+    def forwards():
+        while not done.is_set() or outcomes["equal"] == 0:  # one after the updates, at least
+            try:
+                y = moe.forward(x)
+            except ValueError as error:
+                assert "during a weight update" in str(error)
+                outcomes["refused"] += 1
+                continue
+            outcomes["equal" if np.array_equal(y, ref, equal_nan=True) else "torn"] += 1
+
+    reader = threading.Thread(target=forwards)
+    reader.start()
+    try:
+        for i in range(40):
+            if i % 2:
+                moe.restore()
+                moe.prepare(128)
+            else:
+                with moe.update() as u:
+                    for name, value in same.items():
+                        u.load(name, value)
+    finally:
+        done.set()
+        reader.join()
+    assert outcomes["torn"] == 0, outcomes
+    assert outcomes["equal"] > 0, outcomes
 
 
 def test_moe_update_rejects_bad_tensor_and_still_ends(moe_checkpoint):

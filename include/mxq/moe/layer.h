@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,21 @@ class MoeLayer {
   // Checks a named tensor for this layer; returns its parsed name. Changes nothing.
   MoeTensorName check_tensor(const std::string& name, const TensorView& tensor) const;
   void write_tensor(const MoeTensorName& name, const TensorView& tensor);
+  PaddingSummary prepare_locked(std::int64_t alignment);
+  void restore_locked();
+
+  // Forwards share the weights; prepare, restore and the update calls change them. A forward
+  // from one thread and an update from another (Python releases the GIL in both) would read
+  // half-written weights, so forward holds the lock shared and the writers hold it alone. A copy
+  // of the layer gets its own lock.
+  struct Lock {
+    mutable std::shared_mutex mutex;
+    Lock() = default;
+    Lock(const Lock& /*other*/) {}
+    Lock& operator=(const Lock& /*other*/) { return *this; }
+    ~Lock() = default;
+  };
+  Lock lock_;
 
   MoeConfig config_;
   std::int64_t layer_ = 0;
