@@ -155,17 +155,18 @@ void run_tune(const TuneArgs& args) {
     if (t < 1) fail_argument(ErrorCode::kInvalidArgument, "--tokens", "counts >= 1", t);
   }
   // Every --ops name must be an op some pass tunes on this device: a typo would tune nothing.
-  for (const std::string& name : args.ops) {
+  if (!args.ops.empty()) {
     std::vector<std::string> known;
-    for (const char* preset : {args.preset.c_str(), args.draft_preset.c_str()}) {
-      if (*preset == '\0') continue;
+    for (const std::string& preset : {args.preset, args.draft_preset}) {
+      if (preset.empty()) continue;
       for (const tune::PresetProblem& p :
            preset_problems_for(preset, {args.tp, args.ep}, backend)) {
         if (std::find(known.begin(), known.end(), p.problem.op()) == known.end())
           known.push_back(p.problem.op());
       }
     }
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
+    for (const std::string& name : args.ops) {
+      if (std::find(known.begin(), known.end(), name) != known.end()) continue;
       std::string list;
       for (const std::string& op : known) list += (list.empty() ? "" : ", ") + op;
       fail(ErrorCode::kInvalidArgument, "--ops: '", name,
