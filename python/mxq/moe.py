@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from . import _device, _mxq
+from ._errors import Error, InvalidArgumentError
 from . import tune as _tune
 
 ArrayLike = Any
@@ -47,8 +48,9 @@ class _ReleasedCore:
     """Stands in for a layer's C++ core after _release_layers_at_exit."""
 
     def __getattr__(self, name: str) -> Any:
-        raise RuntimeError("mxq.MoELayer: released at interpreter exit (its C++ state and device "
-                           "copies were freed when the interpreter began to shut down)")
+        raise InvalidArgumentError("mxq.MoELayer: released at interpreter exit (its C++ state and "
+                                   "device copies were freed when the interpreter began to shut "
+                                   "down)")
 
 
 @atexit.register
@@ -59,7 +61,7 @@ def _release_layers_at_exit() -> None:
     torch 2.11, the guards in torch.compile's per-code cache hold a compiled module, whose class
     holds that code, so an mxq.torch_ops.MoE and its layer stay alive — and nanobind would then
     report the layer's C++ object as leaked. An exit handler registered before mxq was imported
-    runs after this one: a layer it uses raises RuntimeError."""
+    runs after this one: a layer it uses raises mxq.InvalidArgumentError."""
     for layer in list(_LIVE_LAYERS):
         layer._release()
 
@@ -68,8 +70,9 @@ def layer_from_handle(handle: int) -> "MoELayer":
     """The live :class:`MoELayer` registered under ``handle`` (see :attr:`MoELayer.handle`)."""
     layer = _HANDLES.get(int(handle))
     if layer is None:
-        raise ValueError(f"layer: expected the handle of a live mxq.MoELayer, found {handle} "
-                         "(the layer was freed, or the handle comes from another process)")
+        raise InvalidArgumentError(f"layer: expected the handle of a live mxq.MoELayer, found "
+                                   f"{handle} (the layer was freed, or the handle comes from "
+                                   "another process)")
     return layer
 
 PARAMS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
@@ -149,13 +152,16 @@ class MoEUpdate:
     def load(self, name: str, tensor: ArrayLike) -> None:
         """Load checkpoint tensor ``name`` (read without a copy; the layer copies its shard)."""
         if not self._active:
-            raise RuntimeError("MoEUpdate.load: the session is not open (use `with layer.update()`)")
+            raise InvalidArgumentError(
+                "MoEUpdate.load: the session is not open (use `with layer.update()`)")
         self._layer._core.load(name, tensor)
 
     def __exit__(self, *exc: object) -> None:
         self._active = False
-        self._layer._drop_device_copies()
-        self._layer._core.end_update()
+        try:
+            self._layer._core.end_update()
+        finally:
+            self._layer._drop_device_copies()
 
 
 class MoELayer:
@@ -166,6 +172,9 @@ class MoELayer:
         self._handle: Optional[int] = None
         # CUDA device index -> (_mxq.MoeGpuLayer, the mxq.autotune() context it consults or None)
         self._device_copies: Dict[int, Any] = {}
+        # Bumped (under _device_lock) after every change of the weights: an upload that raced a
+        # change is not kept, so no copy of older weights outlives the change.
+        self._weights_version = 0
         self._device_lock = threading.Lock()
         _LIVE_LAYERS.add(self)
 
@@ -247,7 +256,8 @@ class MoELayer:
         """One rank of the grid (rank id = ep_rank * tp_size + tp_rank)."""
         for value, size, label in ((tp_rank, self.tp_size, "tp_rank"), (ep_rank, self.ep_size, "ep_rank")):
             if not 0 <= value < size:
-                raise ValueError(f"{label}: expected a value in [0, {size}), found {value}")
+                raise InvalidArgumentError(
+                    f"{label}: expected a value in [0, {size}), found {value}", "out_of_range")
         return MoERank(self, ep_rank * self.tp_size + tp_rank)
 
     @property
@@ -270,13 +280,17 @@ class MoELayer:
     # --- actions ---
     def prepare(self, align: int = 128) -> Dict[str, Any]:
         """Pad every rank's I_rank to a multiple of ``align``; returns the padding summary."""
-        self._drop_device_copies()
-        return self._core.prepare(align)
+        try:
+            return self._core.prepare(align)
+        finally:
+            self._drop_device_copies()
 
     def restore(self) -> None:
         """Undo the padding in place (back to checkpoint layout)."""
-        self._drop_device_copies()
-        self._core.restore_checkpoint_layout()
+        try:
+            self._core.restore_checkpoint_layout()
+        finally:
+            self._drop_device_copies()
 
     def cuda(self, device: int = 0, max_tokens: int = 1024) -> "MoELayer":
         """Upload the current weights (every rank) to CUDA device ``device`` for up to
@@ -289,10 +303,10 @@ class MoELayer:
         drop it: capture CUDA graphs again after any of them.
         """
         if not _mxq.with_cuda:
-            raise RuntimeError("MoELayer.cuda: this build of mxq has no CUDA support "
-                               "(install it where nvcc is found, or with MXQ_CUDA=ON)")
+            raise Error("MoELayer.cuda: this build of mxq has no CUDA support (install it where "
+                        "nvcc is found, or with MXQ_CUDA=ON)", "unsupported")
         if max_tokens < 1:
-            raise ValueError(f"max_tokens: expected >= 1, found {max_tokens}")
+            raise InvalidArgumentError(f"max_tokens: expected >= 1, found {max_tokens}")
         self._upload(device, max_tokens, self._serving_tuner(device))
         return self
 
@@ -301,11 +315,16 @@ class MoELayer:
         current = _tune.current()
         return current if current is not None and current.serves("cuda", device) else None
 
-    def _upload(self, device: int, max_tokens: int, tuner: Optional[Any]) -> None:
+    def _upload(self, device: int, max_tokens: int, tuner: Optional[Any]) -> Any:
+        # The C++ upload copies the weights under the layer's reader lock (never torn) and is
+        # refused mid-update; the copy is kept only if no change of the weights came since.
+        version = self._weights_version
         copy = _mxq.MoeGpuLayer.upload(self._core, max_tokens, device, "auto",
                                        None if tuner is None else tuner._tuner)
         with self._device_lock:
-            self._device_copies[device] = (copy, tuner)
+            if version == self._weights_version:
+                self._device_copies[device] = (copy, tuner)
+        return copy
 
     def _device_copy(self, device: int, tokens: int) -> Any:
         tuner = self._serving_tuner(device)
@@ -316,9 +335,10 @@ class MoELayer:
             if size < tokens:
                 size = max(tokens, 2 * size)
             # A copy made under a tuner keeps it; a new tuning context gets a copy of its own.
-            self._upload(device, size, tuner if tuner is not None or entry is None else entry[1])
-            entry = self._device_copies[device]
-        copy = entry[0]
+            copy = self._upload(device, size,
+                                tuner if tuner is not None or entry is None else entry[1])
+        else:
+            copy = entry[0]
         if tuner is not None:
             for problem in copy.tune_problems():
                 tuner.tune(problem, tokens)
@@ -329,11 +349,13 @@ class MoELayer:
         (after :meth:`cuda` or a CUDA forward): tactic name and whether the tuner chose it."""
         entry = self._device_copies.get(device)
         if entry is None:
-            raise ValueError(f"device: no copy of this layer on cuda:{device} yet (call cuda())")
+            raise InvalidArgumentError(
+                f"device: no copy of this layer on cuda:{device} yet (call cuda())")
         return entry[0].tactic_for(tokens, rank)
 
     def _drop_device_copies(self) -> None:
         with self._device_lock:
+            self._weights_version += 1
             self._device_copies.clear()
 
     def _release(self) -> None:
@@ -352,8 +374,8 @@ class MoELayer:
         """
         device = _device.device_of(x)
         if device[0] != "cuda":
-            raise ValueError("x: expected a CUDA array, found a host array (forward() runs "
-                             "host arrays on the CPU)")
+            raise InvalidArgumentError("x: expected a CUDA array, found a host array (forward() "
+                                       "runs host arrays on the CPU)", "device_mismatch")
         with _device.device_scope(x):
             return self._forward_cuda(x, device[1], out, expert_ids, expert_weights, stream)
 

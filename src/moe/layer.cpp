@@ -187,6 +187,15 @@ void MoeLayer::end_update() {
   if (alignment_before_update_ != 0) (void)prepare_locked(alignment_before_update_);
 }
 
+std::shared_lock<std::shared_mutex> MoeLayer::lock_for_reading(std::string_view reader) const {
+  std::shared_lock lock(lock_.mutex);
+  if (updating_) {
+    fail(ErrorCode::kInvalidArgument, "MoE layer ", layer_, ": ", reader,
+         " during a weight update; call end_update() first");
+  }
+  return lock;
+}
+
 tune::Problem MoeLayer::tune_problem(int rank) const {
   MXQ_CHECK(rank >= 0 && rank < num_ranks(), ErrorCode::kOutOfRange,
             "MoeLayer::tune_problem: rank: expected 0..", num_ranks() - 1, ", found ", rank);
@@ -198,11 +207,7 @@ tune::Problem MoeLayer::tune_problem(int rank) const {
 MoeForwardResult MoeLayer::forward(const TensorView& x, const Routing* routing,
                                    const tune::Autotuner* tuner) const {
   const auto start = std::chrono::steady_clock::now();
-  const std::shared_lock lock(lock_.mutex);  // no writer while the weights are read
-  if (updating_) {
-    fail(ErrorCode::kInvalidArgument, "MoE layer ", layer_,
-         ": forward() during a weight update; call end_update() first");
-  }
+  const auto reading = lock_for_reading("forward()");
   if (tuner != nullptr && tuner->backend() != tune::Backend::kCpu) {
     fail_argument(ErrorCode::kInvalidArgument, "tuner", "an autotuner of the cpu backend",
                   detail::concat("one of the ", tune::to_string(tuner->backend()), " backend"));

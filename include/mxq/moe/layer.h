@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mxq/core/tensor.h"
@@ -91,6 +92,11 @@ class MoeLayer {
   void end_update();
   [[nodiscard]] bool updating() const { return updating_; }
 
+  // The weights held for reading while the returned lock lives (writers wait; readers share):
+  // forward() and the GPU uploads copy the weights under it. During a weight update the weights
+  // are half-loaded in checkpoint layout, so it fails then, naming `reader`.
+  [[nodiscard]] std::shared_lock<std::shared_mutex> lock_for_reading(std::string_view reader) const;
+
  private:
   MoeLayer(const MoeConfig& config, std::int64_t layer, const ShardOptions& shards);
   // Checks a named tensor for this layer; returns its parsed name. Changes nothing.
@@ -99,10 +105,10 @@ class MoeLayer {
   PaddingSummary prepare_locked(std::int64_t alignment);
   void restore_locked();
 
-  // Forwards share the weights; prepare, restore and the update calls change them. A forward
-  // from one thread and an update from another (Python releases the GIL in both) would read
-  // half-written weights, so forward holds the lock shared and the writers hold it alone. A copy
-  // of the layer gets its own lock.
+  // Forwards and uploads read the weights; prepare, restore and the update calls change them. A
+  // forward from one thread and an update from another (Python releases the GIL in both) would
+  // read half-written weights, so readers hold the lock shared (lock_for_reading) and the writers
+  // hold it alone. A copy of the layer gets its own lock.
   struct Lock {
     mutable std::shared_mutex mutex;
     Lock() = default;

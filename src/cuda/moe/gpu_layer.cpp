@@ -99,6 +99,9 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
     fail_argument(ErrorCode::kInvalidArgument, "MoeGpuLayer::upload: tuner",
                   "an autotuner of backend cuda", tune::to_string(tuner->backend()));
   }
+  // No update may change the weights while they are copied (a torn copy would serve until the
+  // next upload).
+  const auto reading = layer.lock_for_reading("MoeGpuLayer::upload");
   MXQ_CUDA_CHECK(cudaSetDevice(device.index));
   auto state = std::make_shared<State>();
   state->tuner = tuner;

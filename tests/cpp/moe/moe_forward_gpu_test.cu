@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "mxq/core/cuda_check.h"
@@ -328,6 +329,25 @@ TEST(MoeGpuLayer, SingleTokenRanksWithoutALocalChoiceWriteZeros) {
   }
   EXPECT_EQ(tokens_run, 2);
   MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// Mid-update the weights are half-loaded in checkpoint layout: an upload then is refused (a copy
+// made then would serve torn weights until the next upload), and works again after the update.
+TEST(MoeGpuLayer, UploadDuringAWeightUpdateIsRefused) {
+  const Case c{"e8_k2_t1", 8, 256, 256, 2,     1,    Activation::kSwigluOai,
+               true,       1, 1,   128, false, false};
+  MoeLayer layer = make_layer(c, 3);
+  layer.begin_update();
+  try {
+    (void)MoeGpuLayer::upload(layer, 1);
+    ADD_FAILURE() << "an upload during a weight update was not refused";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("MoeGpuLayer::upload during a weight update"),
+              std::string::npos)
+        << error.what();
+  }
+  layer.end_update();
+  EXPECT_NO_THROW((void)MoeGpuLayer::upload(layer, 1));
 }
 
 // The combine writes 4 outputs a thread when the output is 8-byte aligned and one otherwise: a

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "moe_test_util.h"
 #include "mxq/moe/layer.h"
@@ -200,6 +203,32 @@ TEST_F(UpdateSession, BiasTensorsAreUnknownToALayerWithoutBiases) {
   EXPECT_NE(error_of([&] { layer.load(bias, new_.view(bias)); }).find("no biases"),
             std::string::npos);
   layer.end_update();
+}
+
+// What the GPU uploads rely on: a reader's lock keeps every writer out until it is released, and
+// no reader gets the lock while an update has the weights half-loaded.
+TEST_F(UpdateSession, AReadersLockHoldsWritersOffAndIsRefusedDuringAnUpdate) {
+  MoeLayer layer = fresh(old_);
+  std::atomic<bool> updated{false};
+  std::thread writer;
+  {
+    const auto reading = layer.lock_for_reading("a test reader");
+    writer = std::thread([&] {
+      layer.begin_update();
+      updated = true;
+    });
+    // Long enough for an unblocked begin_update() to have finished many times over.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(updated.load()) << "an update began while a reader held the weights";
+  }
+  writer.join();
+  ASSERT_TRUE(updated.load());
+  EXPECT_NE(error_of([&] {
+              (void)layer.lock_for_reading("a test reader");
+            }).find("a test reader during a weight update"),
+            std::string::npos);
+  layer.end_update();
+  EXPECT_NO_THROW((void)layer.lock_for_reading("a test reader"));
 }
 
 }  // namespace
