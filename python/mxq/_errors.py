@@ -22,9 +22,13 @@ class Error(RuntimeError):
 class InvalidArgumentError(Error, ValueError):
     """An argument's value, shape, range or device is not acceptable."""
 
+    code = "invalid_argument"
+
 
 class DtypeError(Error, TypeError):
-    """An argument has the wrong element type."""
+    """An argument has the wrong element type (or is not an array at all)."""
+
+    code = "dtype_mismatch"
 
 
 # mxq::to_string(ErrorCode) -> (Python code, class). One table, in ErrorCode order.

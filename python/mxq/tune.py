@@ -26,6 +26,7 @@ import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _mxq
+from ._errors import InvalidArgumentError
 
 __all__ = ["Autotune", "autotune", "current"]
 
@@ -41,15 +42,18 @@ class Autotune:
                  device: str = "cpu", budget_seconds: Optional[float] = None,
                  skip_ops: Optional[Sequence[str]] = None) -> None:
         if mode not in _MODES:
-            raise ValueError(f"mode: expected one of {', '.join(_MODES)}, found {mode!r}")
+            raise InvalidArgumentError(
+                f"mode: expected one of {', '.join(_MODES)}, found {mode!r}")
         if device != "cpu" and not device.startswith("cuda"):
-            raise ValueError(f"device: expected \"cpu\" or \"cuda[:N]\", found {device!r}")
+            raise InvalidArgumentError(
+                f"device: expected \"cpu\" or \"cuda[:N]\", found {device!r}")
         self.mode = mode
         self.phase = phase
         self.device = device
         self._backend, _, index = device.partition(":")
         if index and not index.isdigit():
-            raise ValueError(f"device: expected \"cpu\" or \"cuda[:N]\", found {device!r}")
+            raise InvalidArgumentError(
+                f"device: expected \"cpu\" or \"cuda[:N]\", found {device!r}")
         self._index = int(index or 0)
         if isinstance(skip_ops, str):  # one op name, not its characters
             skip_ops = [skip_ops]
@@ -65,7 +69,8 @@ class Autotune:
     # --- context manager ---
     def __enter__(self) -> "Autotune":
         if self._token is not None:
-            raise RuntimeError("mxq.autotune: this context is already active (make a new one)")
+            raise InvalidArgumentError(
+                "mxq.autotune: this context is already active (make a new one)")
         if self.mode in ("tune", "fresh"):
             self._session = _mxq.TuningSession(self._tuner, self.phase)
         self._token = _CURRENT.set(_CURRENT.get() + (self,))

@@ -175,13 +175,11 @@ ArrayArg array_arg(nb::handle array, std::string_view argument,
     const bool requires_grad = nb::hasattr(array, "requires_grad") &&
                                nb::isinstance<nb::bool_>(array.attr("requires_grad")) &&
                                nb::cast<bool>(array.attr("requires_grad"));
-    throw nb::type_error((arg +
-                          ": expected an array (NumPy, PyTorch, CuPy or any DLPack "
-                          "exporter), found " +
-                          nb::cast<std::string>(nb::str(
-                              nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(array.ptr()))))) +
-                          (requires_grad ? " that requires grad (pass " + arg + ".detach())" : ""))
-                             .c_str());
+    fail(ErrorCode::kDtypeMismatch, arg,
+         ": expected an array (NumPy, PyTorch, CuPy or any DLPack exporter), found ",
+         nb::cast<std::string>(
+             nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(array.ptr()))))),
+         requires_grad ? " that requires grad (pass " + arg + ".detach())" : "");
   }
   std::optional<DType> dtype = dtype_override ? dtype_override : dtype_from_dlpack(a.dtype());
   // CuPy (and NumPy without ml_dtypes) have no bfloat16: uint16 bit patterns are read as bf16
@@ -195,45 +193,37 @@ ArrayArg array_arg(nb::handle array, std::string_view argument,
     dtype = DType::kBF16;
   }
   if (!dtype) {
-    throw nb::type_error((arg + ": expected " +
-                          (requirements.dtypes.empty() ? std::string("an mxq dtype")
-                                                       : dtype_list(requirements.dtypes)) +
-                          ", found " + describe_dlpack_dtype(a.dtype()))
-                             .c_str());
+    fail(
+        ErrorCode::kDtypeMismatch, arg, ": expected ",
+        requirements.dtypes.empty() ? std::string("an mxq dtype") : dtype_list(requirements.dtypes),
+        ", found ", describe_dlpack_dtype(a.dtype()));
   }
   if (!requirements.dtypes.empty()) {
     bool accepted = false;
     for (DType d : requirements.dtypes) accepted = accepted || d == *dtype;
     if (!accepted) {
-      throw nb::type_error((arg + ": expected " + dtype_list(requirements.dtypes) + ", found " +
-                            dtype_list({*dtype}))
-                               .c_str());
+      fail(ErrorCode::kDtypeMismatch, arg, ": expected ", dtype_list(requirements.dtypes),
+           ", found ", dtype_list({*dtype}));
     }
   }
   if (requirements.rank >= 0 && a.ndim() != static_cast<size_t>(requirements.rank)) {
-    throw nb::value_error((arg + ": expected " + std::to_string(requirements.rank) +
-                           " dimensions, found shape " + shape_text(a))
-                              .c_str());
+    fail(ErrorCode::kShapeMismatch, arg, ": expected ", requirements.rank,
+         " dimensions, found shape ", shape_text(a));
   }
   if (a.ndim() > static_cast<size_t>(Shape::kMaxDims)) {
-    throw nb::value_error((arg + ": expected at most " + std::to_string(Shape::kMaxDims) +
-                           " dimensions, found " + std::to_string(a.ndim()))
-                              .c_str());
+    fail(ErrorCode::kShapeMismatch, arg, ": expected at most ", Shape::kMaxDims,
+         " dimensions, found ", a.ndim());
   }
   Device device = Device::cpu();
   if (a.device_type() == nb::device::cuda::value) {
     device = Device::cuda(a.device_id());
   } else if (a.device_type() != nb::device::cpu::value) {
-    throw nb::value_error((arg + ": expected host (CPU) or CUDA memory, found DLPack device type " +
-                           std::to_string(a.device_type()))
-                              .c_str());
+    fail(ErrorCode::kDeviceMismatch, arg,
+         ": expected host (CPU) or CUDA memory, found DLPack device type ", a.device_type());
   }
   if (requirements.host_only && !device.is_cpu()) {
-    std::ostringstream found;
-    found << device;
-    throw nb::value_error((arg + ": expected a host (CPU) array, found one on " + found.str() +
-                           " (this operation runs on the CPU)")
-                              .c_str());
+    fail(ErrorCode::kDeviceMismatch, arg, ": expected a host (CPU) array, found one on ", device,
+         " (this operation runs on the CPU)");
   }
   Shape shape;
   std::vector<std::int64_t> stride_list;
@@ -249,11 +239,9 @@ ArrayArg array_arg(nb::handle array, std::string_view argument,
   }
   strides_text += "]";
   if (negative) {  // a reversed view (x[:, ::-1]): mxq reads memory forward only
-    throw nb::value_error((arg +
-                           ": expected a C-contiguous (row-major, dense) array, found shape " +
-                           shape.str() + " with element strides " + strides_text +
-                           " (use numpy.ascontiguousarray or .contiguous())")
-                              .c_str());
+    fail(ErrorCode::kInvalidArgument, arg,
+         ": expected a C-contiguous (row-major, dense) array, found shape ", shape.str(),
+         " with element strides ", strides_text, " (use numpy.ascontiguousarray or .contiguous())");
   }
   if (empty) {
     // No element to address: the exporter's strides (often 0) say nothing, and the array is
@@ -266,12 +254,10 @@ ArrayArg array_arg(nb::handle array, std::string_view argument,
   }
   const Shape& strides = result.view.strides();
   if (requirements.contiguous && !result.view.is_contiguous()) {
-    throw nb::value_error((arg +
-                           ": expected a C-contiguous (row-major, dense) array, found "
-                           "shape " +
-                           shape.str() + " with element strides " + strides.str() +
-                           " (use numpy.ascontiguousarray or .contiguous())")
-                              .c_str());
+    fail(ErrorCode::kInvalidArgument, arg,
+         ": expected a C-contiguous (row-major, dense) array, found shape ", shape.str(),
+         " with element strides ", strides.str(),
+         " (use numpy.ascontiguousarray or .contiguous())");
   }
   return result;
 }
@@ -301,7 +287,7 @@ nb::object wrap_storage(void* data, const TensorView& view, nb::handle owner, bo
 
 nb::object to_numpy(Tensor tensor) {
   if (!tensor.device().is_cpu()) {
-    throw nb::value_error("internal: to_numpy called with a device tensor");
+    fail(ErrorCode::kInternal, "to_numpy called with a device tensor");
   }
   auto* owned = new Tensor(std::move(tensor));
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
@@ -356,10 +342,8 @@ std::shared_ptr<void> python_owner(nb::object object) {
 
 Tensor borrow_tensor(const ArrayArg& arg, DType dtype, std::string_view argument) {
   if (size_of(dtype) != size_of(arg.view.dtype())) {
-    throw nb::type_error((std::string(argument) + ": cannot read " +
-                          std::string(name(arg.view.dtype())) + " elements as " +
-                          std::string(name(dtype)))
-                             .c_str());
+    fail(ErrorCode::kDtypeMismatch, argument, ": cannot read ", name(arg.view.dtype()),
+         " elements as ", name(dtype));
   }
   const TensorView view(arg.view.data(), dtype, arg.view.shape(), arg.view.strides(),
                         arg.view.device());

@@ -88,12 +88,10 @@ std::optional<BlockShape> try_block_shape(nb::handle value) {
 
 BlockShape block_shape_arg(nb::handle value, std::string_view argument) {
   if (auto block = try_block_shape(value)) return *block;
-  const std::string found = nb::cast<std::string>(nb::repr(value));
-  throw nb::type_error((std::string(argument) +
-                        ": expected a BlockShape, a (n, k) tuple or [n, k] list of positive "
-                        "integers, or a string like \"128x128\"; found " +
-                        found)
-                           .c_str());
+  fail(ErrorCode::kDtypeMismatch, argument,
+       ": expected a BlockShape, a (n, k) tuple or [n, k] list of positive integers, or a string "
+       "like \"128x128\"; found ",
+       nb::cast<std::string>(nb::repr(value)));
 }
 
 void bind_formats(nb::module_& m) {
@@ -116,17 +114,19 @@ void bind_formats(nb::module_& m) {
       .def_static(
           "parse", [](nb::handle value) { return block_shape_arg(value, "block"); },
           nb::arg("value"), "A BlockShape from a BlockShape, (n, k), [n, k] or \"NxK\".")
-      .def("__eq__",
-           [](const BlockShape& self, nb::handle other) -> nb::object {
-             std::optional<BlockShape> value;
-             try {
-               value = try_block_shape(other);
-             } catch (const Error&) {
-               return nb::bool_(false);
-             }
-             if (!value) return nb::borrow(Py_NotImplemented);
-             return nb::bool_(self == *value);
-           })
+      .def(
+          "__eq__",
+          [](const BlockShape& self, nb::handle other) -> nb::object {
+            std::optional<BlockShape> value;
+            try {
+              value = try_block_shape(other);
+            } catch (const Error&) {
+              return nb::bool_(false);
+            }
+            if (!value) return nb::borrow(Py_NotImplemented);
+            return nb::bool_(self == *value);
+          },
+          nb::arg("other").none())
       .def("__hash__",
            [](const BlockShape& self) { return nb::hash(nb::make_tuple(self.n, self.k)); })
       .def("__iter__",

@@ -133,8 +133,8 @@ void bind_moe(nb::module_& m) {
             std::optional<moe::Routing> routing;
             if (!ids.is_none() || !weights.is_none()) {
               if (ids.is_none() || weights.is_none()) {
-                throw nb::value_error(
-                    "expert_ids and expert_weights: give both or neither (found only one)");
+                fail(ErrorCode::kInvalidArgument,
+                     "expert_ids and expert_weights: give both or neither (found only one)");
               }
               const ArrayArg ia = array_arg(ids, "expert_ids", {{DType::kI32}, 2, true, true});
               const ArrayArg wa =

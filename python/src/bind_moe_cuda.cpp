@@ -122,17 +122,17 @@ void bind_moe_cuda(nb::module_& m) {
              nb::handle expert_ids, nb::handle expert_weights) -> nb::object {
             const ArrayArg xa = array_arg(x, "x", kDeviceBf16);
             if (!xa.view.device().is_cuda()) {
-              throw nb::value_error(
-                  "x: expected a CUDA array, found a host array (MoELayer.forward runs host "
-                  "arrays on the CPU)");
+              fail(ErrorCode::kDeviceMismatch,
+                   "x: expected a CUDA array, found a host array (MoELayer.forward runs host "
+                   "arrays on the CPU)");
             }
             const Device device = xa.view.device();
             std::optional<ArrayArg> ids;
             std::optional<ArrayArg> weights;
             if (!expert_ids.is_none() || !expert_weights.is_none()) {
               if (expert_ids.is_none() || expert_weights.is_none()) {
-                throw nb::value_error(
-                    "expert_ids and expert_weights: give both or neither (found only one)");
+                fail(ErrorCode::kInvalidArgument,
+                     "expert_ids and expert_weights: give both or neither (found only one)");
               }
               ids = array_arg(expert_ids, "expert_ids", {{DType::kI32}, 2, true, false});
               weights =

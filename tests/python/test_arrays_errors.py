@@ -210,3 +210,44 @@ def test_reversed_views_are_named_as_not_contiguous():
     with pytest.raises(ValueError, match=r"^x: expected a C-contiguous .*strides \[64, -1\]"):
         formats.quantize_mxfp4(np.ones((1, 64), np.float32)[:, ::-1])
 
+
+
+def _raise(call):
+    with pytest.raises(mxq.Error) as info:
+        call()
+    return info.value
+
+
+@pytest.mark.parametrize("call,cls,code,message", [
+    (lambda: formats.quantize_mxfp4([[1.0] * 32]), mxq.DtypeError, "dtype_mismatch",
+     "x: expected an array"),
+    (lambda: formats.quantize_mxfp4(np.ones((2, 32), np.float64)), mxq.DtypeError,
+     "dtype_mismatch", "x: expected f32 or bf16"),
+    (lambda: formats.quantize_fp8_block(np.ones(8, np.float32), (1, 8)),
+     mxq.InvalidArgumentError, "shape_mismatch", "x: expected 2 dimensions"),
+    (lambda: formats.quantize_mxfp4(np.ones((4, 64), np.float32)[:, ::2]),
+     mxq.InvalidArgumentError, "invalid_argument", "x: expected a C-contiguous"),
+    (lambda: formats.quantize_mxfp4(FakeCudaArray()), mxq.InvalidArgumentError,
+     "device_mismatch", "x: expected a host (CPU) array"),
+    (lambda: mxq.BlockShape.parse(1.5), mxq.DtypeError, "dtype_mismatch",
+     "block: expected a BlockShape"),
+    (lambda: mxq.autotune(mode="sometimes"), mxq.InvalidArgumentError, "invalid_argument",
+     "mode: expected one of"),
+    (lambda: mxq.autotune(device="tpu"), mxq.InvalidArgumentError, "invalid_argument",
+     "device: expected"),
+])
+def test_boundary_errors_are_mxq_errors_with_a_code(call, cls, code, message):
+    """Every argument error mxq raises, from the array bridge or from Python, is an mxq.Error
+    with its code, and still the builtin ValueError / TypeError that ordinary handlers catch."""
+    error = _raise(call)
+    assert type(error) is cls and error.code == code and str(error).startswith(message)
+    assert isinstance(error, TypeError if cls is mxq.DtypeError else ValueError)
+
+
+def test_block_shape_compares_unequal_to_other_things():
+    block = mxq.BlockShape(128, 128)
+    assert block == (128, 128) and block == "128x128"
+    assert not block == None  # noqa: E711 (the comparison itself is under test)
+    assert block != None  # noqa: E711
+    assert block != 3 and block != (128,) and block != "dog"
+    assert None != block  # noqa: E711
