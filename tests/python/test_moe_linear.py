@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import ml_dtypes
 import numpy as np
@@ -154,6 +155,34 @@ def test_moe_forward_racing_updates_is_never_torn(moe_checkpoint):
         reader.join()
     assert outcomes["torn"] == 0, outcomes
     assert outcomes["equal"] > 0, outcomes
+
+
+def test_a_device_copy_overtaken_by_a_weight_change_is_not_kept(moe_checkpoint, monkeypatch):
+    """An upload that a change of the weights (here a restore from "another thread" while the
+    copy is made) overtook serves the call that made it but is not kept: the next CUDA forward
+    uploads the new weights instead of serving the old ones until the process ends."""
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, layer=0, tp_size=2, align=128)
+    uploads = []
+
+    class FakeCopy:  # what MoeGpuLayer.upload returns, as far as the bookkeeping looks
+        max_tokens = 1024
+
+        def tune_problems(self):
+            return []
+
+    def upload(core, max_tokens, device, gemm, tuner):
+        uploads.append(max_tokens)
+        if len(uploads) == 1:
+            moe.restore()
+        return FakeCopy()
+
+    monkeypatch.setattr(mxq.moe._mxq, "MoeGpuLayer", SimpleNamespace(upload=upload),
+                        raising=False)
+    first = moe._device_copy(0, 1)
+    assert isinstance(first, FakeCopy) and 0 not in moe._device_copies
+    second = moe._device_copy(0, 1)
+    assert len(uploads) == 2 and moe._device_copies[0][0] is second
+    assert moe._device_copy(0, 1) is second and len(uploads) == 2  # kept from then on
 
 
 def test_moe_update_rejects_bad_tensor_and_still_ends(moe_checkpoint):
