@@ -15,9 +15,16 @@ op                                        CPU        CUDA   result
 
 Each op has a fake (shape-only) implementation, so ``torch.compile(fullgraph=True)`` traces
 modules calling them (dynamic shapes included); ``torch.library.opcheck`` passes for the ops
-without float8 inputs. The ops are for inference (no autograd formula): run and compile them
-under ``torch.no_grad()`` or ``torch.inference_mode()``.
+without float8 inputs.
 
+* **Autograd.** ``block_fp8_linear`` has a gradient for x and the bias: the straight-through
+  estimate grad_x = grad_y W, W dequantized (E4M3 codes times block scales, float32) with torch
+  ops on the weight's device (the activation quantization inside the op counts as the
+  identity; the weight and scales are frozen, no gradient: LoRA on an FP8 model), and
+  grad_bias = grad_y summed over the leading dims. Every other op taking a floating tensor has
+  a formula that fails when a backward reaches it (``mxq.Error``, code "unsupported": "mxq.OP
+  has no gradient (...)"), so with inputs that require grad their forward runs and compiles
+  (``fullgraph=True``); only the backward raises, eager and compiled alike.
 * **Tensors in** are read in place through DLPack (no copy); float8 tensors travel as uint8
   views of the same bytes. **Results** on the CPU are NumPy arrays owned by mxq, wrapped by
   ``torch.from_numpy`` (no copy). On CUDA the work is queued on torch's *current stream* of the
@@ -26,8 +33,12 @@ under ``torch.no_grad()`` or ``torch.inference_mode()``.
   that torch allocates; ``block_fp8_linear`` and ``quantize_fp8_groups`` return memory that
   mxq's C++ op allocated (cudaMalloc, handed over through DLPack; freeing it waits for the
   device) until the C++ linear op takes an output buffer.
-* **Bad arguments** raise ``TypeError`` (dtype) or ``ValueError`` (shape, device, layout)
-  naming the argument, in the real and in the fake implementation.
+* **Bad arguments** raise :class:`mxq.DtypeError` (a ``TypeError``; code "dtype_mismatch")
+  or :class:`mxq.InvalidArgumentError` (a ``ValueError``; code "shape_mismatch",
+  "device_mismatch" or "invalid_argument") naming the argument, in the real and in the fake
+  implementation, as mxq's C++ core would.
+* **BlockFp8Linear** keeps its buffers' dtypes under ``model.half()`` / ``.to(dtype)``; device
+  moves apply.
 * **The MoE layer** is not a tensor: its weights live in an :class:`mxq.MoELayer` (every
   simulated rank, plus a copy per CUDA device made on first use, see ``MoELayer.cuda``). The
   op takes the layer's integer ``handle`` (``layer.handle``) — a plain int in the graph, so
@@ -36,7 +47,8 @@ under ``torch.no_grad()`` or ``torch.inference_mode()``.
   ``torch.classes`` custom class would make the layer a graph input but needs a C++ torch
   extension; a handle keeps mxq free of a libtorch build dependency.) :class:`MoE` wraps it.
 * Inside :func:`mxq.autotune`, ``block_fp8_linear(..., tactic="auto")`` and ``moe_forward``
-  on the tuner's device run the tuner's decisions (tuning the problem first in tune mode).
+  on the tuner's device run the tuner's decisions (tuning the problem first in tune mode; on
+  the CPU, ``moe_forward`` tunes each rank's expert tiling as ``MoELayer.forward`` does).
 """
 
 from __future__ import annotations
@@ -50,6 +62,7 @@ from torch import Tensor
 
 from . import _mxq
 from . import tune as _tune
+from ._errors import DtypeError, Error, InvalidArgumentError
 from .moe import MoELayer, layer_from_handle
 
 __all__ = [
@@ -82,23 +95,28 @@ def _names(dtypes: Sequence[torch.dtype]) -> str:
 def _check(t: Any, name: str, dtypes: Sequence[Optional[torch.dtype]], ndim: Optional[int] = None,
            min_ndim: int = 0) -> Tensor:
     if not isinstance(t, Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, found {type(t).__name__}")
+        raise DtypeError(f"{name}: expected a torch.Tensor, found {type(t).__name__}")
     dtypes = [d for d in dtypes if d is not None]
     if t.dtype not in dtypes:
-        raise TypeError(f"{name}: expected {_names(dtypes)}, found {str(t.dtype).replace('torch.', '')}")
+        raise DtypeError(f"{name}: expected {_names(dtypes)}, found "
+                         f"{str(t.dtype).replace('torch.', '')}")
     if ndim is not None and t.dim() != ndim:
-        raise ValueError(f"{name}: expected {ndim} dimensions, found shape {list(t.shape)}")
+        raise InvalidArgumentError(f"{name}: expected {ndim} dimensions, found shape "
+                                   f"{list(t.shape)}", "shape_mismatch")
     if t.dim() < min_ndim:
-        raise ValueError(f"{name}: expected at least {min_ndim} dimensions, found shape {list(t.shape)}")
+        raise InvalidArgumentError(f"{name}: expected at least {min_ndim} dimensions, found shape "
+                                   f"{list(t.shape)}", "shape_mismatch")
     if not t.is_contiguous():
-        raise ValueError(f"{name}: expected a contiguous tensor, found shape {list(t.shape)} with "
-                         f"strides {list(t.stride())} (use .contiguous())")
+        raise InvalidArgumentError(f"{name}: expected a contiguous tensor, found shape "
+                                   f"{list(t.shape)} with strides {list(t.stride())} "
+                                   "(use .contiguous())")
     return t
 
 
 def _check_device(t: Optional[Tensor], name: str, device: torch.device) -> None:
     if t is not None and t.device != device:
-        raise ValueError(f"{name}: expected a tensor on {device} (where x is), found one on {t.device}")
+        raise InvalidArgumentError(f"{name}: expected a tensor on {device} (where x is), found one "
+                                   f"on {t.device}", "device_mismatch")
 
 
 def _check_size(ok: Any, message: str) -> None:
@@ -106,7 +124,7 @@ def _check_size(ok: Any, message: str) -> None:
     records it instead of branching on it)."""
     if isinstance(ok, bool):
         if not ok:
-            raise ValueError(message)
+            raise InvalidArgumentError(message, "shape_mismatch")
     else:
         torch._check(ok, lambda: message)
 
@@ -148,13 +166,15 @@ def _stream(x: Tensor) -> int:
 def _host_only(op: str, *named: Tuple[str, Optional[Tensor]]) -> None:
     for name, t in named:
         if isinstance(t, Tensor) and t.device.type != "cpu":
-            raise ValueError(f"{name}: expected a CPU tensor, found one on {t.device} (mxq has no "
-                             f"CUDA kernel for {op}; use .cpu())")
-    raise ValueError(f"{op}: expected CPU tensors")
+            raise InvalidArgumentError(f"{name}: expected a CPU tensor, found one on {t.device} "
+                                       f"(mxq has no CUDA kernel for {op}; use .cpu())",
+                                       "device_mismatch")
+    raise InvalidArgumentError(f"{op}: expected CPU tensors", "device_mismatch")
 
 
 def _register_cpu_only(op: Any, name: str, arg_names: Sequence[str]) -> None:
-    """CUDA tensors to a host-only op: a ValueError naming the argument (not a dispatch error)."""
+    """CUDA tensors to a host-only op: an InvalidArgumentError naming the argument (not a
+    dispatch error)."""
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
         _host_only(name, *zip(arg_names, args))
@@ -245,7 +265,8 @@ def _(codes):
 
 def _check_block(block_n: int, block_k: int) -> None:
     if block_n < 1 or block_k < 1:
-        raise ValueError(f"block: expected two positive extents (n, k), found ({block_n}, {block_k})")
+        raise InvalidArgumentError(f"block: expected two positive extents (n, k), found "
+                                   f"({block_n}, {block_k})")
 
 
 @torch.library.custom_op("mxq::quantize_fp8_block", mutates_args=(), device_types="cpu")
@@ -296,7 +317,7 @@ def _(q, scale, block_n=128, block_k=128):
 def _check_quantize_fp8_groups(x: Tensor, group_k: int) -> None:
     _check(x, "x", (_BF16,) if x.device.type == "cuda" else (_F32, _BF16), ndim=2)
     if group_k < 1:
-        raise ValueError(f"group_k: expected a positive group size, found {group_k}")
+        raise InvalidArgumentError(f"group_k: expected a positive group size, found {group_k}")
 
 
 @torch.library.custom_op("mxq::quantize_fp8_groups", mutates_args=(), device_types=("cpu", "cuda"))
@@ -336,7 +357,8 @@ def _check_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, block_n: int,
     for name, t in (("weight", weight), ("weight_scale", weight_scale), ("bias", bias)):
         _check_device(t, name, x.device)
     if out_dtype not in _OUT_DTYPES:
-        raise ValueError(f"out_dtype: expected \"bf16\" or \"f32\", found {out_dtype!r}")
+        raise InvalidArgumentError(f"out_dtype: expected \"bf16\" or \"f32\", found "
+                                   f"{out_dtype!r}")
     _check_size(x.shape[-1] == weight.shape[1],
                 f"x: expected K = {weight.shape[1]} columns (the weight is {list(weight.shape)}), "
                 f"found shape {list(x.shape)}")
@@ -400,7 +422,8 @@ def _check_moe(x: Tensor, layer: int, expert_ids: Optional[Tensor],
                 f"x: expected [T, {config['hidden_size']}] (the layer's hidden size), "
                 f"found {list(x.shape)}")
     if (expert_ids is None) != (expert_weights is None):
-        raise ValueError("expert_ids and expert_weights: give both or neither (found only one)")
+        raise InvalidArgumentError("expert_ids and expert_weights: give both or neither (found "
+                                   "only one)")
     if expert_ids is not None:
         _check(expert_ids, "expert_ids", (torch.int32,), ndim=2)
         _check(expert_weights, "expert_weights", (_F32,), ndim=2)
@@ -430,7 +453,10 @@ def moe_forward(x: Tensor, layer: int, expert_ids: Optional[Tensor] = None,
         return out
     if x.shape[0] == 0:
         return torch.empty_like(x)
-    y = _from_numpy(moe._core.forward(x, expert_ids, expert_weights)["output"], _F32)
+    # Inside mxq.autotune(device="cpu"), the tuner picks each rank's expert tiling (as in
+    # MoELayer.forward).
+    result = moe._core.forward(x, expert_ids, expert_weights, moe._cpu_tuner(x))
+    y = _from_numpy(result["output"], _F32)
     return y if x.dtype == _F32 else y.to(x.dtype)  # exact: every value is a bf16
 
 
@@ -450,12 +476,148 @@ _register_cpu_only(quantize_fp8_block, "quantize_fp8_block", ("x",))
 _register_cpu_only(dequantize_fp8_block, "dequantize_fp8_block", ("q", "scale"))
 
 
+# --- autograd -------------------------------------------------------------------------------
+#
+# Every op with a floating input has a formula: without one, autograd lets a requires-grad
+# input give requires-grad outputs (float8 and e8m0 ones too) and torch.compile fails while
+# tracing the backward. block_fp8_linear has a gradient; the others fail clearly when a backward
+# reaches them, so their forward still runs and compiles with requires-grad inputs.
+
+_QUANTIZE = "quantization is piecewise constant; detach the input or run it under torch.no_grad()"
+_DEQUANTIZE = ("mxq's dequantization is for inference; detach the codes and scales or run it under "
+               "torch.no_grad()")
+_NO_GRADIENT_REASONS = {
+    "moe_forward": "mxq's MoE op is for inference; run it under torch.no_grad()",
+    "quantize_mxfp4": _QUANTIZE,
+    "quantize_fp8_block": _QUANTIZE,
+    "quantize_fp8_groups": _QUANTIZE,
+    "e4m3_encode": _QUANTIZE,
+    "dequantize_mxfp4": _DEQUANTIZE,
+    "dequantize_fp8_block": _DEQUANTIZE,
+    "e4m3_decode": _DEQUANTIZE,
+}
+
+
+@torch.library.custom_op("mxq::_no_gradient", mutates_args=(), device_types=("cpu", "cuda"))
+def _no_gradient(grads: Sequence[Tensor], shape: Sequence[int], dtype: torch.dtype,
+                 op: str) -> Tensor:
+    """The backward of ``mxq::{op}``, which has no gradient: raises when it runs. An op, not a
+    Python raise in the formula, because torch.compile traces the backward (with this op's fake,
+    an input-shaped gradient) even when no backward ever runs. It takes every output gradient
+    so that, compiled too, it runs after the backward of what came later (as in eager)."""
+    raise Error(f"mxq.{op} has no gradient ({_NO_GRADIENT_REASONS[op]})", "unsupported")
+
+
+@_no_gradient.register_fake
+def _(grads, shape, dtype, op):
+    return grads[0].new_empty(shape, dtype=dtype)
+
+
+# Kept by dead-code elimination although it computes nothing: when a later op's backward ignores
+# the gradient's values (torch.round's is zero), the compiled backward must still fail as the
+# eager one does, not hand back a zero gradient.
+if hasattr(torch.fx.node, "has_side_effect"):  # marked not backward-compatible by torch
+    torch.fx.node.has_side_effect(torch.ops.mxq._no_gradient.default)
+
+
+def _register_no_gradient(op: Any, name: str) -> None:
+    def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
+        ctx.input_meta = [(t.shape, t.dtype) if isinstance(t, Tensor) else None for t in inputs]
+
+    def backward(ctx: Any, *grads: Tensor) -> Tuple[Optional[Tensor], ...]:
+        grads = [g for g in grads if g is not None]
+        # needs_input_grad covers the arguments passed (the dispatcher drops trailing defaults)
+        return tuple(torch.ops.mxq._no_gradient(grads, meta[0], meta[1], name) if needed else None
+                     for needed, meta in zip(ctx.needs_input_grad, ctx.input_meta))
+
+    op.register_autograd(backward, setup_context=setup_context)
+
+
+_register_no_gradient(moe_forward, "moe_forward")
+_register_no_gradient(quantize_mxfp4, "quantize_mxfp4")
+_register_no_gradient(quantize_fp8_block, "quantize_fp8_block")
+_register_no_gradient(quantize_fp8_groups, "quantize_fp8_groups")
+_register_no_gradient(e4m3_encode, "e4m3_encode")
+_register_no_gradient(dequantize_mxfp4, "dequantize_mxfp4")
+_register_no_gradient(dequantize_fp8_block, "dequantize_fp8_block")
+_register_no_gradient(e4m3_decode, "e4m3_decode")
+
+
+def _unpack_ue8m0(packed: Tensor, mn: int, groups: int) -> Tensor:
+    """float32 [mn, groups] from packed UE8M0 int32 [ceil(groups/4), round_up(mn, 4)]: K-group
+    4p+i of row m is byte i (lowest first) of element (p, m). Torch ops, on packed's device."""
+    shifts = torch.arange(0, 32, 8, dtype=torch.int32, device=packed.device)
+    codes = (packed.unsqueeze(-1) >> shifts) & 0xFF  # [P, MN', 4]; the mask undoes sign fill
+    codes = codes.permute(1, 0, 2).reshape(packed.shape[1], -1)[:mn, :groups]
+    # 2^(e-127) as float32 bits: exponent field e; code 0 is the subnormal 2^-127, 0xFF NaN
+    # (as mxq's e8m0_to_float).
+    bits = torch.where(codes == 0, 1 << 22, codes << 23)
+    return torch.where(codes == 0xFF, 0x7FC00000, bits).view(_F32)
+
+
+def _dequantized_weight(weight: Tensor, weight_scale: Tensor, block_n: int, block_k: int) -> Tensor:
+    """float32 W [N, K]: the E4M3 codes times their block's scale (torch ops, on W's device)."""
+    n, k = weight.shape
+    scale = weight_scale
+    if scale.dtype == torch.int32:
+        scale = _unpack_ue8m0(scale, _ceil_div(n, block_n), _ceil_div(k, block_k))
+    scale = scale.repeat_interleave(block_n, 0)[:n].repeat_interleave(block_k, 1)[:, :k]
+    return weight.view(_E4M3).float() * scale
+
+
+def _linear_setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Tensor) -> None:
+    x, weight, weight_scale, block_n, block_k, bias = inputs[:6]
+    ctx.save_for_backward(weight, weight_scale)
+    ctx.x_meta = (x.shape, x.dtype)
+    ctx.block = (block_n, block_k)
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _linear_backward(ctx: Any, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
+    """Straight-through estimate: the activation quantization counts as the identity, so
+    grad_x = grad_y W (W dequantized, float32) and grad_bias = grad_y summed over the tokens.
+    The weight and its scales are frozen (no gradient), as for LoRA on an FP8 model."""
+    weight, weight_scale = ctx.saved_tensors
+    grad = grad.reshape(-1, weight.shape[0]).float()
+    # needs_input_grad covers the arguments passed: the dispatcher drops trailing defaults.
+    needs_grad = tuple(ctx.needs_input_grad) + (False,) * 9
+    grad_x = grad_bias = None
+    if needs_grad[0]:
+        w = _dequantized_weight(weight, weight_scale, *ctx.block)
+        grad_x = (grad @ w).to(ctx.x_meta[1]).reshape(ctx.x_meta[0])
+    if needs_grad[5]:
+        grad_bias = grad.sum(0).to(ctx.bias_dtype)
+    return grad_x, None, None, None, None, grad_bias, None, None, None
+
+
+block_fp8_linear.register_autograd(_linear_backward, setup_context=_linear_setup_context)
+
+
 # --- modules ----------------------------------------------------------------------------------
+
+def _host_bias(bias: Any) -> Optional[Tensor]:
+    """A torch copy of an mxq.BlockFp8Linear's host bias (NumPy float32, ml_dtypes bfloat16 or
+    a torch tensor), its dtype kept."""
+    if bias is None:
+        return None
+    if isinstance(bias, Tensor):
+        return bias.detach().clone()
+    array = np.array(bias)  # a copy, as for the codes and scales
+    if array.dtype.name == "bfloat16":  # ml_dtypes: torch.from_numpy does not know it
+        return _from_numpy(array, _BF16)
+    return torch.from_numpy(array)
+
 
 class BlockFp8Linear(torch.nn.Module):
     """``torch.ops.mxq.block_fp8_linear`` with its weight as buffers (moved by ``.to()``,
     saved in ``state_dict``): E4M3 ``weight`` [N, K], ``weight_scale`` (float32 block scales or
-    packed UE8M0 int32), optional ``bias`` [N]."""
+    packed UE8M0 int32), optional ``bias`` [N] (bfloat16 or float32).
+
+    The buffers keep their dtypes: ``model.half()``, ``.bfloat16()``, ``.float()``,
+    ``.double()`` and ``.to(dtype)`` leave this layer's buffers as they are (the op needs E4M3
+    codes; rounding the scales would change the weight), while device moves (``.to(device)``,
+    ``.cuda()``, ``.to("meta")``) and ``.to_empty()`` / ``.share_memory()`` apply. Its gradient
+    (autograd): for x (straight-through) and the bias; the weight and scales are frozen."""
 
     def __init__(self, weight: Tensor, weight_scale: Tensor, block: Sequence[int] = (128, 128),
                  bias: Optional[Tensor] = None, activation_scales: str = "fp32",
@@ -470,11 +632,22 @@ class BlockFp8Linear(torch.nn.Module):
 
     @classmethod
     def from_mxq(cls, linear: Any, **kwargs: Any) -> "BlockFp8Linear":
-        """From an :class:`mxq.BlockFp8Linear` on the host (its codes and scales are copied)."""
+        """From an :class:`mxq.BlockFp8Linear` on the host (its codes, scales and bias are
+        copied; a bfloat16 or float32 bias keeps its dtype)."""
         q = torch.from_numpy(np.array(linear.q.view(np.uint8))).view(_E4M3)
         scale = torch.from_numpy(np.array(linear.scale))
-        bias = None if linear.bias is None else torch.as_tensor(np.asarray(linear.bias))
-        return cls(q, scale, tuple(linear.block), bias, **kwargs)
+        return cls(q, scale, tuple(linear.block), _host_bias(linear.bias), **kwargs)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "BlockFp8Linear":
+        """Module.to() and friends, minus dtype changes: ``fn`` applies to a buffer when it keeps
+        the dtype, else only its device move does (no round trip through the new dtype: lossy
+        for scales, and a transient copy of the weight)."""
+
+        def keep_dtype(t: Tensor) -> Tensor:
+            probe = fn(torch.empty(1, dtype=t.dtype, device=t.device))  # where fn sends t
+            return fn(t) if probe.dtype == t.dtype else t.to(device=probe.device)
+
+        return super()._apply(keep_dtype, recurse)
 
     def forward(self, x: Tensor) -> Tensor:
         return torch.ops.mxq.block_fp8_linear(x, self.weight, self.weight_scale, self.block_n,

@@ -1,8 +1,10 @@
 """torch.ops.mxq.* on the CPU: results bitwise equal to mxq's Python API and to the C++ CLI on the
-same files, opcheck on every op, torch.compile(fullgraph=True), no copies, clear errors."""
+same files, opcheck on every op, torch.compile(fullgraph=True), autograd (the linear's
+straight-through gradient; a clear error from the other ops' backward), no copies, clear errors."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import types
 
@@ -133,6 +135,43 @@ def test_block_fp8_linear_equals_cli(tmp_path, block, m):
         int(v) for v in block.split("x"))
     y = module(torch.from_numpy(x).bfloat16())
     assert np.array_equal(bits(y.float()), cli.view(np.int32))
+
+
+@pytest.mark.parametrize("bias_dtype", [np.float32, ml_dtypes.bfloat16])
+def test_from_mxq_keeps_the_bias_dtype(bias_dtype):
+    q, s = quantized_weight(128, 256, (128, 128))
+    bias = np.random.default_rng(5).standard_normal(128).astype(bias_dtype)
+    lin = mxq.BlockFp8Linear.from_arrays(bits(q), s.numpy(), (128, 128), bias=bias)
+    module = ops.BlockFp8Linear.from_mxq(lin)
+    want = torch.float32 if bias_dtype is np.float32 else torch.bfloat16
+    assert module.bias.dtype == want
+    assert np.array_equal(bits(module.bias), bias.view(bits(module.bias).dtype))
+    x = torch.randn(3, 256).bfloat16()
+    assert np.array_equal(bits(module(x)), lin.forward(bf16_numpy(x)).view(np.int16))
+
+
+@pytest.mark.parametrize("bias_dtype", [torch.float32, torch.bfloat16])
+def test_block_fp8_linear_module_keeps_buffer_dtypes(bias_dtype):
+    """model.half() / .to(dtype) / .double() leave the quantized layer's buffers as they are
+    (a float16 weight is refused by the op, rounded scales change the weight); devices move."""
+    q, s = quantized_weight(128, 256, (128, 128))
+    module = ops.BlockFp8Linear(q, s, (128, 128), torch.randn(128).to(bias_dtype))
+    x = torch.randn(3, 256).bfloat16()
+    want = module(x)
+    dtypes = [b.dtype for b in module.buffers()]
+    for convert in (lambda m: m.half(), lambda m: m.to(torch.bfloat16), lambda m: m.double(),
+                    lambda m: m.float(), lambda m: m.to("cpu", torch.float16)):
+        assert convert(module) is module
+        assert [b.dtype for b in module.buffers()] == dtypes
+        assert torch.equal(module(x), want)
+    # Device moves still apply (a same-device move is no copy); the dtypes stay.
+    weight = module.weight
+    assert module.to("cpu").weight is weight
+    model = torch.nn.Sequential(torch.nn.Linear(4, 256), module).to("meta", torch.float16)
+    assert model[0].weight.dtype == torch.float16  # the torch layer converts, this one does not
+    assert [(b.device.type, b.dtype) for b in module.buffers()] == [("meta", d) for d in dtypes]
+    model.to_empty(device="cpu")
+    assert [(b.device.type, b.dtype) for b in module.buffers()] == [("cpu", d) for d in dtypes]
 
 
 # --- MoE ----------------------------------------------------------------------------------
@@ -280,6 +319,194 @@ def test_fake_impls_check_arguments_while_tracing(moe_checkpoint):
         compiled(torch.randn(3, 64))
 
 
+# --- autograd -------------------------------------------------------------------------------
+#
+# torch.autograd.gradcheck does not apply to block_fp8_linear: its gradient is a straight-through
+# estimate (the activation quantization inside the op counts as the identity), not the derivative
+# of the quantized forward (piecewise constant in x), and the op takes bf16 x only. The tests
+# assert the formula against a float64 reference instead.
+
+def graded_weight(n, k, block, mode):
+    """Block-FP8 codes with block scales spanning orders of magnitude (a misplaced scale shows),
+    the float32 scales (packed UE8M0 int32 for mode "packed") and mxq's dequantization."""
+    rng = np.random.default_rng(n + k)
+    w = rng.standard_normal((n, k)) * 2.0 ** rng.integers(-4, 5, (n, 1))
+    w *= 2.0 ** rng.integers(-4, 5, k)
+    q, s = torch.ops.mxq.quantize_fp8_block(torch.from_numpy(w.astype(np.float32)), *block,
+                                            "fp32" if mode == "fp32" else "ue8m0")
+    w_deq = torch.ops.mxq.dequantize_fp8_block(q, s, *block).double()
+    if mode == "packed":
+        s = torch.from_numpy(formats.pack_ue8m0(s.numpy()))
+    return q, s, w_deq
+
+
+def assert_straight_through(x, bias, grad_y, w_deq):
+    """grad_x = grad_y @ W (float64 reference, rounded once to x's dtype); grad_bias = grad_y
+    summed over the tokens."""
+    n, k = w_deq.shape
+    want = grad_y.double().reshape(-1, n) @ w_deq
+    assert x.grad.dtype == x.dtype and x.grad.shape == x.shape
+    torch.testing.assert_close(x.grad.double().reshape(-1, k), want, rtol=2**-8,
+                               atol=1e-5 * want.abs().max().item())
+    if bias is not None:
+        assert bias.grad.dtype == bias.dtype and bias.grad.shape == bias.shape
+        torch.testing.assert_close(bias.grad.double(), grad_y.double().reshape(-1, n).sum(0),
+                                   rtol=2**-8 if bias.dtype == torch.bfloat16 else 1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n,k,block,mode", [(256, 384, (128, 128), "fp32"),
+                                            (200, 300, (128, 128), "fp32"),
+                                            (256, 384, (128, 128), "packed"),
+                                            (200, 300, (32, 64), "packed")])
+@pytest.mark.parametrize("bias_dtype", [None, torch.float32, torch.bfloat16])
+def test_block_fp8_linear_gradient_is_straight_through(n, k, block, mode, bias_dtype):
+    q, s, w_deq = graded_weight(n, k, block, mode)
+    x = torch.randn(2, 3, k).bfloat16().requires_grad_(True)
+    bias = None if bias_dtype is None else torch.randn(n).to(bias_dtype).requires_grad_(True)
+    y = torch.ops.mxq.block_fp8_linear(x, q, s, *block, bias)
+    grad_y = torch.randn(y.shape).bfloat16()
+    y.backward(grad_y)
+    assert_straight_through(x, bias, grad_y, w_deq)
+    # f32 output, frozen bias: only x gets a gradient (from an f32 grad_y)
+    x.grad = None
+    y = torch.ops.mxq.block_fp8_linear(x, q, s, *block, None if bias is None else bias.detach(),
+                                       "fp32", "f32")
+    grad_y = torch.randn(y.shape)
+    y.backward(grad_y)
+    assert_straight_through(x, None, grad_y, w_deq)
+
+
+def test_unpacked_ue8m0_scales_equal_mxq():
+    """The backward's torch unpacking of packed UE8M0 scales, every byte value included."""
+    codes = np.random.default_rng(1).permutation(256).astype(np.uint8)
+    packed = codes.reshape(4, 16, 4).view("<i4")[..., 0]  # [ceil(G/4), MN], 4 groups per int32
+    for mn, groups in ((16, 16), (13, 14)):
+        want = formats.unpack_ue8m0(packed, mn, groups)
+        assert np.array_equal(bits(ops._unpack_ue8m0(torch.from_numpy(packed), mn, groups)),
+                              want.view(np.int32))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_block_fp8_linear_has_the_gradient(backend):
+    torch._dynamo.reset()
+    q, s, w_deq = graded_weight(200, 300, (128, 128), "packed")
+    module = ops.BlockFp8Linear(q, s, (128, 128), torch.randn(200))
+    module.bias.requires_grad_(True)
+    compiled = torch.compile(module, fullgraph=True, backend=backend)
+    x = torch.randn(5, 300).bfloat16()
+    grad_y = torch.randn(5, 200).bfloat16()
+    results = []
+    for run in (module, compiled):
+        xr = x.clone().requires_grad_(True)
+        module.bias.grad = None
+        y = run(xr)
+        y.backward(grad_y)
+        assert_straight_through(xr, module.bias, grad_y, w_deq)
+        results.append((y.detach(), xr.grad, module.bias.grad))
+    (y, gx, gb), (yc, gxc, gbc) = results
+    assert torch.equal(yc, y)
+    if backend == "aot_eager":  # inductor may fuse the dequantization differently
+        assert torch.equal(gxc, gx) and torch.equal(gbc, gb)
+
+
+def test_opcheck_block_fp8_linear_with_gradients():
+    """opcheck's autograd tests with inputs that require grad (eager vs AOT-compiled grads)."""
+    q, s = quantized_weight(128, 256, (128, 128))
+    x = torch.randn(3, 256).bfloat16().requires_grad_(True)
+    packed = torch.from_numpy(formats.pack_ue8m0(quantized_weight(128, 256, (128, 128),
+                                                                  mode="ue8m0")[1].numpy()))
+    for args in ((x, q.view(torch.uint8), s, 128, 128, torch.randn(128, requires_grad=True),
+                  "fp32", "bf16", "auto"),
+                 (x.detach().reshape(1, 3, 256).requires_grad_(True), q.view(torch.uint8), packed,
+                  128, 128)):
+        result = torch.library.opcheck(torch.ops.mxq.block_fp8_linear.default, args)
+        assert set(result.values()) == {"SUCCESS"}, result
+
+
+def no_gradient_cases(moe_checkpoint):
+    """Per op without a gradient: a function of one floating input, and that input."""
+    x = torch.randn(4, 64)
+    q, s = quantized_weight(128, 256, (128, 128))
+    blocks, e8m0 = torch.ops.mxq.quantize_mxfp4(x)
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2)
+    return {
+        "moe_forward": (ops.MoE(moe), torch.randn(5, 128)),
+        "quantize_mxfp4": (lambda a: torch.ops.mxq.quantize_mxfp4(a)[1], x),
+        "quantize_fp8_block": (lambda a: torch.ops.mxq.quantize_fp8_block(a, 32, 32)[1], x),
+        "quantize_fp8_groups": (lambda a: torch.ops.mxq.quantize_fp8_groups(a, 32)[1], x),
+        "e4m3_encode": (lambda a: torch.ops.mxq.e4m3_encode(a), x),
+        "e4m3_decode": (lambda a: torch.ops.mxq.e4m3_decode(a), q),
+        "dequantize_fp8_block": (lambda a: torch.ops.mxq.dequantize_fp8_block(q, a, 128, 128), s),
+        "dequantize_mxfp4": (lambda a: torch.ops.mxq.dequantize_mxfp4(blocks, a), e8m0),
+    }
+
+
+@pytest.mark.parametrize("op", ["moe_forward", "quantize_mxfp4", "quantize_fp8_block",
+                                "quantize_fp8_groups", "e4m3_encode", "e4m3_decode",
+                                "dequantize_fp8_block", "dequantize_mxfp4"])
+def test_ops_without_gradient_run_and_compile_with_grad_inputs(moe_checkpoint, op):
+    """With an input that requires grad, eager and torch.compile(fullgraph=True) forwards work;
+    only a backward reaching the op fails, naming it."""
+    torch._dynamo.reset()
+    fn, arg = no_gradient_cases(moe_checkpoint)[op]
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        want = fn(arg)
+    for run in (compiled, fn):
+        leaf = arg.clone().requires_grad_(True)
+        y = run(leaf)
+        assert y.requires_grad and np.array_equal(bits(y), bits(want))
+        with pytest.raises(mxq.Error, match=rf"^mxq\.{op} has no gradient \(") as info:
+            y.float().sum().backward()
+        assert info.value.code == "unsupported" and isinstance(info.value, RuntimeError)
+
+
+@pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_backward_fails_also_where_the_gradient_is_zeroed(backend):
+    """torch.round's backward ignores its incoming gradient: the failing backward node feeds
+    nothing, and must not be dead-code eliminated into a silent zero gradient."""
+    torch._dynamo.reset()
+
+    def fn(a):
+        return torch.ops.mxq.e4m3_encode(torch.round(a)).float()
+
+    x = torch.randn(4, 64, requires_grad=True)
+    with torch._inductor.config.patch(force_disable_caches=True):  # a fresh backward graph
+        y = torch.compile(fn, fullgraph=True, backend=backend)(x)
+        with pytest.raises(mxq.Error, match=r"^mxq\.e4m3_encode has no gradient"):
+            y.sum().backward()
+
+
+@pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_block_with_grad_runs_and_fails_where_eager_does(moe_checkpoint, backend):
+    """The mixed module (MoE, MXFP4 round trip, block-FP8 projection) with x requiring grad:
+    the compiled forward equals eager, and the backward fails at the op eager fails at (the
+    MXFP4 dequantization, the first op without gradient from the loss)."""
+    torch._dynamo.reset()
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2)
+    q, s = quantized_weight(64, 256, (128, 128))
+    module = Block(moe, q, s)
+    with torch._inductor.config.patch(force_disable_caches=True):  # a fresh backward graph
+        compiled = torch.compile(module, fullgraph=True, backend=backend, dynamic=True)
+        for tokens in (7, 3):
+            x = torch.randn(tokens, 128, requires_grad=True)
+            for run in (module, compiled):
+                y = run(x)
+                assert y.requires_grad and np.array_equal(bits(y), bits(module(x)))
+                with pytest.raises(mxq.Error, match=r"^mxq\.dequantize_mxfp4 has no gradient"):
+                    y.sum().backward()
+
+
+def test_moe_forward_message_says_no_grad(moe_checkpoint):
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    y = torch.ops.mxq.moe_forward(torch.randn(3, 128, requires_grad=True), moe.handle)
+    with pytest.raises(RuntimeError, match=r"^mxq.moe_forward has no gradient \(mxq's MoE op is "
+                                           r"for inference; run it under torch.no_grad\(\)\)$"):
+        y.sum().backward()
+
+
 # --- no copies ------------------------------------------------------------------------------
 
 def test_weights_are_borrowed_not_copied():
@@ -365,6 +592,38 @@ def test_mxq_errors_from_cpp_keep_their_classes():
         torch.ops.mxq.quantize_mxfp4(torch.randn(2, 64), "nearest")
 
 
+def test_argument_errors_are_mxq_errors_with_codes(moe_checkpoint):
+    """torch_ops' own argument errors are mxq.Error like the rest of mxq (code as the C++ core
+    would name it), still TypeError / ValueError; the fake implementations raise the same."""
+    q, s = quantized_weight(128, 256, (128, 128))
+    x = torch.randn(2, 256).bfloat16()
+    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    cases = [
+        (lambda: torch.ops.mxq.block_fp8_linear(x.float(), q, s, 128, 128),
+         mxq.DtypeError, TypeError, "dtype_mismatch"),
+        (lambda: torch.ops.mxq.quantize_mxfp4(torch.randn(2, 40)),
+         mxq.InvalidArgumentError, ValueError, "shape_mismatch"),
+        (lambda: torch.ops.mxq.block_fp8_linear(x, q.to("meta"), s, 128, 128),
+         mxq.InvalidArgumentError, ValueError, "device_mismatch"),
+        (lambda: torch.ops.mxq.quantize_mxfp4(torch.randn(64, 4).t()),
+         mxq.InvalidArgumentError, ValueError, "invalid_argument"),
+        (lambda: torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128, None, "fp32", "f16"),
+         mxq.InvalidArgumentError, ValueError, "invalid_argument"),
+        (lambda: torch.ops.mxq.quantize_fp8_block(torch.randn(4, 4), 0, 128),
+         mxq.InvalidArgumentError, ValueError, "invalid_argument"),
+        (lambda: torch.ops.mxq.moe_forward(torch.randn(2, 128), moe.handle,
+                                           torch.zeros(2, 2, dtype=torch.int32)),
+         mxq.InvalidArgumentError, ValueError, "invalid_argument"),
+    ]
+    fake_mode = torch._subclasses.fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
+    for call, cls, base, code in cases:
+        for mode in (contextlib.nullcontext(), fake_mode):
+            with mode, pytest.raises(mxq.Error) as info:
+                call()
+            assert type(info.value) is cls and isinstance(info.value, base), (code, info.value)
+            assert info.value.code == code, (code, info.value)
+
+
 # --- autotune through the torch op ------------------------------------------------------------
 
 def test_block_fp8_linear_runs_the_tuned_tactic(tmp_path, monkeypatch):
@@ -400,3 +659,42 @@ def test_block_fp8_linear_runs_the_tuned_tactic(tmp_path, monkeypatch):
     assert runs[0] == ("cpu.reference", False) and runs[2] == ("cpu.reference", False)
     assert runs[1][1] and runs[1][0].startswith("cpu.") and record["tactic"].split("[")[0] in runs[1][0]
     assert inside.shape == outside.shape == forced.shape
+
+
+def test_moe_forward_runs_the_tuned_expert_tilings(moe_checkpoint, tmp_path, monkeypatch):
+    """On the CPU, the op consults mxq.autotune() as MoELayer.forward does: each rank's
+    moe_expert_gemm problem is tuned for the token bucket, then its cached tiling runs."""
+    for name in ("MXQ_AUTOTUNE", "MXQ_AUTOTUNE_CACHE", "MXQ_AUTOTUNE_SKIP_OPS",
+                 "MXQ_AUTOTUNE_BUDGET"):
+        monkeypatch.delenv(name, raising=False)
+    layer = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2, align=128)
+    runs = []
+
+    class SpyCore:
+        def __init__(self, core):
+            self._core = core
+
+        def __getattr__(self, name):
+            return getattr(self._core, name)
+
+        def forward(self, *args):
+            result = self._core.forward(*args)
+            runs.append((result["rank_tactics"], result["rank_tactics_from_cache"]))
+            return result
+
+    monkeypatch.setattr(layer, "_core", SpyCore(layer._core))
+    x = torch.randn(5, 128)
+    plain = torch.ops.mxq.moe_forward(x, layer.handle)
+    keys = [layer._core.tune_problem(r).canonical for r in range(2)]
+    cache = tmp_path / "c.json"
+    with mxq.autotune(cache=cache, mode="tune", device="cpu") as tuner:
+        tuned = torch.ops.mxq.moe_forward(x, layer.handle)
+        assert {r["problem"] for r in tuner.records} == set(keys)
+        assert {r["status"] for r in tuner.records} <= {"tuned", "hit"}
+        decisions = {(d["problem"], d["bucket"]): d["tactic"] for d in tuner.decisions()}
+    with mxq.autotune(cache=cache, mode="load", device="cpu"):
+        served = torch.ops.mxq.moe_forward(x, layer.handle)
+    assert runs[0] == (["reference", "reference"], [False, False])
+    want = [decisions[(key, 8)] for key in keys]  # 5 tokens: bucket 8
+    assert runs[1] == (want, [True, True]) and runs[2] == (want, [True, True])
+    assert torch.equal(tuned, plain) and torch.equal(served, plain)
