@@ -57,14 +57,10 @@ std::string deployment_key(const Deployment& deployment) {
   std::vector<std::string> problems = deployment.problems;
   std::sort(problems.begin(), problems.end());
   problems.erase(std::unique(problems.begin(), problems.end()), problems.end());
-  std::vector<std::string> skip = deployment.skip_ops;
-  std::sort(skip.begin(), skip.end());
-  skip.erase(std::unique(skip.begin(), skip.end()), skip.end());
   std::string text = "model=" + deployment.model + "\ndraft=" + deployment.draft_model +
                      "\ntp=" + std::to_string(deployment.tp) +
                      "\nep=" + std::to_string(deployment.ep) + "\n";
   for (const std::string& p : problems) text += "problem=" + p + "\n";
-  for (const std::string& s : skip) text += "skip=" + s + "\n";
   std::string name;
   for (const char c : deployment.model.empty() ? std::string("deployment") : deployment.model) {
     const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||

@@ -41,19 +41,15 @@ std::vector<PresetProblem> toy_draft(const ParallelLayout& layout) {
 
 // One rank's MoE problem: experts split over EP ranks, the intermediate width over TP ranks
 // (the layer's own TP shard width, a multiple of 32: mxq/moe/sharding.h).
-Problem moe_rank_problem(std::int64_t experts, std::int64_t hidden, std::int64_t intermediate,
-                         std::int64_t top_k, const ParallelLayout& layout) {
-  const moe::TpShard tp = moe::tp_shard(intermediate, layout.tp, 0);
-  const moe::EpShard ep = moe::ep_shard(experts, layout.ep, 0);
+Problem moe_rank_problem(std::int64_t experts, std::int64_t hidden, std::int64_t top_k,
+                         const moe::TpShard& tp, const moe::EpShard& ep) {
   return moe_expert_gemm_problem({experts, ep.count, hidden, tp.width, top_k, true});
 }
 
 // The same rank on the GPU (moe_gpu_forward): the kernels stream the rank's valid channels of the
 // width padded to the layer's default alignment (128), as `mxq run` / `mxq moe` prepare it.
-Problem moe_gpu_rank_problem(std::int64_t experts, std::int64_t hidden, std::int64_t intermediate,
-                             std::int64_t top_k, const ParallelLayout& layout) {
-  const moe::TpShard tp = moe::tp_shard(intermediate, layout.tp, 0);
-  const moe::EpShard ep = moe::ep_shard(experts, layout.ep, 0);
+Problem moe_gpu_rank_problem(std::int64_t experts, std::int64_t hidden, std::int64_t top_k,
+                             const moe::TpShard& tp, const moe::EpShard& ep) {
   MoeGpuForwardShape shape;
   shape.rank = {experts, ep.count, hidden, tp.valid, top_k, true};
   shape.intermediate_padded = moe::padded_intermediate(tp.width, moe::kDefaultAlignment);
@@ -61,13 +57,31 @@ Problem moe_gpu_rank_problem(std::int64_t experts, std::int64_t hidden, std::int
   return moe_gpu_forward_problem(shape);
 }
 
-// A MoE preset's problems: the CPU expert computation and the GPU forward of rank 0.
+// A MoE preset's problems: the CPU expert computation and the GPU forward of every rank shape
+// of the layout, once each. An uneven split gives the last EP rank fewer experts, the last TP
+// rank fewer valid channels: keys of their own, which serving looks up and so must be tuned.
 std::vector<PresetProblem> moe_rank(std::int64_t experts, std::int64_t hidden,
                                     std::int64_t intermediate, std::int64_t top_k,
                                     const ParallelLayout& layout,
-                                    std::vector<std::int64_t> tokens) {
-  return {{moe_rank_problem(experts, hidden, intermediate, top_k, layout), tokens},
-          {moe_gpu_rank_problem(experts, hidden, intermediate, top_k, layout), tokens}};
+                                    const std::vector<std::int64_t>& tokens) {
+  std::vector<PresetProblem> cpu;
+  std::vector<PresetProblem> gpu;
+  const auto add_new = [&tokens](std::vector<PresetProblem>& list, Problem problem) {
+    for (const PresetProblem& p : list) {
+      if (p.problem.canonical() == problem.canonical()) return;
+    }
+    list.push_back({std::move(problem), tokens});
+  };
+  for (int ep_rank = 0; ep_rank < layout.ep; ++ep_rank) {
+    const moe::EpShard ep = moe::ep_shard(experts, layout.ep, ep_rank);
+    for (int tp_rank = 0; tp_rank < layout.tp; ++tp_rank) {
+      const moe::TpShard tp = moe::tp_shard(intermediate, layout.tp, tp_rank);
+      add_new(cpu, moe_rank_problem(experts, hidden, top_k, tp, ep));
+      add_new(gpu, moe_gpu_rank_problem(experts, hidden, top_k, tp, ep));
+    }
+  }
+  cpu.insert(cpu.end(), gpu.begin(), gpu.end());
+  return cpu;
 }
 
 std::vector<std::int64_t> powers_of_two(std::int64_t max) {

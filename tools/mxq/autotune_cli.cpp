@@ -32,13 +32,11 @@ std::vector<tune::PresetProblem> preset_problems_for(const std::string& preset,
 }
 
 tune::Deployment preset_deployment(const std::string& preset, const tune::ParallelLayout& layout,
-                                   tune::Backend backend,
-                                   const std::vector<std::string>& skip_ops) {
+                                   tune::Backend backend) {
   tune::Deployment deployment;
   deployment.model = preset;
   deployment.tp = layout.tp;
   deployment.ep = layout.ep;
-  deployment.skip_ops = skip_ops;
   for (const tune::PresetProblem& p : preset_problems_for(preset, layout, backend)) {
     deployment.problems.push_back(p.problem.canonical());
   }

@@ -24,7 +24,7 @@ std::vector<tune::PresetProblem> preset_problems_for(const std::string& preset,
 // The deployment `mxq tune --preset PRESET --tp T --ep E --device D` tunes (no draft, no --ops):
 // it names the default cache file.
 tune::Deployment preset_deployment(const std::string& preset, const tune::ParallelLayout& layout,
-                                   tune::Backend backend, const std::vector<std::string>& skip_ops);
+                                   tune::Backend backend);
 
 // A fingerprint as JSON, numbers as numbers (as the cache file writes it).
 nlohmann::json fingerprint_json(const tune::Fingerprint& fp);

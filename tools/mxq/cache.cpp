@@ -306,9 +306,9 @@ void run_verify(const std::string& path, bool check_device) {
   std::vector<std::string> failures;
   const tune::ReadResult read = tune::read_cache_file(path);
   if (read.status == tune::ReadStatus::kMissing) fail(ErrorCode::kIo, path, " does not exist");
-  if (read.status == tune::ReadStatus::kCorrupt) {
+  if (read.status == tune::ReadStatus::kCorrupt) {  // a negative answer, like any failed check
     std::printf("schema: FAIL (%s)\n", read.problem.c_str());
-    fail(ErrorCode::kFormat, "verify ", path, ": unreadable");
+    answer_no("verify ", path, ": unreadable");
   }
   const CacheFile& file = read.file;
   std::printf("schema: ok (%s v%d)\n", std::string(tune::kCacheFormat).c_str(),
@@ -346,13 +346,26 @@ void run_verify(const std::string& path, bool check_device) {
 
 // ---- prune -------------------------------------------------------------------------------
 
-void run_prune(const std::string& path, bool stale, const std::vector<std::string>& ops) {
+void run_prune(const std::string& path, bool stale, const std::vector<std::string>& ops,
+               bool force) {
   if (!stale && ops.empty()) {
     fail_argument(ErrorCode::kInvalidArgument, "prune", "--stale and/or --op NAME", "neither");
   }
   const CacheFile file = read_or_fail(path);
   const tune::Backend backend = backend_of(file);
   const tune::TacticRegistry& registry = tune::builtin_tactics();
+  // Staleness is judged by this build's tactics: a file another mxq build wrote (another version
+  // or tactic registry, e.g. a CUDA build's file on a CPU-only build) would lose entries that
+  // build serves.
+  const tune::Fingerprint here = tune::cpu_fingerprint(registry);
+  if (stale && !force &&
+      (file.fingerprint.mxq_version != here.mxq_version ||
+       file.fingerprint.registry_hash != here.registry_hash)) {
+    fail(ErrorCode::kInvalidArgument, "--stale: ", path, " was written by another mxq build (",
+         "mxq ", file.fingerprint.mxq_version, ", tactic registry ", file.fingerprint.registry_hash,
+         "; this build: mxq ", here.mxq_version, ", registry ", here.registry_hash,
+         "), whose tactics this one cannot judge; prune it with that build, or pass --force");
+  }
   // An --op the file has no entry of is a typo more often than not: say so, change nothing.
   std::set<std::string> file_ops;
   for (const CacheEntry& e : file.entries) file_ops.insert(e.problem.op());
@@ -430,9 +443,15 @@ void register_cache(CLI::App& app) {
   auto prune_ops = std::make_shared<std::vector<std::string>>();
   prune->add_option("file", *prune_file, "Cache file")->required();
   prune->add_flag("--stale", *prune_stale, "Entries that would not be served (see verify)");
+  auto prune_force = std::make_shared<bool>(false);
   prune->add_option("--op", *prune_ops, "Entries of this op (repeatable)");
-  prune->callback(
-      [prune_file, prune_stale, prune_ops] { run_prune(*prune_file, *prune_stale, *prune_ops); });
+  prune->add_flag(
+      "--force", *prune_force,
+      "With --stale: prune a file another mxq build (version or tactic registry) wrote, "
+      "by this build's tactics");
+  prune->callback([prune_file, prune_stale, prune_ops, prune_force] {
+    run_prune(*prune_file, *prune_stale, *prune_ops, *prune_force);
+  });
 }
 
 }  // namespace mxq::cli

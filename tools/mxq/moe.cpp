@@ -97,9 +97,15 @@ void run_moe(const MoeOptions& options) {
   io::write_npy(options.output, result.output);
   const std::int64_t tokens = x.shape()[0];
 
-  const bool cpu_from_cache =
-      std::any_of(result.rank_tactics_from_cache.begin(), result.rank_tactics_from_cache.end(),
-                  [](bool from_cache) { return from_cache; });
+  // The layer's tactic came from the cache when every rank's did: with an uneven split, ranks
+  // have keys of their own, which a cache may hold for some ranks only.
+  const bool from_cache = on_gpu ? gpu_run.from_tuner
+                                 : std::all_of(result.rank_tactics_from_cache.begin(),
+                                               result.rank_tactics_from_cache.end(),
+                                               [](bool cached) { return cached; });
+  const auto cache_note = [&](const char* otherwise) {
+    return from_cache ? "from the autotune cache" : otherwise;
+  };
   if (options.json) {
     nlohmann::json ranks = rank_shapes_json(layer);
     for (std::size_t r = 0; r < ranks.size(); ++r) {
@@ -140,7 +146,7 @@ void run_moe(const MoeOptions& options) {
         {"tactic", on_gpu ? gpu_run.tactic
                           : "cpu-reference (MXFP4 decoded to fp64, fp64 dot products, bf16 "
                             "intermediate)"},
-        {"tactic_from_cache", on_gpu ? gpu_run.from_tuner : cpu_from_cache},
+        {"tactic_from_cache", from_cache},
         {"autotune", serving.json()},
         {"device", on_gpu ? "cuda (" + gpu_run.gpu + ")" : "cpu"},
         {"launch",
@@ -172,14 +178,12 @@ void run_moe(const MoeOptions& options) {
                 static_cast<long long>(options.align), 100.0 * padding.wasted_fraction());
     if (on_gpu) {
       std::printf("tactic: %s (%s); autotune: %s\n", gpu_run.tactic.c_str(),
-                  gpu_run.from_tuner ? "from the autotune cache" : "default: no cache decision",
-                  serving.note.c_str());
+                  cache_note("default: no cache decision"), serving.note.c_str());
       std::printf("launch: %s (%s)\n", std::string(dist::to_string(group.plan.mode)).c_str(),
                   group.plan.reason.c_str());
     } else {
       std::printf("expert tiling: %s (%s); autotune: %s\n", result.rank_tactics[0].c_str(),
-                  cpu_from_cache ? "from the autotune cache" : "the layer's own",
-                  serving.note.c_str());
+                  cache_note("the layer's own"), serving.note.c_str());
     }
     std::printf("%lld tokens: forward %.3f s (%.2f ms/token), load %.3f s; wrote %s\n",
                 static_cast<long long>(tokens), result.total_seconds,

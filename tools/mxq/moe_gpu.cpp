@@ -44,7 +44,8 @@ GpuMoeRun run_moe_on_gpu(const moe::MoeLayer& layer, const Tensor& x,
                          problem != nullptr ? problem->canonical() : std::string()});
   }
   run.tactic = run.ranks.front().tactic;
-  run.from_tuner = run.ranks.front().from_tuner;
+  run.from_tuner = std::all_of(run.ranks.begin(), run.ranks.end(),
+                               [](const GpuMoeRun::RankTactic& rank) { return rank.from_tuner; });
   run.gpu = query.gpus.front().name;
   run.output = gpu.forward_host(x);
   // Device time of the forward alone: the input already on the device, events around it.

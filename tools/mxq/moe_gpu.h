@@ -22,7 +22,7 @@ struct GpuMoeRun {
   Tensor output;            // f32 [T, H], bf16 values
   double forward_ms = 0.0;  // device time of one forward (median of repeats, CUDA events)
   std::string tactic;       // rank 0's
-  bool from_tuner = false;  // rank 0's tactic came from the autotuner's cache
+  bool from_tuner = false;  // every rank this process ran took its tactic from the cache
   struct RankTactic {
     std::string tactic;
     bool from_tuner = false;

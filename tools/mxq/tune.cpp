@@ -200,9 +200,11 @@ void run_tune(const TuneArgs& args) {
   deployment.draft_model = args.draft_preset;
   deployment.tp = args.tp;
   deployment.ep = args.ep;
-  deployment.skip_ops = options.skip_ops;
+  // The models' whole problem sets: `--ops` narrows what this run measures, not which file it
+  // writes (the one `mxq run` and a later full `mxq tune` read).
   for (const PlannedPass& pass : passes) {
-    for (const tune::PresetProblem& p : pass.problems)
+    for (const tune::PresetProblem& p :
+         preset_problems_for(pass.preset, {args.tp, args.ep}, backend))
       deployment.problems.push_back(p.problem.canonical());
   }
 

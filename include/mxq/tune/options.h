@@ -47,8 +47,9 @@ struct Deployment {
   std::string draft_model;  // empty without speculative decoding
   int tp = 1;
   int ep = 1;
-  std::vector<std::string> problems;  // canonical problems of target and draft
-  std::vector<std::string> skip_ops;
+  // Canonical problems of target and draft: the models' whole sets, not what one run narrows
+  // them to (a skip list or `mxq tune --ops` changes which keys are measured, not the file).
+  std::vector<std::string> problems;
 };
 
 // "<model>-<16 hex digits>".

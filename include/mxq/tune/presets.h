@@ -32,8 +32,8 @@ struct PresetProblem {
 struct DeploymentPreset {
   std::string name;
   std::string description;
-  // The problems one rank runs under `layout` (throws when the layout does not divide the
-  // model's shapes).
+  // The problems the ranks run under `layout`, each distinct shape once (an uneven split adds
+  // the odd ranks' keys); throws when the layout does not divide the model's shapes.
   std::function<std::vector<PresetProblem>(const ParallelLayout& layout)> problems;
 };
 

@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 
+#include "mxq/io/npy.h"
+#include "mxq/moe/synthetic.h"
 #include "mxq/tune/autotuner.h"
 #include "mxq/tune/block_fp8_linear.h"
 #include "mxq/tune/moe_expert_gemm.h"
@@ -123,7 +125,7 @@ std::vector<Problem> problems_of(const std::string& preset, ParallelLayout layou
 
 // A MoE preset lists one rank's CPU expert computation and the same rank's GPU forward, whose
 // width is padded to the layer's default alignment (128) as `mxq run` / `mxq moe` prepare it.
-TEST(Presets, MoePresetsHoldOneRanksExpertShapeForTheCpuAndTheGpu) {
+TEST(Presets, MoePresetsHoldEveryRankShapeForTheCpuAndTheGpu) {
   const auto moe = [](std::int64_t e, std::int64_t e_local, std::int64_t h, std::int64_t i,
                       std::int64_t k) {
     return moe_expert_gemm_problem({e, e_local, h, i, k, true});
@@ -149,10 +151,17 @@ TEST(Presets, MoePresetsHoldOneRanksExpertShapeForTheCpuAndTheGpu) {
   EXPECT_EQ(tiny[0].op(), kMoeExpertGemmOp);
   EXPECT_EQ(tiny[1].op(), kMoeGpuForwardOp);
   EXPECT_LE(tiny[0].dim("H") * tiny[0].dim("I") * tiny[0].dim("E"), 256 * 256 * 16);
-  // An uneven EP split tunes the largest rank's shape (rank 0 holds ceil(32 / 3) experts), as
-  // the layer shards them; more EP ranks than experts is refused.
-  EXPECT_EQ(problems_of("gpt-oss-20b", {1, 3}),
-            (std::vector<Problem>{moe(32, 11, 2880, 2880, 4), gpu(32, 11, 2880, 2880, 2944, 4)}));
+  // An uneven EP split: ranks 0 and 1 hold 11 experts, rank 2 holds 10, each shape's key once
+  // (serving looks up every rank's own key); more EP ranks than experts is refused.
+  EXPECT_EQ(
+      problems_of("gpt-oss-20b", {1, 3}),
+      (std::vector<Problem>{moe(32, 11, 2880, 2880, 4), moe(32, 10, 2880, 2880, 4),
+                            gpu(32, 11, 2880, 2880, 2944, 4), gpu(32, 10, 2880, 2880, 2944, 4)}));
+  // An uneven TP split: every rank stores 736 channels (the CPU key), the last holds 672 valid
+  // ones (its GPU key) of 2880 = 3 x 736 + 672.
+  EXPECT_EQ(problems_of("gpt-oss-120b", {4, 1}),
+            (std::vector<Problem>{moe(128, 128, 2880, 736, 4), gpu(128, 128, 2880, 736, 768, 4),
+                                  gpu(128, 128, 2880, 672, 768, 4)}));
   EXPECT_THROW(problems_of("gpt-oss-20b", {1, 33}), Error);
 }
 
@@ -221,6 +230,34 @@ TEST(TinyMoeCli, TunesEveryKeyThenServesAllFromTheCacheWithZeroTuning) {
   }
 }
 
+// E=8 over 3 EP ranks: ranks 0 and 1 hold 3 experts, rank 2 holds 2 (a key of its own). `mxq tune`
+// tunes both keys and `mxq moe` serves every rank from the cache (rank 2 ran its default before).
+TEST(TinyMoeCli, AnUnevenEpSplitTunesAndServesEveryRanksKey) {
+  testing::TempDir dir;
+  const std::string cache = dir.file("tiny-moe-ep3.json");
+  const std::string checkpoint = dir.file("ckpt");
+  ASSERT_EQ(testing::run_cli({"synth", "gpt-oss", checkpoint, "--experts", "8", "--hidden", "128",
+                              "--intermediate", "128", "--top-k", "2", "--layers", "1"})
+                .exit_code,
+            0);
+  const testing::ProcessResult tune =
+      testing::run_cli({"tune", "--preset", "tiny-moe", "--device", "cpu", "--ep", "3", "--tokens",
+                        "4", "--cache", cache, "--ops", std::string(kMoeExpertGemmOp), "--json"});
+  ASSERT_EQ(tune.exit_code, 0) << tune.err;
+  EXPECT_EQ(nlohmann::json::parse(tune.out)["summary"]["tuned"], 2);
+  io::write_npy(dir.file("x.npy"), moe::synthetic_tokens(4, 128, 3));
+  const testing::ProcessResult run =
+      testing::run_cli({"moe", "--checkpoint", checkpoint, "--ep", "3", "--input",
+                        dir.file("x.npy"), "--output", dir.file("y.npy"), "--json"},
+                       {"MXQ_AUTOTUNE_CACHE=" + cache});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  ASSERT_EQ(report["ranks"].size(), 3U);
+  for (const auto& rank : report["ranks"])
+    EXPECT_EQ(rank["tactic_from_cache"], true) << rank.dump();
+  EXPECT_EQ(report["tactic_from_cache"], true);
+}
+
 TEST(TuneCli, BudgetIsTheFlagForAllPassesElseTheVariableForEachPass) {
   testing::TempDir dir;
   const std::vector<std::string> args = {"tune",    "--preset",           "toy",   "--tokens", "1",
@@ -285,6 +322,38 @@ TEST(TuneCli, DecisionsThatCannotBeSavedFailTheRun) {
   EXPECT_EQ(testing::run_cli({"cache", "verify", dir.file("missing.json")}).exit_code, 2);
   EXPECT_EQ(testing::run_cli({"cache", "diff", path, dir.file("missing.json")}).exit_code, 2);
   EXPECT_EQ(r.exit_code, 2);  // the tune run that could not save
+  // An unreadable file is a negative answer too, not an error.
+  testing::write_file(dir.file("truncated.json"), "{");
+  const testing::ProcessResult truncated =
+      testing::run_cli({"cache", "verify", dir.file("truncated.json")});
+  EXPECT_EQ(truncated.exit_code, 1) << truncated.err;
+  EXPECT_NE(truncated.out.find("schema: FAIL"), std::string::npos) << truncated.out;
+}
+
+// `prune --stale` judges entries by this build's tactics: on a file another build wrote (another
+// tactic registry) a tactic this build lacks may be one that build serves, so it is refused and
+// the file left as it is, unless --force.
+TEST(TuneCli, PruneStaleRefusesAFileOfAnotherBuildUnlessForced) {
+  testing::TempDir dir;
+  const std::string path = dir.file("c.json");
+  ASSERT_EQ(
+      testing::run_cli({"tune", "--preset", "toy", "--tokens", "1", "--cache", path}).exit_code, 0);
+  nlohmann::json file = nlohmann::json::parse(testing::read_file(path));
+  file["fingerprint"]["registry_hash"] = "0123456789abcdef";
+  ASSERT_FALSE(file["entries"].empty());
+  file["entries"][0]["tactic"] = "unrolled[lanes=32]";  // a tactic of that other build
+  testing::write_file(path, file.dump(2));
+  const std::string theirs = testing::read_file(path);
+  const testing::ProcessResult refused = testing::run_cli({"cache", "prune", path, "--stale"});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("another mxq build"), std::string::npos) << refused.err;
+  EXPECT_EQ(testing::read_file(path), theirs);
+  const testing::ProcessResult forced =
+      testing::run_cli({"cache", "prune", path, "--stale", "--force"});
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_NE(forced.out.find("unrolled[lanes=32]"), std::string::npos) << forced.out;
+  EXPECT_EQ(nlohmann::json::parse(testing::read_file(path))["entries"].size(),
+            file["entries"].size() - 1);
 }
 
 TEST(TuneCli, CacheShowOrdersBucketsByValueAndPruneRefusesAnAbsentOp) {
