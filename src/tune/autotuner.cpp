@@ -1,6 +1,7 @@
 #include "mxq/tune/autotuner.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -262,7 +263,9 @@ void Autotuner::persist_locked() {
   if (dirty_.empty() || !store_ || mode() == AutotuneMode::kOff || mode() == AutotuneMode::kLoad) {
     return;
   }
-  if (store_->foreign() && foreign_warned_) return;
+  // Also tried after a save found a foreign file: it may have been removed or replaced by a
+  // compatible one since, and the store re-reads it under the lock anyway (it warns once per
+  // version of a foreign file, not once per save). dirty_ keeps what is not saved yet.
   std::vector<CacheEntry> updates;
   for (const std::string& key : dirty_) updates.push_back(entries_.at(key));
   try {
@@ -274,11 +277,7 @@ void Autotuner::persist_locked() {
       for (const auto& [key, e] : entries_) everything.push_back(e);
       outcome = store_->save(everything);
     }
-    if (outcome.ok) {
-      dirty_.clear();
-    } else if (store_->foreign()) {
-      foreign_warned_ = true;
-    }
+    if (outcome.ok) dirty_.clear();
   } catch (const std::exception& error) {
     warn_locked("autotune cache " + store_->path() + " could not be saved (" + error.what() +
                 "); the tuned entries stay in memory and saving is retried");
@@ -604,6 +603,37 @@ void Autotuner::measure(const OpSpec& op, const Problem& problem, std::int64_t b
 
 // ---- TuningSession -----------------------------------------------------------------------
 
+namespace {
+
+// Exact (shortest round-trip) text of a setting: std::to_string's 6 decimals would show
+// 2e-7 and 3e-7 alike.
+std::string exact(double value) {
+  char buffer[32];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return {buffer, result.ptr};
+}
+
+// Everything ranks must share for a session: what it tunes (pass, mode, backend, registry,
+// skip list) and how it measures. Ranks that measured differently would pool incomparable
+// samples, or (other rounds) gather different amounts and diverge.
+std::string session_settings(const Autotuner& tuner, const std::string& pass) {
+  static_assert(sizeof(MeasureSettings) == 32,
+                "MeasureSettings changed: compare the new field across ranks below");
+  const AutotuneOptions& o = tuner.options();
+  const MeasureSettings& m = o.measure;
+  std::string text =
+      "pass=" + pass + " mode=" + std::string(to_string(o.mode)) +
+      " backend=" + std::string(to_string(tuner.backend())) +
+      " registry=" + tuner.registry().hash() + " warmup_runs=" + std::to_string(m.warmup_runs) +
+      " rounds=" + std::to_string(m.rounds) + " min_sample_seconds=" + exact(m.min_sample_seconds) +
+      " max_calls_per_sample=" + std::to_string(m.max_calls_per_sample) +
+      " tie_band=" + exact(m.tie_band) + " skip=";
+  for (const std::string& s : o.skip_ops) text += s + ",";
+  return text;
+}
+
+}  // namespace
+
 TuningSession::TuningSession(Autotuner& tuner, std::string pass,
                              std::optional<double> budget_seconds)
     : tuner_(tuner), pass_(std::move(pass)) {
@@ -618,14 +648,7 @@ TuningSession::TuningSession(Autotuner& tuner, std::string pass,
   if (comm.size() > 1) {
     // All ranks must run the same plan with the same settings, or the collectives would
     // diverge: check it once, up front, and fail on every rank alike.
-    const AutotuneOptions& o = tuner_.options();
-    std::string text = "pass=" + pass_ + " mode=" + std::string(to_string(o.mode)) +
-                       " backend=" + std::string(to_string(tuner_.backend())) +
-                       " registry=" + tuner_.registry().hash() +
-                       " rounds=" + std::to_string(o.measure.rounds) +
-                       " tie=" + std::to_string(o.measure.tie_band) + " skip=";
-    for (const std::string& s : o.skip_ops) text += s + ",";
-    const auto all = comm.all_gather(text_bytes(text));
+    const auto all = comm.all_gather(text_bytes(session_settings(tuner_, pass_)));
     for (std::size_t r = 1; r < all.size(); ++r) {
       if (all[r] != all[0]) {
         fail(ErrorCode::kInvalidArgument, "tuning session '", pass_, "': rank ", r,

@@ -16,7 +16,9 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 #include <optional>
+#include <utility>
 
 #include "mxq/core/error.h"
 #include "mxq/core/log.h"
@@ -106,7 +108,12 @@ void append_entry(std::string& out, const CacheEntry& e) {
     out += ":";
     append_number(out, c.median_us);
   }
-  out += "}}";
+  out += "}";
+  if (!e.unknown_members.empty()) {
+    out += ',';
+    out += e.unknown_members;
+  }
+  out += "}";
 }
 
 void append_fingerprint(std::string& out, const Fingerprint& fp) {
@@ -133,58 +140,92 @@ using Kind = JsonReader::Kind;
 
 [[noreturn]] void bad_format(const std::string& what) { fail(ErrorCode::kFormat, what); }
 
-std::string read_string_field(JsonReader& r, const std::string& where) {
-  if (r.peek() != Kind::kString) bad_format(where + " is not a string");
-  return r.read_string();
+std::string_view trim_whitespace(std::string_view text) {
+  constexpr std::string_view kSpace = " \t\r\n";
+  const std::size_t first = text.find_first_not_of(kSpace);
+  if (first == std::string_view::npos) return {};
+  return text.substr(first, text.find_last_not_of(kSpace) - first + 1);
 }
 
-std::int64_t read_int_field(JsonReader& r, const std::string& where) {
-  std::int64_t value = 0;
-  if (r.peek() != Kind::kNumber || !r.try_read_int(value)) bad_format(where + " is not an integer");
-  return value;
+// The next value's JSON text as written (the reader is left after it).
+std::string_view raw_value(JsonReader& r, std::string_view text) {
+  const std::size_t start = r.offset();
+  r.skip_value();
+  return trim_whitespace(text.substr(start, r.offset() - start));
 }
 
-Fingerprint read_fingerprint(JsonReader& r) {
-  if (r.peek() != Kind::kObject) bad_format("\"fingerprint\" is not an object");
+// Reads fingerprint field `key` into `fp` and returns "", or says why it cannot: a field this
+// build does not know, or of another type. Either way the reader is left after the value.
+std::string read_fingerprint_field(JsonReader& r, const std::string& key, Fingerprint& fp) {
+  const std::pair<std::string_view, std::string*> strings[] = {
+      {"backend", &fp.backend},
+      {"device", &fp.device},
+      {"compute_capability", &fp.compute_capability},
+      {"mxq_version", &fp.mxq_version},
+      {"registry_hash", &fp.registry_hash}};
+  const std::pair<std::string_view, int*> ints[] = {{"cpu_threads", &fp.cpu_threads},
+                                                    {"sm_count", &fp.sm_count},
+                                                    {"driver_version", &fp.driver_version},
+                                                    {"runtime_version", &fp.runtime_version}};
+  for (const auto& [name, field] : strings) {
+    if (name != key) continue;
+    if (r.peek() != Kind::kString) {
+      r.skip_value();
+      return "field \"" + key + "\" is not a string";
+    }
+    *field = r.read_string();
+    return {};
+  }
+  for (const auto& [name, field] : ints) {
+    if (name != key) continue;
+    std::int64_t value = 0;
+    const bool number = r.peek() == Kind::kNumber;
+    if (!number) r.skip_value();
+    if (!number || !r.try_read_int(value) || value < std::numeric_limits<int>::min() ||
+        value > std::numeric_limits<int>::max()) {
+      return "field \"" + key + "\" is not an int";
+    }
+    *field = static_cast<int>(value);
+    return {};
+  }
+  r.skip_value();
+  return "unknown field \"" + key + "\"";
+}
+
+// Reads the fingerprint. One this build cannot read exactly (a field it does not know, lacks,
+// has twice or reads as another type) comes from another mxq build: that goes to `problem`,
+// rather than throwing, and the reader is left after the value all the same.
+Fingerprint read_fingerprint(JsonReader& r, std::string& problem) {
+  auto note = [&](const std::string& what) { problem += (problem.empty() ? "" : ", ") + what; };
   Fingerprint fp;
+  if (r.peek() != Kind::kObject) {
+    note("\"fingerprint\" is not an object");
+    r.skip_value();
+    return fp;
+  }
+  std::vector<std::string> seen;
   std::string key;
-  int seen = 0;
   r.begin_object();
   while (r.next_member(key)) {
-    const std::string where = "fingerprint \"" + key + "\"";
-    ++seen;
-    if (key == "backend") {
-      fp.backend = read_string_field(r, where);
-    } else if (key == "device") {
-      fp.device = read_string_field(r, where);
-    } else if (key == "cpu_threads") {
-      fp.cpu_threads = static_cast<int>(read_int_field(r, where));
-    } else if (key == "sm_count") {
-      fp.sm_count = static_cast<int>(read_int_field(r, where));
-    } else if (key == "compute_capability") {
-      fp.compute_capability = read_string_field(r, where);
-    } else if (key == "driver_version") {
-      fp.driver_version = static_cast<int>(read_int_field(r, where));
-    } else if (key == "runtime_version") {
-      fp.runtime_version = static_cast<int>(read_int_field(r, where));
-    } else if (key == "mxq_version") {
-      fp.mxq_version = read_string_field(r, where);
-    } else if (key == "registry_hash") {
-      fp.registry_hash = read_string_field(r, where);
-    } else {
-      --seen;
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      note("field \"" + key + "\" given twice");
       r.skip_value();
+      continue;
     }
+    seen.push_back(key);
+    if (std::string why = read_fingerprint_field(r, key, fp); !why.empty()) note(why);
   }
-  if (seen != static_cast<int>(fp.fields().size())) {
-    bad_format("fingerprint: missing fields (need " + std::to_string(fp.fields().size()) + ")");
+  for (const auto& [name, value] : fp.fields()) {
+    if (std::find(seen.begin(), seen.end(), name) == seen.end()) {
+      note("missing field \"" + name + "\"");
+    }
   }
   return fp;
 }
 
 // One entry. A well-formed JSON value that is not a valid entry gives `problem` (the reader is
 // left after the value, so the file's other entries still load); bad JSON throws.
-std::optional<CacheEntry> read_entry(JsonReader& r, std::string& problem) {
+std::optional<CacheEntry> read_entry(JsonReader& r, std::string_view text, std::string& problem) {
   if (r.peek() != Kind::kObject) {
     problem = "entry is not an object";
     r.skip_value();
@@ -277,7 +318,12 @@ std::optional<CacheEntry> read_entry(JsonReader& r, std::string& problem) {
         problem = "\"ranks\" is not an integer";
       }
     } else {
-      r.skip_value();  // fields of a later schema minor version
+      // A later schema minor version's member: kept as written, to go back with the entry.
+      std::string& unknown = e.unknown_members;
+      if (!unknown.empty()) unknown += ',';
+      append_string(unknown, key);
+      unknown += ':';
+      unknown += raw_value(r, text);
     }
   }
   if (!problem.empty()) return std::nullopt;
@@ -365,10 +411,12 @@ std::string utc_timestamp() {
 
 namespace {
 
+// Entries in key order, then the malformed ones as they were read (they have no usable key).
 template <typename Entries, typename Get>
-std::string serialize_entries(const Fingerprint& fingerprint, const Entries& entries, Get get) {
+std::string serialize_entries(const Fingerprint& fingerprint, const Entries& entries, Get get,
+                              std::span<const std::string> malformed) {
   std::string out;
-  out.reserve(256 + entries.size() * 300);
+  out.reserve(256 + (entries.size() + malformed.size()) * 300);
   out += "{\n  \"format\": ";
   append_string(out, kCacheFormat);
   out += ",\n  \"schema_version\": ";
@@ -383,75 +431,49 @@ std::string serialize_entries(const Fingerprint& fingerprint, const Entries& ent
     first = false;
     append_entry(out, get(item));
   }
-  out += entries.empty() ? "]\n}\n" : "\n  ]\n}\n";
+  for (const std::string& text : malformed) {
+    out += first ? "\n    " : ",\n    ";
+    first = false;
+    out += text;
+  }
+  out += first ? "]\n}\n" : "\n  ]\n}\n";
   return out;
 }
 
 }  // namespace
 
 std::string serialize_cache(const CacheFile& file) {
-  return serialize_entries(file.fingerprint, file.entries,
-                           [](const CacheEntry& e) -> const CacheEntry& { return e; });
+  return serialize_entries(
+      file.fingerprint, file.entries, [](const CacheEntry& e) -> const CacheEntry& { return e; },
+      file.malformed);
 }
 
-CacheFile parse_cache(std::string_view text) {
-  JsonReader r(text);
-  if (r.peek() != Kind::kObject) bad_format("top level is not an object");
+namespace {
+
+// A parse that got through the JSON: `problem` is empty when the file is usable, else says why
+// not, and `other_build` whether it is an mxq cache of another build rather than a broken file.
+struct Parsed {
   CacheFile file;
-  std::string format;
-  std::optional<std::int64_t> version;
-  bool have_fingerprint = false;
-  bool have_entries = false;
+  std::string problem;
+  bool other_build = false;
+};
+
+// The members of "entries" that read, sorted by key, a duplicate key keeping the later entry;
+// the others go to file.skipped and, as written, to file.malformed.
+void read_entries(JsonReader& r, std::string_view text, CacheFile& file) {
   std::vector<std::pair<std::string, CacheEntry>> keyed;  // written files are sorted already
-  std::string key;
-  r.begin_object();
-  while (r.next_member(key)) {
-    if (key == "format") {
-      if (r.peek() == Kind::kString) {
-        format = r.read_string();
-      } else {
-        r.skip_value();
-      }
-    } else if (key == "schema_version") {
-      std::int64_t v = -1;
-      if (r.peek() != Kind::kNumber) {
-        r.skip_value();
-      } else if (!r.try_read_int(v)) {
-        v = -1;
-      }
-      version = v;
-    } else if (key == "fingerprint") {
-      file.fingerprint = read_fingerprint(r);
-      have_fingerprint = true;
-    } else if (key == "entries") {
-      if (r.peek() != Kind::kArray) bad_format("\"entries\" is not an array");
-      have_entries = true;
-      r.begin_array();
-      for (std::size_t index = 0; r.next_element(); ++index) {
-        std::string problem;
-        std::optional<CacheEntry> e = read_entry(r, problem);
-        if (!e) {
-          file.skipped.push_back("entry " + std::to_string(index) + ": " + problem);
-          continue;
-        }
-        keyed.emplace_back(e->key(), std::move(*e));
-      }
-    } else {
-      r.skip_value();
+  r.begin_array();
+  for (std::size_t index = 0; r.next_element(); ++index) {
+    const std::size_t start = r.offset();
+    std::string problem;
+    std::optional<CacheEntry> e = read_entry(r, text, problem);
+    if (!e) {
+      file.skipped.push_back("entry " + std::to_string(index) + ": " + problem);
+      file.malformed.emplace_back(trim_whitespace(text.substr(start, r.offset() - start)));
+      continue;
     }
+    keyed.emplace_back(e->key(), std::move(*e));
   }
-  r.expect_end();
-  if (format != kCacheFormat) {
-    bad_format("not an mxq autotune cache (\"format\" is not \"" + std::string(kCacheFormat) +
-               "\")");
-  }
-  if (!version || *version != kCacheSchemaVersion) {
-    bad_format("schema_version is " +
-               (version ? std::to_string(*version) : std::string("missing")) + ", this mxq reads " +
-               std::to_string(kCacheSchemaVersion));
-  }
-  if (!have_fingerprint) bad_format("missing \"fingerprint\"");
-  if (!have_entries) bad_format("missing \"entries\"");
   const auto by_key = [](const auto& a, const auto& b) { return a.first < b.first; };
   if (!std::is_sorted(keyed.begin(), keyed.end(), by_key)) {
     std::stable_sort(keyed.begin(), keyed.end(), by_key);
@@ -464,7 +486,89 @@ CacheFile parse_cache(std::string_view text) {
     }
     file.entries.push_back(std::move(keyed[i].second));
   }
-  return file;
+}
+
+// What the top level of a cache file held, besides the entries.
+struct TopLevel {
+  std::string format;
+  std::optional<std::int64_t> version;
+  bool have_fingerprint = false;
+  std::string fingerprint_problem;
+  std::string entries_problem = "missing \"entries\"";
+};
+
+// Why the file cannot be used ("" when it can), and whether it is another build's rather than
+// broken: an mxq cache of a newer schema, or whose fingerprint this build cannot read, comes
+// from another build (two builds may share a cache folder); anything else that does not read
+// is broken, an older schema included (none was released before version 1).
+void judge(const TopLevel& top, Parsed& parsed) {
+  const auto verdict = [&](std::string problem, bool other_build) {
+    parsed.problem = std::move(problem);
+    parsed.other_build = other_build;
+  };
+  const bool newer = top.version && *top.version > kCacheSchemaVersion;
+  if (top.format != kCacheFormat) {
+    verdict("not an mxq autotune cache (\"format\" is not \"" + std::string(kCacheFormat) + "\")",
+            false);
+  } else if (!top.version || *top.version != kCacheSchemaVersion) {
+    verdict("schema_version is " +
+                (top.version ? std::to_string(*top.version) : std::string("missing")) +
+                (newer ? ", newer than this mxq's " : ", this mxq reads ") +
+                std::to_string(kCacheSchemaVersion),
+            newer);
+  } else if (!top.have_fingerprint) {
+    verdict("missing \"fingerprint\"", false);
+  } else if (!top.fingerprint_problem.empty()) {
+    verdict("fingerprint: " + top.fingerprint_problem, true);
+  } else if (!top.entries_problem.empty()) {
+    verdict(top.entries_problem, false);
+  }
+}
+
+// Throws Error(kFormat) only for text that is not JSON (or nests too deep).
+Parsed parse_text(std::string_view text) {
+  JsonReader r(text);
+  Parsed parsed;
+  if (r.peek() != Kind::kObject) {
+    parsed.problem = "top level is not an object";
+    return parsed;
+  }
+  TopLevel top;
+  std::string key;
+  r.begin_object();
+  while (r.next_member(key)) {
+    if (key == "format" && r.peek() == Kind::kString) {
+      top.format = r.read_string();
+    } else if (key == "schema_version") {
+      std::int64_t v = -1;
+      if (r.peek() != Kind::kNumber) {
+        r.skip_value();
+      } else if (!r.try_read_int(v)) {
+        v = -1;
+      }
+      top.version = v;
+    } else if (key == "fingerprint") {
+      parsed.file.fingerprint = read_fingerprint(r, top.fingerprint_problem);
+      top.have_fingerprint = true;
+    } else if (key == "entries" && r.peek() == Kind::kArray) {
+      top.entries_problem.clear();
+      read_entries(r, text, parsed.file);
+    } else {
+      if (key == "entries") top.entries_problem = "\"entries\" is not an array";
+      r.skip_value();
+    }
+  }
+  r.expect_end();
+  judge(top, parsed);
+  return parsed;
+}
+
+}  // namespace
+
+CacheFile parse_cache(std::string_view text) {
+  Parsed parsed = parse_text(text);
+  if (!parsed.problem.empty()) bad_format(parsed.problem);
+  return std::move(parsed.file);
 }
 
 ReadResult read_cache_file(const std::string& path) {
@@ -504,8 +608,11 @@ ReadResult read_cache_file(const std::string& path) {
     return result;
   }
   try {
-    result.file = parse_cache(text);
-    result.status = ReadStatus::kOk;
+    Parsed parsed = parse_text(text);
+    result.status = parsed.problem.empty() ? ReadStatus::kOk : ReadStatus::kCorrupt;
+    result.problem = std::move(parsed.problem);
+    result.other_build = parsed.other_build;
+    result.file = std::move(parsed.file);
   } catch (const Error& error) {
     result.status = ReadStatus::kCorrupt;
     result.problem = error.what();
@@ -588,17 +695,26 @@ void write_file_atomically(const std::string& path, std::string_view text) {
 
 // ---- CacheStore --------------------------------------------------------------------------
 
-CacheStore::CacheStore(std::string path, Fingerprint fingerprint)
-    : path_(std::move(path)), fingerprint_(std::move(fingerprint)) {}
-
 namespace {
 
-std::string foreign_warning(const std::string& path, const Fingerprint& mine,
-                            const Fingerprint& theirs, const char* consequence) {
-  std::string text = "autotune cache " + path + " was tuned with another fingerprint (";
-  const auto diffs = mine.differences(theirs);
-  for (std::size_t i = 0; i < diffs.size(); ++i) text += (i ? "; " : "") + diffs[i];
-  return text + "): " + consequence;
+constexpr int kMaxSymlinkHops = 40;  // as the kernel (MAXSYMLINKS)
+
+// The file `path` stands for: symlinks in its last component followed, also to a target that
+// does not exist yet (std::filesystem::weakly_canonical would stop at such a link). Saving
+// renames a temp file onto this path: onto a link it would replace the link, and a lock named
+// after the link would not exclude writers that name the target. Relative targets are joined to
+// the link's own folder unnormalized, so ".." is resolved by the kernel as the link would be.
+std::string resolve_symlinks(const std::string& path) {
+  std::filesystem::path p = path;
+  for (int hops = 0; hops <= kMaxSymlinkHops; ++hops) {
+    std::error_code error;
+    if (!std::filesystem::is_symlink(std::filesystem::symlink_status(p, error))) return p.string();
+    const std::filesystem::path next = std::filesystem::read_symlink(p, error);
+    if (error) return p.string();  // reading it will fail and say why
+    p = next.is_absolute() ? next : p.parent_path() / next;
+  }
+  fail(ErrorCode::kInvalidArgument, "autotune cache ", path, ": more than ", kMaxSymlinkHops,
+       " symlinks to follow (a loop?)");
 }
 
 void warn(CacheStore::Outcome& outcome, std::string text) {
@@ -606,26 +722,65 @@ void warn(CacheStore::Outcome& outcome, std::string text) {
   outcome.warnings.push_back(std::move(text));
 }
 
+// An unreadable file that is no other build's: the one kind a tuner moves aside.
+bool broken(const ReadResult& read) {
+  return read.status == ReadStatus::kCorrupt && !read.other_build;
+}
+
 }  // namespace
+
+CacheStore::CacheStore(std::string path, Fingerprint fingerprint)
+    : path_(std::move(path)),
+      target_(resolve_symlinks(path_)),
+      fingerprint_(std::move(fingerprint)) {}
+
+// Why the file read is not this store's to serve or write ("" when it is).
+std::string CacheStore::foreign_description(const ReadResult& read) const {
+  if (read.status == ReadStatus::kCorrupt && read.other_build) {
+    return "was written by another mxq build (" + read.problem + ")";
+  }
+  if (read.status != ReadStatus::kOk || read.file.fingerprint == fingerprint_) return {};
+  std::string text = "was tuned with another fingerprint (";
+  const auto diffs = fingerprint_.differences(read.file.fingerprint);
+  for (std::size_t i = 0; i < diffs.size(); ++i) text += (i ? "; " : "") + diffs[i];
+  return text + ")";
+}
+
+void CacheStore::take_snapshot(ReadResult&& read) {
+  snapshot_.clear();
+  for (CacheEntry& e : read.file.entries) {
+    std::string key = e.key();
+    snapshot_.emplace(std::move(key), std::move(e));
+  }
+  snapshot_malformed_ = std::move(read.file.malformed);
+  snapshot_identity_ = read.identity;
+  have_snapshot_ = true;
+}
+
+void CacheStore::clear_snapshot() {
+  snapshot_.clear();
+  snapshot_malformed_.clear();
+  have_snapshot_ = false;
+}
 
 CacheStore::Outcome CacheStore::load(std::vector<CacheEntry>& entries, Unreadable unreadable) {
   Outcome outcome;
   entries.clear();
-  ReadResult read = read_cache_file(path_);
-  if (read.status == ReadStatus::kCorrupt && unreadable == Unreadable::kLeave) {
+  ReadResult read = read_cache_file(target_);
+  if (broken(read) && unreadable == Unreadable::kLeave) {
     warn(outcome, "autotune cache " + path_ + " is unreadable (" + read.problem +
                       "); not used, and left as it is (a tuning run would move it aside)");
     outcome.ok = false;
     return outcome;
   }
-  if (read.status == ReadStatus::kCorrupt) {
+  if (broken(read)) {
     // Move aside under the lock, after checking that no writer replaced it meanwhile.
     try {
-      std::filesystem::create_directories(parent_dir(path_));
-      const CacheLock lock(path_);
-      read = read_cache_file(path_);
-      if (read.status == ReadStatus::kCorrupt) {
-        const std::string moved = move_aside(path_);
+      std::filesystem::create_directories(parent_dir(target_));
+      const CacheLock lock(target_);
+      read = read_cache_file(target_);
+      if (broken(read)) {
+        const std::string moved = move_aside(target_);
         warn(outcome, "autotune cache " + path_ + " is unreadable (" + read.problem +
                           "); moved aside to " + moved + ", starting with an empty cache");
         outcome.moved_aside = true;
@@ -639,40 +794,33 @@ CacheStore::Outcome CacheStore::load(std::vector<CacheEntry>& entries, Unreadabl
     }
   }
   if (read.status == ReadStatus::kMissing) {
-    have_snapshot_ = false;
-    snapshot_.clear();
+    clear_snapshot();
     return outcome;
   }
-  if (!(read.file.fingerprint == fingerprint_)) {
+  if (const std::string foreign = foreign_description(read); !foreign.empty()) {
     foreign_ = true;
-    warn(outcome, foreign_warning(path_, fingerprint_, read.file.fingerprint,
-                                  "its entries are not served and the file is left untouched"));
+    warn(outcome, "autotune cache " + path_ + " " + foreign +
+                      ": its entries are not served and the file is left untouched");
     outcome.ok = false;
     return outcome;
   }
   for (const std::string& line : read.file.skipped) {
     warn(outcome, "autotune cache " + path_ + ": skipped " + line);
   }
-  snapshot_.clear();
-  for (const CacheEntry& e : read.file.entries) snapshot_.emplace(e.key(), e);
-  snapshot_identity_ = read.identity;
-  have_snapshot_ = true;
   foreign_ = false;
-  entries = std::move(read.file.entries);
+  entries = read.file.entries;
+  take_snapshot(std::move(read));
   return outcome;
 }
 
 bool CacheStore::reload_if_changed(std::vector<CacheEntry>& entries) {
   FileIdentity current;
-  if (!stat_identity(path_, current)) return false;
+  if (!stat_identity(target_, current)) return false;
   if (have_snapshot_ && current == snapshot_identity_) return false;
-  ReadResult read = read_cache_file(path_);
+  ReadResult read = read_cache_file(target_);
   if (read.status != ReadStatus::kOk || !(read.file.fingerprint == fingerprint_)) return false;
-  snapshot_.clear();
-  for (const CacheEntry& e : read.file.entries) snapshot_.emplace(e.key(), e);
-  snapshot_identity_ = read.identity;
-  have_snapshot_ = true;
-  entries = std::move(read.file.entries);
+  entries = read.file.entries;
+  take_snapshot(std::move(read));
   return true;
 }
 
@@ -680,46 +828,59 @@ CacheStore::Outcome CacheStore::save(std::span<const CacheEntry> updates) {
   return rewrite(updates, nullptr);
 }
 
+// Under the lock: brings the snapshot up to the file's current version, moving a broken file
+// aside. False when the file is not ours to write (another fingerprint or build): it is left
+// untouched, with a warning the first time a save finds this version of it, so that callers
+// can retry every save without repeating the warning.
+bool CacheStore::refresh_locked(Outcome& outcome) {
+  FileIdentity current;
+  if (!stat_identity(target_, current)) {
+    clear_snapshot();
+    return true;
+  }
+  if (have_snapshot_ && current == snapshot_identity_) return true;
+  if (refused_ && current == *refused_) {
+    outcome.ok = false;
+    return false;
+  }
+  ReadResult read = read_cache_file(target_);
+  if (broken(read)) {
+    const std::string moved = move_aside(target_);
+    warn(outcome, "autotune cache " + path_ + " is unreadable (" + read.problem +
+                      "); moved aside to " + moved + " before saving");
+    outcome.moved_aside = true;
+    clear_snapshot();
+  } else if (read.status == ReadStatus::kMissing) {
+    clear_snapshot();
+  } else if (const std::string foreign = foreign_description(read); !foreign.empty()) {
+    foreign_ = true;
+    refused_ = read.identity;
+    warn(outcome, "autotune cache " + path_ + " " + foreign +
+                      ": not saving into it; tuned entries stay in memory only");
+    outcome.ok = false;
+    return false;
+  } else {
+    take_snapshot(std::move(read));
+  }
+  return true;
+}
+
 CacheStore::Outcome CacheStore::rewrite(std::span<const CacheEntry> updates,
                                         const std::function<bool(const CacheEntry&)>& drop) {
   Outcome outcome;
-  std::filesystem::create_directories(parent_dir(path_));
-  const CacheLock lock(path_);
-  FileIdentity current;
-  const bool exists = stat_identity(path_, current);
-  if (!exists) {
-    snapshot_.clear();
-  } else if (!have_snapshot_ || !(current == snapshot_identity_)) {
-    ReadResult read = read_cache_file(path_);
-    if (read.status == ReadStatus::kCorrupt) {
-      const std::string moved = move_aside(path_);
-      warn(outcome, "autotune cache " + path_ + " is unreadable (" + read.problem +
-                        "); moved aside to " + moved + " before saving");
-      outcome.moved_aside = true;
-      snapshot_.clear();
-    } else if (read.status == ReadStatus::kMissing) {
-      snapshot_.clear();
-    } else if (!(read.file.fingerprint == fingerprint_)) {
-      foreign_ = true;
-      warn(outcome, foreign_warning(path_, fingerprint_, read.file.fingerprint,
-                                    "not saving into it; tuned entries stay in memory only"));
-      outcome.ok = false;
-      return outcome;
-    } else {
-      snapshot_.clear();
-      for (CacheEntry& e : read.file.entries) {
-        std::string key = e.key();
-        snapshot_.emplace(std::move(key), std::move(e));
-      }
-    }
-  }
+  std::filesystem::create_directories(parent_dir(target_));
+  const CacheLock lock(target_);
+  if (!refresh_locked(outcome)) return outcome;
   foreign_ = false;
+  refused_.reset();
   if (drop) std::erase_if(snapshot_, [&](const auto& item) { return drop(item.second); });
   for (const CacheEntry& e : updates) snapshot_.insert_or_assign(e.key(), e);
   write_file_atomically(
-      path_, serialize_entries(fingerprint_, snapshot_,
-                               [](const auto& item) -> const CacheEntry& { return item.second; }));
-  have_snapshot_ = stat_identity(path_, snapshot_identity_);
+      target_,
+      serialize_entries(
+          fingerprint_, snapshot_,
+          [](const auto& item) -> const CacheEntry& { return item.second; }, snapshot_malformed_));
+  have_snapshot_ = stat_identity(target_, snapshot_identity_);
   return outcome;
 }
 

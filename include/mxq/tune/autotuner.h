@@ -163,7 +163,6 @@ class Autotuner {
 
   mutable std::mutex mutex_;  // everything below but table_
   std::unique_ptr<CacheStore> store_;
-  bool foreign_warned_ = false;
   std::map<std::string, CacheEntry> entries_;  // key -> decision (loaded, measured, adopted)
   std::set<std::string> dirty_;                // keys not yet saved
   std::vector<std::string> warnings_;

@@ -10,10 +10,16 @@
 // - Writers never lose each other's entries: save = exclusive flock on "<file>.lock", re-read,
 //   merge (an update replaces only the entry with its own key), write "<file>.tmp.<pid>.<n>",
 //   fsync, rename over the file, fsync the directory. Readers never see a partial file.
+//   <file> is the cache path with symlinks followed, so a symlinked cache is saved into its
+//   target (the link stays) under the target's lock.
 // - A file that cannot be parsed (corrupt, truncated, empty, larger than kMaxCacheFileBytes,
-//   wrong format or schema) is moved aside to "<file>.corrupt-<time>-<pid>" with a warning, and
-//   the process continues with an empty cache.
-// - A file with another fingerprint is left byte-for-byte untouched and not served.
+//   wrong format, missing or older schema) is moved aside to "<file>.corrupt-<time>-<pid>" with
+//   a warning, and the process continues with an empty cache.
+// - A file with another fingerprint, or written by another mxq build (newer schema, fingerprint
+//   fields this build does not know or lacks), is left byte-for-byte untouched and not served.
+// - Saves keep what this build cannot read: malformed entries (written back verbatim, never
+//   served) and an entry's unknown members (written back with it until its key gets a new
+//   winner).
 #pragma once
 
 #include <sys/types.h>
@@ -21,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -52,6 +59,10 @@ struct CacheEntry {
   std::string tuned_at;                     // UTC, ISO 8601
   int ranks = 1;                            // ranks whose timings were pooled
   std::vector<CandidateTiming> candidates;  // every timed candidate's median
+  // The entry's members this build does not know (a later schema minor version's), as JSON
+  // text ("\"name\":value,..."): written back with the entry so a save by an older build keeps
+  // them.
+  std::string unknown_members;
 
   // "<problem canonical>@<bucket>": entries with the same key replace each other.
   [[nodiscard]] std::string key() const;
@@ -63,10 +74,13 @@ struct CacheFile {
   std::vector<CacheEntry> entries;  // sorted by key(), unique keys
   // Entries of the file that could not be read (kept out of `entries`), one line each.
   std::vector<std::string> skipped;
+  // The malformed ones among them, as JSON text: never served, but written back verbatim
+  // (after `entries`) so that a save never erases what a user or another build may still fix.
+  std::vector<std::string> malformed;
 };
 
 std::string serialize_cache(const CacheFile& file);
-// Throws Error(kFormat) when the text is not a cache file of this schema.
+// Throws Error(kFormat) when the text is not a cache file this build can read.
 CacheFile parse_cache(std::string_view text);
 std::string utc_timestamp();  // "2026-12-02T10:00:00Z"
 
@@ -85,6 +99,10 @@ struct ReadResult {
   ReadStatus status = ReadStatus::kMissing;
   CacheFile file;
   std::string problem;  // why kCorrupt (or the I/O error)
+  // kCorrupt only: the file is an mxq cache of another build (a newer schema_version, or a
+  // fingerprint with fields this build does not know, lacks or cannot read), not a broken
+  // one: like a file of another fingerprint it is never moved aside or overwritten.
+  bool other_build = false;
   FileIdentity identity;
 };
 // Reads and parses `path`; no side effects (never moves, writes or locks anything).
@@ -110,7 +128,11 @@ class CacheLock {
 // the directory). The caller holds the CacheLock. Removes temp files of dead writers first.
 void write_file_atomically(const std::string& path, std::string_view text);
 
-// One cache file as seen by one process: load, then save any number of times.
+// One cache file as seen by one process: load, then save any number of times. The path is
+// resolved once, at construction: symlinks are followed (also to a target that does not exist
+// yet) and every file operation (read, lock, temp file, rename, move aside) uses the target,
+// so writers through a link and through the target share one file and one lock. Warnings name
+// the path as given.
 class CacheStore {
  public:
   struct Outcome {
@@ -126,29 +148,40 @@ class CacheStore {
   enum class Unreadable { kMoveAside, kLeave };
   // Reads the file (no lock needed: writers rename whole files). Missing: empty. Unreadable:
   // empty, ok = false, the file moved aside under the lock or left alone as asked. Another
-  // fingerprint: empty, foreign() = true.
+  // fingerprint or another build's file: empty, foreign() = true, never moved.
   Outcome load(std::vector<CacheEntry>& entries, Unreadable unreadable = Unreadable::kMoveAside);
   // Re-reads the file only if another process replaced it since this store last read or wrote
   // it (one stat otherwise); returns true and its entries when it did and they are usable.
   bool reload_if_changed(std::vector<CacheEntry>& entries);
   // Lock, re-read (skipped when the file is still the version this store last read or wrote),
-  // merge `updates` over it, write atomically. A foreign file is not touched (ok = false).
+  // merge `updates` over it, write atomically. A foreign file is not touched (ok = false; the
+  // warning is given once per version of that file, so a caller may retry at every save).
   Outcome save(std::span<const CacheEntry> updates);
   // Same as save(), but first removes the entries for which `drop` is true (prune).
   Outcome rewrite(std::span<const CacheEntry> updates,
                   const std::function<bool(const CacheEntry&)>& drop);
 
-  [[nodiscard]] const std::string& path() const { return path_; }
+  [[nodiscard]] const std::string& path() const { return path_; }      // as given
+  [[nodiscard]] const std::string& target() const { return target_; }  // symlinks followed
   [[nodiscard]] const Fingerprint& fingerprint() const { return fingerprint_; }
   [[nodiscard]] bool foreign() const { return foreign_; }
 
  private:
+  [[nodiscard]] std::string foreign_description(const ReadResult& read) const;
+  bool refresh_locked(Outcome& outcome);
+  void take_snapshot(ReadResult&& read);
+  void clear_snapshot();
+
   std::string path_;
+  std::string target_;
   Fingerprint fingerprint_;
   bool foreign_ = false;
+  // The version of a foreign file a save last refused (and warned about).
+  std::optional<FileIdentity> refused_;
   bool have_snapshot_ = false;
   FileIdentity snapshot_identity_;
-  std::map<std::string, CacheEntry> snapshot_;  // the file's entries at snapshot_identity_
+  std::map<std::string, CacheEntry> snapshot_;   // the file's entries at snapshot_identity_
+  std::vector<std::string> snapshot_malformed_;  // and its malformed entries, verbatim
 };
 
 }  // namespace mxq::tune

@@ -4,7 +4,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <optional>
 #include <set>
+#include <thread>
 
 #include "mxq/tune/autotuner.h"
 #include "tune/tune_test_util.h"
@@ -95,6 +99,84 @@ TEST(ConcurrentWriters, EightProcessesTuningDifferentOpsIntoOneFileLoseNothing) 
     EXPECT_TRUE(testing::files_starting_with(dir.path(), "shared.json.tmp.").empty());
     EXPECT_TRUE(testing::files_starting_with(dir.path(), "shared.json.corrupt").empty());
   }
+}
+
+// A cache path may be a symlink (e.g. into a folder shared by several deployments, or to a
+// target that does not exist yet): saves go into the link's target, the link stays a link, and
+// writers through the link and through the target take one lock, next to the target.
+TEST(ConcurrentWriters, WritersThroughASymlinkAndThroughItsTargetShareOneFileAndOneLock) {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  fs::create_directories(dir.path() / "shared");
+  const std::string target = dir.file("shared/real.json");
+  const std::string link = dir.file("link.json");
+  const std::string alias = dir.file("alias.json");
+  fs::create_symlink("shared/real.json", link);  // relative, and its target does not exist yet
+  fs::create_symlink(link, alias);               // a chain: alias -> link -> shared/real.json
+  const auto tune_op = [](const std::string& path, int op) {
+    AutotunerConfig config;
+    config.registry = &eight_op_registry();
+    config.options.mode = AutotuneMode::kTune;
+    config.options.cache_path = path;
+    config.timer = std::make_shared<testing::VirtualTimer>();
+    Autotuner tuner(config);
+    TuningSession session(tuner, "pass");
+    const Problem problem = testing::synthetic_problem("op" + std::to_string(op), 100);
+    EXPECT_EQ(session.tune(problem, 1).status, TuneStatus::kTuned) << path;
+    EXPECT_EQ(tuner.unsaved_count(), 0) << path;
+  };
+  const auto links_intact = [&] {
+    EXPECT_TRUE(fs::is_symlink(fs::symlink_status(link)));
+    EXPECT_EQ(fs::read_symlink(link), "shared/real.json");
+    EXPECT_TRUE(fs::is_symlink(fs::symlink_status(alias)));
+  };
+  const auto entries_in_target = [&] {
+    const ReadResult read = read_cache_file(target);
+    EXPECT_EQ(read.status, ReadStatus::kOk) << read.problem;
+    return read.file.entries.size();
+  };
+
+  tune_op(link, 0);
+  links_intact();
+  EXPECT_EQ(entries_in_target(), 1U);
+  EXPECT_TRUE(fs::exists(target + ".lock"));
+  tune_op(target, 1);
+  tune_op(alias, 2);
+  links_intact();
+  EXPECT_EQ(entries_in_target(), 3U);
+  // Lock and temp files live next to the target only.
+  EXPECT_EQ(testing::files_starting_with(dir.path(), "link.json"), std::vector<std::string>{link});
+  EXPECT_EQ(testing::files_starting_with(dir.path(), "alias.json"),
+            std::vector<std::string>{alias});
+
+  // The target's lock holds off a writer that goes through the link.
+  {
+    std::optional<CacheLock> held(std::in_place, target);
+    std::atomic<bool> saved{false};
+    std::thread writer([&] {
+      CacheStore store(link, cpu_fingerprint(eight_op_registry()));
+      CacheEntry e;
+      e.problem = testing::synthetic_problem("op3", 100);
+      e.bucket = 1;
+      e.tactic = "fast";
+      saved = store.save({&e, 1}).ok;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_FALSE(saved) << "the writer through the link did not wait for the target's lock";
+    held.reset();
+    writer.join();
+    EXPECT_TRUE(saved);
+  }
+  links_intact();
+  EXPECT_EQ(entries_in_target(), 4U);
+
+  // A broken target is moved aside next to itself; the link still leads to the new file.
+  testing::write_file(target, "not json");
+  tune_op(link, 4);
+  links_intact();
+  EXPECT_EQ(entries_in_target(), 1U);
+  EXPECT_EQ(testing::files_starting_with(dir.path() / "shared", "real.json.corrupt-").size(), 1U);
+  EXPECT_EQ(testing::files_starting_with(dir.path(), "link.json"), std::vector<std::string>{link});
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
 // Test 4: corrupt, truncated, empty, huge and wrong-schema cache files give a warning, never a
 // crash: the file is moved aside (bytes kept), tuning continues into a fresh file, and no other
-// file in the folder is touched.
+// file in the folder is touched. (A newer schema is another build's file, not a broken one:
+// fingerprint_mismatch_test.) Malformed entries are skipped but kept in the file.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "mxq/tune/autotuner.h"
 #include "mxq/tune/toy_gemm.h"
@@ -40,8 +43,11 @@ struct Broken {
 
 std::vector<Broken> broken_files() {
   const std::string valid = valid_cache_text();
+  // No mxq wrote schema 0 (the first one is 1): not a newer build's file but a broken one.
   std::string wrong_schema = valid;
-  wrong_schema.replace(wrong_schema.find("\"schema_version\": 1"), 19, "\"schema_version\": 99");
+  wrong_schema.replace(wrong_schema.find("\"schema_version\": 1"), 19, "\"schema_version\": 0");
+  std::string no_schema = valid;
+  no_schema.replace(no_schema.find("\"schema_version\""), 16, "\"schema_versio\"");
   std::string wrong_format = valid;
   wrong_format.replace(wrong_format.find("mxq-autotune-cache"), 18, "flashinfer-autotune");
   std::string no_entries = valid;
@@ -51,7 +57,8 @@ std::vector<Broken> broken_files() {
       {"truncated", valid.substr(0, valid.size() / 2), false, "not valid JSON"},
       {"empty", "", false, "empty"},
       {"huge", "", true, "more than the limit"},
-      {"wrong schema version", wrong_schema, false, "schema_version is 99"},
+      {"wrong schema version", wrong_schema, false, "schema_version is 0"},
+      {"no schema version", no_schema, false, "schema_version is missing"},
       {"wrong format", wrong_format, false, "not an mxq autotune cache"},
       {"json array", "[1, 2, 3]", false, "not an object"},
       {"no entries", no_entries, false, "missing \"entries\""},
@@ -212,6 +219,87 @@ TEST(CorruptFiles, AMalformedEntryIsSkippedWithAWarningAndTheRestIsServed) {
   EXPECT_NE(tuner.warnings()[0].find("\"tactic\" is not a string"), std::string::npos);
   EXPECT_EQ(tuner.decisions().size(), 39U);
   EXPECT_EQ(testing::read_file(path), text) << "load mode never writes";
+}
+
+// "Skipped" is for serving only: a malformed entry is written back verbatim by every save and
+// merge (it may be another build's, or a hand edit to fix), and an entry's members this build
+// does not know (a later minor version's) stay with the entry, until a new winner replaces it.
+TEST(CorruptFiles, MalformedEntriesAndUnknownFieldsSurviveSavesAndMerges) {
+  TempDir dir;
+  const std::string path = dir.file("cache.json");
+  std::string text = valid_cache_text();
+  const std::string bucket = "\"bucket\":4";
+  text.replace(text.find(bucket), bucket.size(), "\"bucket\":\"1\"");
+  const std::string ranks = "\"ranks\":1";
+  const std::size_t second = text.find(ranks, text.find(ranks) + 1);
+  text.replace(second, ranks.size(), "\"ranks\":1,\"future_field\":{\"why\":[1, \"two\"]}");
+  testing::write_file(path, text);
+  const nlohmann::json original = nlohmann::json::parse(text)["entries"];
+  const nlohmann::json malformed = original[0];
+  const nlohmann::json with_future = original[1];
+  ASSERT_EQ(malformed["bucket"], "1");
+  ASSERT_TRUE(with_future.contains("future_field"));
+  // How many entries of the file at `file` equal `wanted`.
+  const auto count = [](const std::string& file, const nlohmann::json& wanted) {
+    const nlohmann::json parsed = nlohmann::json::parse(testing::read_file(file));
+    int seen = 0;
+    for (const nlohmann::json& e : parsed["entries"]) seen += e == wanted;
+    return seen;
+  };
+  const auto holds_both = [&](const std::string& file) {
+    return count(file, malformed) == 1 && count(file, with_future) == 1;
+  };
+  const Problem new_problem = toy_gemm_problem(64, 128);
+
+  // A tuning save.
+  {
+    AutotunerConfig config;
+    config.options.mode = AutotuneMode::kTune;
+    config.options.cache_path = path;
+    config.options.measure = testing::quick_measure();
+    Autotuner tuner(config);
+    ASSERT_EQ(tuner.warnings().size(), 1U);
+    EXPECT_NE(tuner.warnings()[0].find("\"bucket\" is not an integer"), std::string::npos);
+    EXPECT_EQ(tuner.decisions().size(), 39U);
+    TuningSession session(tuner, "target");
+    ASSERT_EQ(session.tune(new_problem, 1).status, TuneStatus::kTuned);
+    EXPECT_EQ(tuner.unsaved_count(), 0);
+  }
+  EXPECT_TRUE(holds_both(path)) << testing::read_file(path);
+  ReadResult read = read_cache_file(path);
+  ASSERT_EQ(read.status, ReadStatus::kOk);
+  EXPECT_EQ(read.file.entries.size(), 40U);
+  ASSERT_EQ(read.file.skipped.size(), 1U);
+
+  // A merge into the file, and a merge of the file into another one.
+  const std::string other = dir.file("other.json");
+  testing::write_cpu_cache(other, builtin_tactics(),
+                           {testing::hand_written_entry(new_problem, 2, "rowwise")});
+  const testing::ProcessResult merge_in = testing::run_cli({"cache", "merge", other, "-o", path});
+  ASSERT_EQ(merge_in.exit_code, 0) << merge_in.err;
+  EXPECT_TRUE(holds_both(path)) << testing::read_file(path);
+  const std::string out = dir.file("out.json");
+  const testing::ProcessResult merge_out = testing::run_cli({"cache", "merge", path, "-o", out});
+  ASSERT_EQ(merge_out.exit_code, 0) << merge_out.err;
+  EXPECT_EQ(count(out, with_future), 1) << testing::read_file(out);
+
+  // Still reported, and still not served.
+  const testing::ProcessResult verify = testing::run_cli({"cache", "verify", path});
+  EXPECT_NE(verify.exit_code, 0);
+  EXPECT_NE(verify.out.find("FAIL unreadable entry"), std::string::npos) << verify.out;
+  EXPECT_NE(verify.out.find("\"bucket\" is not an integer"), std::string::npos) << verify.out;
+  read = read_cache_file(path);
+  EXPECT_EQ(read.file.entries.size(), 41U);
+  EXPECT_EQ(read.file.skipped.size(), 1U);
+
+  // A new winner for the key of the entry with the unknown member replaces the whole entry.
+  const Problem future_problem = toy_gemm_problem(with_future["shape"]["N"].get<std::int64_t>(),
+                                                  with_future["shape"]["K"].get<std::int64_t>());
+  const CacheEntry replacement = testing::hand_written_entry(future_problem, 4, "rowwise");
+  CacheStore store(path, cpu_fingerprint(builtin_tactics()));
+  ASSERT_TRUE(store.save({&replacement, 1}).ok);
+  EXPECT_EQ(testing::read_file(path).find("future_field"), std::string::npos);
+  EXPECT_EQ(count(path, malformed), 1);
 }
 
 }  // namespace

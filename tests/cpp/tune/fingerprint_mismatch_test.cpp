@@ -123,5 +123,145 @@ TEST(FingerprintMismatch, EntriesAreNotServedAndTheFileIsUnchanged) {
   }
 }
 
+// Another mxq build's file (a newer schema, or a fingerprint with fields this build does not
+// know or lacks) is an mxq cache all the same: like a file of another fingerprint it is not
+// served, never moved aside and never overwritten, and `mxq tune` fails saying that its
+// decisions were not saved. Two builds sharing a cache folder must not destroy each other's.
+TEST(FingerprintMismatch, AnotherBuildsFileIsNeitherServedNorMovedNorOverwritten) {
+  const Problem problem = toy_gemm_problem(128, 128);
+  std::string ours;  // a file this build would serve
+  {
+    CacheFile file;
+    file.fingerprint = cpu_fingerprint(builtin_tactics());
+    CacheEntry e;
+    e.problem = problem;
+    e.bucket = 1;
+    e.tactic = "unrolled[lanes=16]";
+    file.entries.push_back(e);
+    ours = serialize_cache(file);
+  }
+  const auto edit = [](std::string text, const std::string& from, const std::string& to) {
+    const std::size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? text : text.replace(at, from.size(), to);
+  };
+  std::string no_threads = ours;
+  const std::size_t threads_at = no_threads.find("\"cpu_threads\": ");
+  no_threads.erase(threads_at, no_threads.find(", ", threads_at) + 2 - threads_at);
+  struct Case {
+    std::string name;
+    std::string text;
+    std::string reason;  // in the warning
+  };
+  const std::vector<Case> cases = {
+      {"newer schema", edit(ours, "\"schema_version\": 1", "\"schema_version\": 2"),
+       "schema_version is 2"},
+      {"newer schema, other layout",
+       edit(edit(ours, "\"schema_version\": 1", "\"schema_version\": 3, \"layout\": [1]"),
+            "\"entries\": [", "\"entries\": {\"by_key\": 0}, \"e\": ["),
+       "schema_version is 3"},
+      {"unknown fingerprint field",
+       edit(ours, "\"registry_hash\"", "\"nvlink_domain\": \"nvl72\", \"registry_hash\""),
+       "nvlink_domain"},
+      {"missing fingerprint field", no_threads, "cpu_threads"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TempDir dir;
+    const std::string path = dir.file("cache.json");
+    testing::write_file(path, c.text);
+    for (AutotuneMode mode : {AutotuneMode::kLoad, AutotuneMode::kTune}) {
+      AutotunerConfig config;
+      config.options.mode = mode;
+      config.options.cache_path = path;
+      config.options.measure = testing::quick_measure();
+      Autotuner tuner(config);
+      ASSERT_EQ(tuner.warnings().size(), 1U);
+      EXPECT_NE(tuner.warnings()[0].find("another mxq build"), std::string::npos)
+          << tuner.warnings()[0];
+      EXPECT_NE(tuner.warnings()[0].find(c.reason), std::string::npos) << tuner.warnings()[0];
+      EXPECT_EQ(tuner.lookup(problem, 1).source, SelectionSource::kDefault);
+      if (mode == AutotuneMode::kTune) {
+        TuningSession session(tuner, "here");
+        EXPECT_EQ(session.tune(problem, 2).status, TuneStatus::kTuned);
+        EXPECT_EQ(tuner.unsaved_count(), 1);
+        bool warned_not_saving = false;
+        for (const std::string& w : tuner.warnings()) {
+          warned_not_saving |= w.find("not saving") != std::string::npos;
+        }
+        EXPECT_TRUE(warned_not_saving);
+      }
+      EXPECT_EQ(testing::read_file(path), c.text) << "mode " << to_string(mode);
+      EXPECT_TRUE(testing::files_starting_with(dir.path(), "cache.json.corrupt").empty());
+    }
+    const testing::ProcessResult tune =
+        testing::run_cli({"tune", "--preset", "toy", "--tokens", "1", "--cache", path});
+    EXPECT_NE(tune.exit_code, 0) << tune.err;
+    EXPECT_NE(tune.err.find("not saved"), std::string::npos) << tune.err;
+    EXPECT_EQ(testing::read_file(path), c.text);
+    EXPECT_TRUE(testing::files_starting_with(dir.path(), "cache.json.corrupt").empty());
+  }
+}
+
+// A foreign file does not stop saving for the rest of the run: every later save tries again
+// (warning once per foreign file), so once the file is gone or compatible, every decision of
+// the run is saved and nothing is reported unsaved.
+TEST(FingerprintMismatch, SavingResumesWhenTheForeignFileIsRemovedOrReplaced) {
+  const Problem problem = toy_gemm_problem(128, 128);
+  TempDir dir;
+  const std::string path = dir.file("cache.json");
+  Fingerprint foreign = cpu_fingerprint(builtin_tactics());
+  foreign.device = "Some Other CPU @ 5 GHz";
+  // Replaces the file with a new one of `fingerprint` holding one entry.
+  const auto write_file_of = [&](const Fingerprint& fingerprint, std::int64_t bucket) {
+    std::filesystem::remove(path);
+    CacheStore store(path, fingerprint);
+    CacheEntry e;
+    e.problem = toy_gemm_problem(256, 256);
+    e.bucket = bucket;
+    e.tactic = "rowwise";
+    ASSERT_TRUE(store.save({&e, 1}).ok);
+  };
+  const auto not_saving_warnings = [](const Autotuner& tuner) {
+    int count = 0;
+    for (const std::string& w : tuner.warnings())
+      count += w.find("not saving") != std::string::npos;
+    return count;
+  };
+  write_file_of(foreign, 64);
+  const std::string foreign_bytes = testing::read_file(path);
+  AutotunerConfig config;
+  config.options.mode = AutotuneMode::kTune;
+  config.options.cache_path = path;
+  config.options.measure = testing::quick_measure();
+  Autotuner tuner(config);
+  TuningSession session(tuner, "target");
+  ASSERT_EQ(session.tune(problem, 1).status, TuneStatus::kTuned);
+  ASSERT_EQ(session.tune(problem, 2).status, TuneStatus::kTuned);
+  EXPECT_EQ(tuner.unsaved_count(), 2);
+  EXPECT_EQ(testing::read_file(path), foreign_bytes);
+  EXPECT_EQ(not_saving_warnings(tuner), 1) << "one warning per foreign file, not one per save";
+
+  std::filesystem::remove(path);  // e.g. the user moved it away mid-run
+  ASSERT_EQ(session.tune(problem, 4).status, TuneStatus::kTuned);
+  EXPECT_EQ(tuner.unsaved_count(), 0);
+  ReadResult read = read_cache_file(path);
+  ASSERT_EQ(read.status, ReadStatus::kOk);
+  EXPECT_EQ(read.file.fingerprint, cpu_fingerprint(builtin_tactics()));
+  EXPECT_EQ(read.file.entries.size(), 3U);
+
+  // Foreign again, then replaced by a compatible file: its entry and ours are all kept.
+  write_file_of(foreign, 64);
+  ASSERT_EQ(session.tune(problem, 8).status, TuneStatus::kTuned);
+  EXPECT_EQ(tuner.unsaved_count(), 1);
+  EXPECT_EQ(not_saving_warnings(tuner), 2);
+  write_file_of(cpu_fingerprint(builtin_tactics()), 32);
+  ASSERT_EQ(session.tune(problem, 16).status, TuneStatus::kTuned);
+  EXPECT_EQ(tuner.unsaved_count(), 0);
+  read = read_cache_file(path);
+  ASSERT_EQ(read.status, ReadStatus::kOk);
+  EXPECT_EQ(read.file.entries.size(), 3U);  // the compatible file's entry, buckets 8 and 16
+}
+
 }  // namespace
 }  // namespace mxq::tune

@@ -4,6 +4,7 @@
 // disagreed, with a warning naming the entries.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <thread>
 
 #include "mxq/dist/in_process.h"
@@ -195,6 +196,54 @@ TEST(RankConsensus, FourRanksWithDifferentCachesAndNoisyTimingsEndIdentical) {
     ASSERT_EQ(mine.error, "");
     EXPECT_EQ(mine.digest, second[0].digest) << "rank " << r;
     EXPECT_EQ(mine.decisions, results[0].decisions) << "rank " << r;
+  }
+}
+
+// Ranks must measure alike, or their pooled samples mean nothing (and a different number of
+// rounds would make the all-gathers disagree): a session whose ranks differ in any measurement
+// setting fails on every rank, naming both configurations.
+TEST(RankConsensus, RanksWithDifferentMeasurementSettingsFailAlike) {
+  constexpr int kPair = 2;
+  struct Case {
+    std::string name;
+    std::function<void(MeasureSettings&)> change;
+  };
+  const std::vector<Case> cases = {
+      {"warmup_runs", [](MeasureSettings& m) { m.warmup_runs += 1; }},
+      {"rounds", [](MeasureSettings& m) { m.rounds += 2; }},
+      {"min_sample_seconds", [](MeasureSettings& m) { m.min_sample_seconds = 3e-7; }},
+      {"max_calls_per_sample", [](MeasureSettings& m) { m.max_calls_per_sample += 1; }},
+      {"tie_band", [](MeasureSettings& m) { m.tie_band = 0.0201; }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    dist::InProcessGroup group(kPair, std::chrono::seconds(30));
+    std::vector<std::string> errors(kPair);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kPair; ++r) {
+      threads.emplace_back([&, r] {
+        AutotunerConfig config;
+        config.registry = &noisy_registry();
+        config.options.mode = AutotuneMode::kOff;
+        config.options.measure.min_sample_seconds = 2e-7;
+        if (r == 1) c.change(config.options.measure);
+        config.communicator = &group.rank(r);
+        config.timer = std::make_shared<testing::VirtualTimer>();
+        try {
+          Autotuner tuner(config);
+          const TuningSession session(tuner, "target");
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < kPair; ++r) {
+      const std::string& error = errors[static_cast<std::size_t>(r)];
+      EXPECT_NE(error.find("runs another configuration"), std::string::npos)
+          << "rank " << r << ": '" << error << "'";
+      EXPECT_NE(error.find(c.name), std::string::npos) << error;
+    }
   }
 }
 
