@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -31,8 +32,16 @@ void parallel_for(std::int64_t n, std::int64_t grain, Body&& body) {
       errors[static_cast<std::size_t>(chunk)] = std::current_exception();
     }
   };
-  for (std::int64_t chunk = 1; chunk < chunks; ++chunk) workers.emplace_back(run, chunk);
+  // A thread that cannot be started (a thread or pid limit) is no error: the caller's thread runs
+  // the chunks left over. (Rethrowing would destroy the started threads still joinable, which
+  // terminates the process.)
+  std::int64_t started = 1;
+  try {
+    for (; started < chunks; ++started) workers.emplace_back(run, started);
+  } catch (const std::system_error&) {
+  }
   run(0);
+  for (std::int64_t chunk = started; chunk < chunks; ++chunk) run(chunk);
   for (auto& worker : workers) worker.join();
   for (auto& error : errors) {
     if (error) std::rethrow_exception(error);
