@@ -3,6 +3,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <sstream>
@@ -172,9 +173,12 @@ void bind_linear(nb::module_& m) {
           [](const BlockFp8Weight& w, std::int64_t tokens, bool has_bias, const std::string& tactic,
              const std::string& activation_scales, const std::string& out_dtype,
              const tune::Autotuner* tuner) {
-            // make_problem reads only the shape, dtype and device of x and bias, never their data.
-            const TensorView x(nullptr, DType::kBF16, Shape{tokens, w.k()}, w.device());
-            const TensorView bias(nullptr, DType::kF32, Shape{w.n()}, w.device());
+            // make_problem reads only the shape, dtype and device of x and bias, never their data;
+            // the views point at a placeholder because views with elements and a null pointer
+            // are refused as undefined tensors.
+            static std::byte placeholder;
+            const TensorView x(&placeholder, DType::kBF16, Shape{tokens, w.k()}, w.device());
+            const TensorView bias(&placeholder, DType::kF32, Shape{w.n()}, w.device());
             const linear::LinearOptions options = options_arg(tactic, activation_scales, out_dtype);
             const linear::LinearProblem problem =
                 linear::make_problem(x, w, has_bias ? &bias : nullptr, options);

@@ -30,7 +30,12 @@ std::int64_t Shape::dim(int i) const {
 
 std::int64_t Shape::numel() const {
   std::int64_t total = 1;
-  for (const std::int64_t extent : dims()) total *= extent;
+  for (const std::int64_t extent : dims()) {
+    // A wrapped count would size allocations and loops too small: a heap overflow later.
+    if (__builtin_mul_overflow(total, extent, &total)) {
+      fail(ErrorCode::kOutOfRange, "shape ", *this, ": its element count overflows 64 bits");
+    }
+  }
   return total;
 }
 

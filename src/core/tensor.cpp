@@ -39,6 +39,16 @@ void TensorView::require_dtype_is(DType dtype) const {
 
 namespace {
 
+// A view with elements and no memory: an undefined Tensor / TensorView given a shape, or a
+// framework's null pointer. Reading it would crash the caller's process.
+void require_data(const TensorView& t, std::string_view argument) {
+  if (t.data() == nullptr && t.numel() > 0) {
+    fail(ErrorCode::kInvalidArgument, argument,
+         ": expected a tensor with memory, found a null data ", "pointer for shape ", t.shape(),
+         " (an undefined Tensor or TensorView?)");
+  }
+}
+
 std::shared_ptr<void> allocate(std::size_t nbytes, Device device) {
   const std::size_t padded = (nbytes + 63) / 64 * 64;
   if (device.is_cpu()) {
@@ -65,7 +75,11 @@ std::shared_ptr<void> allocate(std::size_t nbytes, Device device) {
 
 Tensor Tensor::empty(DType dtype, Shape shape, Device device) {
   Tensor tensor;
-  const std::size_t nbytes = static_cast<std::size_t>(shape.numel()) * size_of(dtype);
+  std::size_t nbytes = 0;
+  if (__builtin_mul_overflow(static_cast<std::size_t>(shape.numel()), size_of(dtype), &nbytes)) {
+    fail(ErrorCode::kOutOfRange, "tensor of shape ", shape, " and dtype ", dtype,
+         ": its size in bytes overflows");
+  }
   tensor.storage_ = allocate(nbytes, device);
   tensor.view_ = TensorView(tensor.storage_.get(), dtype, shape, device);
   return tensor;
@@ -73,11 +87,11 @@ Tensor Tensor::empty(DType dtype, Shape shape, Device device) {
 
 Tensor Tensor::borrow(const TensorView& view, std::shared_ptr<void> owner,
                       std::string_view argument) {
-  require_contiguous(view, argument);
   if (view.data() == nullptr) {
     fail(ErrorCode::kInvalidArgument, argument,
          ": expected memory to borrow, found a null pointer");
   }
+  require_contiguous(view, argument);
   Tensor tensor;
   // The aliasing constructor: shares `owner`'s lifetime, points at the view's data. Without an
   // owner the caller guarantees that the memory outlives the Tensor.
@@ -100,6 +114,7 @@ Tensor Tensor::zeros(DType dtype, Shape shape, Device device) {
 }
 
 Tensor Tensor::to(Device device) const {
+  require_data(view_, "Tensor::to");
   MXQ_CHECK(view_.is_contiguous(), ErrorCode::kInvalidArgument,
             "Tensor::to: only contiguous tensors can be copied between devices");
   Tensor out = empty(dtype(), shape(), device);
@@ -114,12 +129,14 @@ Tensor Tensor::to(Device device) const {
 }
 
 void require_rank(const TensorView& t, std::string_view argument, int rank) {
+  require_data(t, argument);
   if (t.rank() != rank)
     fail(ErrorCode::kShapeMismatch, argument, ": expected a ", rank, "-D tensor, found shape ",
          t.shape());
 }
 
 void require_dtype(const TensorView& t, std::string_view argument, DType dtype) {
+  require_data(t, argument);
   if (t.dtype() != dtype) fail_argument(ErrorCode::kDtypeMismatch, argument, dtype, t.dtype());
 }
 
@@ -128,12 +145,14 @@ void require_device(const TensorView& t, std::string_view argument, Device devic
 }
 
 void require_contiguous(const TensorView& t, std::string_view argument) {
+  require_data(t, argument);
   if (!t.is_contiguous())
     fail(ErrorCode::kInvalidArgument, argument, ": expected a contiguous tensor, found strides ",
          t.strides(), " for shape ", t.shape());
 }
 
 void require_shape(const TensorView& t, std::string_view argument, const Shape& shape) {
+  require_data(t, argument);
   if (!(t.shape() == shape)) fail_argument(ErrorCode::kShapeMismatch, argument, shape, t.shape());
 }
 

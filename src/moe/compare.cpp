@@ -68,6 +68,9 @@ double normalized_error(const TensorView& out, const TensorView& ref,
   require_shape(out, "out", ref.shape());
   require_contiguous(out, "out");
   require_contiguous(ref, "ref");
+  // A host function: copy a device output to the host first.
+  require_device(out, "out", Device::cpu());
+  require_device(ref, "ref", Device::cpu());
   const float* a = out.data_as<float>();
   const float* b = ref.data_as<float>();
   double num = 0.0;

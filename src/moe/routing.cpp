@@ -35,14 +35,27 @@ bool ranks_before(float logit_a, std::int64_t a, float logit_b, std::int64_t b) 
 Routing route_topk_softmax(const TensorView& x, const std::uint8_t* finite_rows,
                            const TensorView& router_weight, const TensorView& router_bias,
                            std::int64_t top_k) {
+  // A host function: a device view would be read on the host.
+  require_rank(x, "x", 2);
+  require_dtype(x, "x", DType::kF32);
+  require_device(x, "x", Device::cpu());
+  require_contiguous(x, "x");
+  require_rank(router_weight, "router_weight", 2);
   const std::int64_t tokens = x.size(0);
   const std::int64_t hidden = x.size(1);
   const std::int64_t experts = router_weight.size(0);
   require_dtype(router_weight, "router_weight", DType::kBF16);
   require_shape(router_weight, "router_weight", {experts, hidden});
+  require_device(router_weight, "router_weight", Device::cpu());
+  require_contiguous(router_weight, "router_weight");
   if (router_bias.data() != nullptr) {
     require_dtype(router_bias, "router_bias", DType::kBF16);
     require_shape(router_bias, "router_bias", {experts});
+    require_device(router_bias, "router_bias", Device::cpu());
+  }
+  if (finite_rows == nullptr && tokens > 0) {
+    fail_argument(ErrorCode::kInvalidArgument, "finite_rows",
+                  detail::concat(tokens, " bytes (1 for a finite input row)"), "a null pointer");
   }
   if (top_k < 1 || top_k > experts) {
     fail_argument(ErrorCode::kInvalidArgument, "top_k", detail::concat("in [1, ", experts, "]"),

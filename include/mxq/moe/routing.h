@@ -8,7 +8,9 @@
 namespace mxq::moe {
 
 // Slot k of token t sends the token to expert ids[t, k] with weight weights[t, k].
-// ids = -1 marks a token that is not routed (its input is not finite; its output is NaN).
+// ids = -1 marks a slot routed nowhere: it contributes nothing. The router gives all k slots of a
+// token whose input row is not finite -1 (and NaN weights: that token's output is NaN); a
+// caller's routing may use -1 for a dropped slot of any token.
 struct Routing {
   Tensor ids;      // i32 [T, K]
   Tensor weights;  // f32 [T, K]

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,36 @@ TEST(Require, MessagesNameArgumentExpectedAndFound) {
   EXPECT_NE(message_of([&] { require_contiguous(strided, "x"); }).find("contiguous"),
             std::string::npos);
   EXPECT_EQ(message_of([&] { require_rank(v, "x", 2); }), "");
+}
+
+// A view with a shape and no memory (an undefined Tensor given a shape, a framework's null
+// pointer) and a shape whose size wraps are errors at the boundary, not crashes later.
+TEST(Require, NullDataAndOverflowingSizesAreErrors) {
+  const TensorView null_data(nullptr, DType::kF32, {4, 128});
+  for (const auto& check :
+       std::vector<std::function<void()>>{[&] { require_rank(null_data, "x", 2); },
+                                          [&] { require_dtype(null_data, "x", DType::kF32); },
+                                          [&] {
+                                            require_shape(null_data, "x", {4, 128});
+                                          },
+                                          [&] { require_contiguous(null_data, "x"); }}) {
+    EXPECT_NE(message_of(check).find("x: expected a tensor with memory, found a null data pointer"),
+              std::string::npos);
+  }
+  EXPECT_EQ(message_of([&] {
+              require_rank(TensorView(nullptr, DType::kF32, {0, 8}), "x", 2);
+            }),
+            "");  // nothing to read
+  EXPECT_NE(message_of([] { (void)Tensor().to(Device::cpu()); }).find("null data pointer"),
+            std::string::npos);
+  EXPECT_NE(message_of([] {
+              (void)Shape({std::int64_t{1} << 62, 4}).numel();
+            }).find("overflows"),
+            std::string::npos);
+  EXPECT_NE(message_of([] {
+              (void)Tensor::zeros(DType::kF32, {std::int64_t{1} << 62, 1});
+            }).find("overflows"),
+            std::string::npos);
 }
 
 TEST(DType, TableRoundTrips) {

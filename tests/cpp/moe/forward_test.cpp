@@ -506,5 +506,22 @@ TEST(Forward, AnEmptyBatchGivesAnEmptyOutput) {
   EXPECT_EQ(result.output.shape(), (Shape{0, 64}));
 }
 
+// route_topk_softmax is public: bad arguments are named errors, not crashes or host reads of
+// device memory.
+TEST(RouteTopkSoftmax, RejectsBadArgumentsByName) {
+  const Tensor weight = Tensor::zeros(DType::kBF16, {4, 32});
+  const Tensor x = Tensor::zeros(DType::kF32, {2, 32});
+  const std::vector<std::uint8_t> finite(2, 1);
+  const auto message = [&](const TensorView& input, const std::uint8_t* rows) {
+    return testing::error_of([&] { (void)route_topk_softmax(input, rows, weight, {}, 2); });
+  };
+  EXPECT_EQ(message(x, finite.data()), "");
+  EXPECT_NE(message(x, nullptr).find("finite_rows: expected 2 bytes"), std::string::npos);
+  EXPECT_EQ(message(TensorView(x.data(), DType::kF32, {2, 32}, Device::cuda(0)), finite.data()),
+            "x: expected cpu, found cuda:0");
+  const Tensor bf16 = Tensor::zeros(DType::kBF16, {2, 32});
+  EXPECT_EQ(message(bf16, finite.data()), "x: expected f32, found bf16");
+}
+
 }  // namespace
 }  // namespace mxq::moe

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "mxq/moe/compare.h"
 
@@ -34,6 +35,18 @@ TEST(NormalizedError, SkipsSharedNaNsAndCountsMismatchedOnes) {
 
 TEST(NormalizedError, RejectsMismatchedShapes) {
   EXPECT_THROW((void)normalized_error(vector_of({1.0F}), vector_of({1.0F, 2.0F}), nullptr), Error);
+}
+
+// A host function: a GPU output must be copied back first, not read through a device pointer.
+TEST(NormalizedError, RejectsDeviceViews) {
+  const Tensor host = vector_of({1.0F, 2.0F});
+  const TensorView on_device(host.data(), DType::kF32, {2}, Device::cuda(0));
+  try {
+    (void)normalized_error(on_device, host, nullptr);
+    ADD_FAILURE() << "a device view was read on the host";
+  } catch (const Error& error) {
+    EXPECT_EQ(std::string(error.what()), "out: expected cpu, found cuda:0");
+  }
 }
 
 }  // namespace
