@@ -42,6 +42,15 @@ struct MoeForwardResult {
 
 class MoeLayer {
  public:
+  // Move-only: its weights are large (a copy would double them), and a layer is what device
+  // uploads and weight updates refer to. Moves are noexcept, so std::vector<MoeLayer> grows by
+  // moving.
+  MoeLayer(const MoeLayer&) = delete;
+  MoeLayer& operator=(const MoeLayer&) = delete;
+  MoeLayer(MoeLayer&&) noexcept = default;
+  MoeLayer& operator=(MoeLayer&&) noexcept = default;
+  ~MoeLayer() = default;
+
   // Loads layer `layer` of `checkpoint` for every rank: each rank copies only its rows/columns
   // of the memory-mapped tensors. Every required tensor is checked (present, shape, dtype)
   // before anything is copied. The layer starts in checkpoint layout (call prepare()).
@@ -94,7 +103,9 @@ class MoeLayer {
 
   // The weights held for reading while the returned lock lives (writers wait; readers share):
   // forward() and the GPU uploads copy the weights under it. During a weight update the weights
-  // are half-loaded in checkpoint layout, so it fails then, naming `reader`.
+  // are half-loaded in checkpoint layout, so it fails then, naming `reader`. Not reentrant: do not
+  // call forward() or an upload while holding it (they take it again). The accessors above take
+  // no lock; hold this around them when an update may run concurrently.
   [[nodiscard]] std::shared_lock<std::shared_mutex> lock_for_reading(std::string_view reader) const;
 
  private:
@@ -108,12 +119,14 @@ class MoeLayer {
   // Forwards and uploads read the weights; prepare, restore and the update calls change them. A
   // forward from one thread and an update from another (Python releases the GIL in both) would
   // read half-written weights, so readers hold the lock shared (lock_for_reading) and the writers
-  // hold it alone. A copy of the layer gets its own lock.
+  // hold it alone. A moved-to layer gets a lock of its own (a mutex cannot move).
   struct Lock {
     mutable std::shared_mutex mutex;
     Lock() = default;
-    Lock(const Lock& /*other*/) {}
-    Lock& operator=(const Lock& /*other*/) { return *this; }
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
+    Lock(Lock&& /*other*/) noexcept {}
+    Lock& operator=(Lock&& /*other*/) noexcept { return *this; }
     ~Lock() = default;
   };
   Lock lock_;

@@ -2,9 +2,10 @@
 // every TP x EP split agrees within the fp32 summation bound (uneven splits of I included).
 #include <gtest/gtest.h>
 
-#include <tuple>
-
 #include <cmath>
+#include <tuple>
+#include <type_traits>
+#include <vector>
 
 #include "moe_test_util.h"
 #include "mxq/moe/compare.h"
@@ -175,4 +176,22 @@ TEST_F(SmallCheckpoint, ForwardIsIndependentOfTheThreadCount) {
 }
 
 }  // namespace
+// An engine keeps its layers in a std::vector: that needs noexcept moves (a vector grows by
+// copying otherwise, and a layer cannot be copied).
+static_assert(std::is_nothrow_move_constructible_v<MoeLayer>);
+static_assert(!std::is_copy_constructible_v<MoeLayer>);
+
+TEST(MoeLayer, LayersLiveInAVector) {
+  MoeConfig config;
+  config.num_experts = 4;
+  config.hidden_size = 64;
+  config.intermediate_size = 64;
+  config.top_k = 2;
+  std::vector<MoeLayer> layers;
+  for (std::int64_t l = 0; l < 3; ++l) layers.push_back(MoeLayer::create(config, l));
+  ASSERT_EQ(layers.size(), 3U);
+  EXPECT_EQ(layers[2].layer_index(), 2);
+  EXPECT_EQ(layers[0].forward(Tensor::zeros(DType::kF32, {1, 64})).output.shape(), Shape({1, 64}));
+}
+
 }  // namespace mxq::moe
