@@ -357,13 +357,13 @@ void run_prune(const std::string& path, bool stale, const std::vector<std::strin
   // Staleness is judged by this build's tactics: a file another mxq build wrote (another version
   // or tactic registry, e.g. a CUDA build's file on a CPU-only build) would lose entries that
   // build serves.
-  const tune::Fingerprint here = tune::cpu_fingerprint(registry);
+  const std::string& version = build_info().version;
   if (stale && !force &&
-      (file.fingerprint.mxq_version != here.mxq_version ||
-       file.fingerprint.registry_hash != here.registry_hash)) {
+      (file.fingerprint.mxq_version != version ||
+       file.fingerprint.registry_hash != registry.hash())) {
     fail(ErrorCode::kInvalidArgument, "--stale: ", path, " was written by another mxq build (",
          "mxq ", file.fingerprint.mxq_version, ", tactic registry ", file.fingerprint.registry_hash,
-         "; this build: mxq ", here.mxq_version, ", registry ", here.registry_hash,
+         "; this build: mxq ", version, ", registry ", registry.hash(),
          "), whose tactics this one cannot judge; prune it with that build, or pass --force");
   }
   // An --op the file has no entry of is a typo more often than not: say so, change nothing.
