@@ -94,7 +94,13 @@ void run_ls(const std::string& dir_arg, bool json) {
     std::map<tune::Backend, std::optional<tune::Fingerprint>> local;
     for (const fs::path& path : files) {
       nlohmann::json row = {{"path", path.string()}, {"bytes", fs::file_size(path, error)}};
-      if (path.filename().string().find(".json.corrupt-") != std::string::npos) {
+      if (fs::is_symlink(path, error)) {
+        // The store reads and writes the link's target; the target is listed (and counted) once,
+        // under its own name when it is in this directory.
+        const fs::path target = fs::read_symlink(path, error);
+        row["link_to"] = target.string();
+        row["status"] = "link to " + target.string();
+      } else if (path.filename().string().find(".json.corrupt-") != std::string::npos) {
         row["status"] = "moved aside";
       } else {
         const tune::ReadResult read = tune::read_cache_file(path.string());

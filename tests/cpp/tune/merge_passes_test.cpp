@@ -154,6 +154,21 @@ TEST(MergePasses, TargetThenDraftGiveTheUnionAndANewProcessServesBothWithoutTuni
   EXPECT_EQ(counts["draft.json"], draft_keys.size());
   EXPECT_EQ(counts.size(), 4U);  // .lock files are not listed
 
+  // A link to a cache file is listed as a link, not as a second file with the same entries.
+  std::filesystem::create_symlink("deployment.json", dir.file("current.json"));
+  const nlohmann::json with_link =
+      nlohmann::json::parse(testing::run_cli({"cache", "ls", dir.path().string(), "--json"}).out);
+  ASSERT_EQ(with_link["files"].size(), 5U);
+  for (const auto& f : with_link["files"]) {
+    const bool link =
+        std::filesystem::path(f["path"].get<std::string>()).filename() == "current.json";
+    EXPECT_EQ(f.contains("entries"), !link) << f.dump();
+    if (link) {
+      EXPECT_EQ(f["status"], "link to deployment.json");
+      EXPECT_EQ(f["link_to"], "deployment.json");
+    }
+  }
+
   // A path that is no directory is an error, not an empty listing.
   for (const std::string& not_a_dir : {dir.file("missing"), union_path}) {
     const testing::ProcessResult bad = testing::run_cli({"cache", "ls", not_a_dir});
