@@ -824,8 +824,9 @@ bool CacheStore::reload_if_changed(std::vector<CacheEntry>& entries) {
   return true;
 }
 
-CacheStore::Outcome CacheStore::save(std::span<const CacheEntry> updates) {
-  return rewrite(updates, nullptr);
+CacheStore::Outcome CacheStore::save(std::span<const CacheEntry> updates,
+                                     std::span<const std::string> malformed) {
+  return rewrite(updates, nullptr, malformed);
 }
 
 // Under the lock: brings the snapshot up to the file's current version, moving a broken file
@@ -866,7 +867,8 @@ bool CacheStore::refresh_locked(Outcome& outcome) {
 }
 
 CacheStore::Outcome CacheStore::rewrite(std::span<const CacheEntry> updates,
-                                        const std::function<bool(const CacheEntry&)>& drop) {
+                                        const std::function<bool(const CacheEntry&)>& drop,
+                                        std::span<const std::string> malformed) {
   Outcome outcome;
   std::filesystem::create_directories(parent_dir(target_));
   const CacheLock lock(target_);
@@ -875,6 +877,12 @@ CacheStore::Outcome CacheStore::rewrite(std::span<const CacheEntry> updates,
   refused_.reset();
   if (drop) std::erase_if(snapshot_, [&](const auto& item) { return drop(item.second); });
   for (const CacheEntry& e : updates) snapshot_.insert_or_assign(e.key(), e);
+  for (const std::string& text : malformed) {
+    if (std::find(snapshot_malformed_.begin(), snapshot_malformed_.end(), text) ==
+        snapshot_malformed_.end()) {
+      snapshot_malformed_.push_back(text);
+    }
+  }
   write_file_atomically(
       target_,
       serialize_entries(

@@ -156,10 +156,13 @@ class CacheStore {
   // Lock, re-read (skipped when the file is still the version this store last read or wrote),
   // merge `updates` over it, write atomically. A foreign file is not touched (ok = false; the
   // warning is given once per version of that file, so a caller may retry at every save).
-  Outcome save(std::span<const CacheEntry> updates);
+  // `malformed` (entries of other files, as JSON text: `cache merge`) are added verbatim unless
+  // the file holds the same text already.
+  Outcome save(std::span<const CacheEntry> updates, std::span<const std::string> malformed = {});
   // Same as save(), but first removes the entries for which `drop` is true (prune).
   Outcome rewrite(std::span<const CacheEntry> updates,
-                  const std::function<bool(const CacheEntry&)>& drop);
+                  const std::function<bool(const CacheEntry&)>& drop,
+                  std::span<const std::string> malformed = {});
 
   [[nodiscard]] const std::string& path() const { return path_; }      // as given
   [[nodiscard]] const std::string& target() const { return target_; }  // symlinks followed
