@@ -59,7 +59,7 @@ nlohmann::json ServingTuner::json() const {
 }
 
 ServingTuner serving_tuner(tune::Backend backend, const std::optional<tune::Deployment>& deployment,
-                           int device) {
+                           int device, dist::Communicator* comm) {
   ServingTuner out;
   tune::AutotuneOptions options = tune::AutotuneOptions::from_env();
   out.mode = std::string(tune::to_string(options.mode));
@@ -83,7 +83,9 @@ ServingTuner serving_tuner(tune::Backend backend, const std::optional<tune::Depl
   config.backend = backend;
   config.device = device;
   config.deployment = deployment;
+  config.communicator = comm;
   out.tuner = std::make_unique<tune::Autotuner>(config);
+  if (comm != nullptr) out.tuner->seal();  // warns (below) when this rank adopted rank 0's
   out.cache = out.tuner->cache_path();
   if (!std::filesystem::exists(out.cache)) {
     out.note = "no cache file at " + out.cache + " yet (run `mxq tune`): the default tactics run";

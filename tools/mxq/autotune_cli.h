@@ -41,7 +41,10 @@ struct ServingTuner {
 // MXQ_AUTOTUNE=load or tune: a tuner of `backend` reading MXQ_AUTOTUNE_CACHE, else the default
 // file of `deployment` (when given), in load mode (a command that serves never writes the
 // cache; tuning is `mxq tune`'s). off / fresh, or no file to read: none, with the reason.
+// With `comm` (the ranks of a multi-process run) the ranks seal together before serving: one that
+// read another version of the file (a writer in between) adopts rank 0's decisions. Collective:
+// every rank calls it with the same environment.
 ServingTuner serving_tuner(tune::Backend backend, const std::optional<tune::Deployment>& deployment,
-                           int device = 0);
+                           int device = 0, dist::Communicator* comm = nullptr);
 
 }  // namespace mxq::cli

@@ -82,7 +82,8 @@ void run_moe(const MoeOptions& options) {
   ServingTuner serving;
   moe::MoeForwardResult result;
   if (on_gpu) {
-    serving = serving_tuner(tune::Backend::kCuda, std::nullopt, group.rank.local_rank);
+    serving = serving_tuner(tune::Backend::kCuda, std::nullopt, group.rank.local_rank,
+                            group.joined() ? group.comm.get() : nullptr);
     gpu_run = group.joined() ? run_moe_distributed(layer, x, *group.comm, group.rank.local_rank,
                                                    serving.tuner.get())
                              : run_moe_on_gpu(layer, x, serving.tuner.get());

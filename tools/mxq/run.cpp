@@ -74,7 +74,7 @@ void run_main(const RunOptions& options) {
     // The deployment this layer belongs to: its cache file is what `mxq tune` wrote for it.
     serving = serving_tuner(tune::Backend::kCuda,
                             preset_deployment("gpt-oss-20b", {options.tp, 1}, tune::Backend::kCuda),
-                            group.rank.local_rank);
+                            group.rank.local_rank, group.joined() ? group.comm.get() : nullptr);
     progress("autotune: " + serving.note);
     gpu_run = group.joined() ? run_moe_distributed(layer, x, *group.comm, group.rank.local_rank,
                                                    serving.tuner.get())
