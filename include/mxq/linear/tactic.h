@@ -70,7 +70,9 @@ class LinearTactic {
   // ok() when the tactic runs `problem`: M inside tokens(), then the tactic's own conditions;
   // otherwise the first reason why not.
   [[nodiscard]] Support supports(const LinearProblem& problem) const;
-  // Computes the operands' output. Throws mxq::Error(kUnsupported) when !supports(problem).
+  // Computes the operands' output. Throws mxq::Error(kUnsupported) when !supports(problem), and
+  // kInvalidArgument when the operands cannot hold the problem (a null pointer, a row stride
+  // shorter than K or N, too few weight-scale columns, a missing bias).
   void run(const LinearOperands& operands, const LinearProblem& problem) const;
 
  protected:

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <functional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "linear/linear_test_support.h"
 #include "mxq/linear/dispatch.h"
@@ -238,6 +240,69 @@ TEST(Dispatch, CpuProblemsUseTheReferenceByDefault) {
     EXPECT_EQ(reason_for(e, "cuda.sm90_wgmma.m128n128"),
               "needs a CUDA device; the problem is on cpu");
     EXPECT_EQ(code_of([&] { (void)select_tactic(p, "fast"); }), ErrorCode::kUnsupported);
+  }
+}
+
+// A tactic run directly (as the tuner does) checks that the operands hold what the problem says:
+// a null pointer or a stride shorter than a row is refused before anything is read or written.
+TEST(Dispatch, TacticsRefuseOperandsThatDoNotMatchTheProblem) {
+  LinearProblem p;
+  p.m = 2;
+  p.n = 16;
+  p.k = 256;
+  p.block = {16, 128};
+  std::vector<std::uint8_t> a(2 * 256, 0x38);  // e4m3 1.0
+  std::vector<float> a_scale(2 * 2, 1.0F);
+  std::vector<std::uint8_t> w(16 * 256, 0x38);
+  std::vector<float> w_scale(1 * 2, 1.0F);
+  std::vector<std::uint16_t> out(2 * 16, 0xFFFF);
+  LinearOperands good;
+  good.a = a.data();
+  good.lda = 256;
+  good.a_scale = a_scale.data();
+  good.a_scale_row_stride = 2;
+  good.a_scale_group_stride = 1;
+  good.w = w.data();
+  good.ldw = 256;
+  good.w_scale = w_scale.data();
+  good.w_scale_ld = 2;
+  good.out = out.data();
+  good.ldo = 16;
+  const struct {
+    const char* operand;
+    std::function<void(LinearOperands&)> spoil;
+  } cases[] = {
+      {"operands.a:", [](LinearOperands& o) { o.a = nullptr; }},
+      {"operands.lda:", [](LinearOperands& o) { o.lda = 128; }},
+      {"operands.a_scale:", [](LinearOperands& o) { o.a_scale = nullptr; }},
+      {"operands.a_scale strides:", [](LinearOperands& o) { o.a_scale_row_stride = -2; }},
+      {"operands.w:", [](LinearOperands& o) { o.w = nullptr; }},
+      {"operands.ldw:", [](LinearOperands& o) { o.ldw = 255; }},
+      {"operands.w_scale:", [](LinearOperands& o) { o.w_scale = nullptr; }},
+      {"operands.w_scale_ld:", [](LinearOperands& o) { o.w_scale_ld = 1; }},
+      {"operands.out:", [](LinearOperands& o) { o.out = nullptr; }},
+      {"operands.ldo:", [](LinearOperands& o) { o.ldo = 8; }},
+  };
+  for (const char* name : {"cpu.reference", "cpu.blocked_f32.n64"}) {
+    const LinearTactic* tactic = find_tactic(name);
+    ASSERT_NE(tactic, nullptr) << name;
+    for (const auto& c : cases) {
+      LinearOperands ops = good;
+      c.spoil(ops);
+      const std::string message = message_of([&] { tactic->run(ops, p); });
+      EXPECT_NE(message.find(c.operand), std::string::npos) << name << ": " << message;
+      EXPECT_EQ(code_of([&] { tactic->run(ops, p); }), ErrorCode::kInvalidArgument);
+      EXPECT_EQ(out, std::vector<std::uint16_t>(out.size(), 0xFFFF)) << name << " wrote";
+    }
+    LinearProblem with_bias = p;
+    with_bias.has_bias = true;
+    EXPECT_NE(message_of([&] { tactic->run(good, with_bias); }).find("operands.bias:"),
+              std::string::npos);
+    // The same operands, unspoiled, run: 256 products of 1 x 1 per output.
+    tactic->run(good, p);
+    EXPECT_EQ(out[0], 0x4380) << name;  // bf16 256.0
+    EXPECT_EQ(out[31], 0x4380) << name;
+    std::fill(out.begin(), out.end(), 0xFFFF);
   }
 }
 
