@@ -28,22 +28,6 @@ namespace mxq::python {
 #if MXQ_WITH_CUDA
 namespace {
 
-// Makes `device` current for the scope and restores the caller's device afterwards: the MoE
-// kernels launch on the current device, and upload() would otherwise leave its device current.
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int device) {
-    MXQ_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) MXQ_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~CurrentDevice() { (void)cudaSetDevice(previous_); }
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
-
- private:
-  int previous_ = 0;
-};
-
 moe::cuda::GemmVariant gemm_arg(const std::string& text) {
   for (const auto variant : {moe::cuda::GemmVariant::kAuto, moe::cuda::GemmVariant::kRegisterStream,
                              moe::cuda::GemmVariant::kSharedTile, moe::cuda::GemmVariant::kWideTile,
@@ -73,7 +57,6 @@ void bind_moe_cuda(nb::module_& m) {
              const tune::Autotuner* tuner) {
             const moe::cuda::GemmVariant variant = gemm_arg(gemm);
             const nb::gil_scoped_release release;
-            const CurrentDevice current(device);
             return moe::MoeGpuLayer::upload(layer, max_tokens, Device::cuda(device), variant,
                                             tuner);
           },
@@ -141,7 +124,6 @@ void bind_moe_cuda(nb::module_& m) {
             std::optional<ArrayArg> out_arg;
             Tensor owned;
             if (out.is_none()) {
-              const CurrentDevice current(device.index);
               owned =
                   Tensor::empty(DType::kBF16, {xa.view.size(0), l.config().hidden_size}, device);
             } else {
@@ -149,7 +131,6 @@ void bind_moe_cuda(nb::module_& m) {
             }
             {
               const nb::gil_scoped_release release;
-              const CurrentDevice current(device.index);
               l.forward(xa.view, out_arg ? out_arg->view : owned.view(),
                         static_cast<cudaStream_t>(stream_arg(stream)),
                         ids ? ids->view : TensorView{}, weights ? weights->view : TensorView{});

@@ -58,12 +58,9 @@ std::shared_ptr<void> allocate(std::size_t nbytes, Device device) {
     return {data, [](void* p) { std::free(p); }};
   }
 #if MXQ_WITH_CUDA
-  int previous = 0;
-  MXQ_CUDA_CHECK(cudaGetDevice(&previous));
-  MXQ_CUDA_CHECK(cudaSetDevice(device.index));
+  const detail::CudaDeviceScope scope(device.index);
   void* data = nullptr;
   MXQ_CUDA_CHECK(cudaMalloc(&data, padded == 0 ? 64 : padded));
-  MXQ_CUDA_CHECK(cudaSetDevice(previous));
   return {data, [](void* p) { cudaFree(p); }};
 #else
   fail(ErrorCode::kUnsupported, "device ", device,

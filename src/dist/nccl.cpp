@@ -29,23 +29,7 @@ using Clock = std::chrono::steady_clock;
        ncclGetErrorString(result), " (", ncclGetLastError(nullptr), ")");
 }
 
-// Makes `device` current for a scope and restores the caller's device after.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    MXQ_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) MXQ_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceScope() {
-    int current = previous_;
-    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
+using DeviceScope = detail::CudaDeviceScope;
 
 class Backoff {
  public:

@@ -102,7 +102,7 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
   // No update may change the weights while they are copied (a torn copy would serve until the
   // next upload).
   const auto reading = layer.lock_for_reading("MoeGpuLayer::upload");
-  MXQ_CUDA_CHECK(cudaSetDevice(device.index));
+  const mxq::detail::CudaDeviceScope on_device(device.index);
   auto state = std::make_shared<State>();
   state->tuner = tuner;
   const MoeConfig& config = layer.config();
@@ -343,6 +343,8 @@ void MoeGpuLayer::forward(const TensorView& x, const TensorView& out, cudaStream
   require_dtype(out, "out", DType::kBF16);
   require_device(out, "out", s.device);
   require_contiguous(out, "out");
+  // The kernels launch on the current device; the caller's is given back.
+  const mxq::detail::CudaDeviceScope on_device(s.device.index);
   const bool single = s.ranks.size() == 1;
   const std::size_t elements = static_cast<std::size_t>(tokens * hidden);
   for (std::size_t r = 0; r < s.ranks.size(); ++r) {
@@ -371,6 +373,7 @@ void MoeGpuLayer::forward_partial(const TensorView& x, const TensorView& partial
   require_dtype(partial, "partial", DType::kF32);
   require_device(partial, "partial", s.device);
   require_contiguous(partial, "partial");
+  const mxq::detail::CudaDeviceScope on_device(s.device.index);
   run_rank(0, x, static_cast<float*>(partial.data()), nullptr, stream, topk_ids, topk_weights);
 }
 

@@ -22,7 +22,7 @@ Tensor forward_on_host(const TensorView& x, const Routing* routing, Device devic
     const float* xf = x.data_as<float>();
     for (std::int64_t i = 0; i < x.numel(); ++i) xb[i] = float_to_bf16(xf[i]);
   }
-  MXQ_CUDA_CHECK(cudaSetDevice(device.index));
+  const mxq::detail::CudaDeviceScope on_device(device.index);
   const Tensor x_dev = x_bf16.to(device);
   Tensor out_dev = Tensor::empty(DType::kBF16, x.shape(), device);
   Tensor ids_dev;
