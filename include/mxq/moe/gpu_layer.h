@@ -12,6 +12,10 @@
 // mxq/tune/moe_gpu_forward.h; the rank problems are built once at upload, and the lookup is
 // allocation-free and safe under graph capture). Without a cached decision the variant given at
 // upload runs. The tuner must outlive the layer.
+//
+// Devices: upload, forward and forward_partial make the layer's device current while they work
+// and give the caller's current device back, also when they throw; `stream` must belong to the
+// layer's device.
 #pragma once
 
 #include <cuda_runtime_api.h>
