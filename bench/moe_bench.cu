@@ -19,6 +19,7 @@
 #include "mxq/core/error.h"
 #include "mxq/moe/cuda_moe.h"
 #include "mxq/moe/cuda_moe_trace.h"
+#include "read_floor.h"
 
 namespace mxq::bench {
 namespace {
@@ -501,6 +502,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
     // Touched experts per input set (from the device routing).
     double touched = 0.0;
     std::vector<int> h_ids(static_cast<std::size_t>(tokens) * k);
+    std::vector<std::set<int>> set_experts(kInputSets);
     for (int s = 0; s < kInputSets; ++s) {
       run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
       moe::cuda::moe_forward(w, params, run, workspace, ws_bytes, max_tokens, stream);
@@ -508,7 +510,8 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
       MXQ_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), routing.topk_ids, h_ids.size() * sizeof(int),
                                      cudaMemcpyDeviceToHost, stream));
       MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
-      touched += static_cast<double>(std::set<int>(h_ids.begin(), h_ids.end()).size());
+      set_experts[s] = std::set<int>(h_ids.begin(), h_ids.end());
+      touched += static_cast<double>(set_experts[s].size());
     }
     touched /= kInputSets;
     const double touched_bytes =
@@ -637,6 +640,42 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
         {"tokens", tokens},
         {"mxq", measure(moe::cuda::GemmVariant::kAuto, true, w, params,
                         options.block_trace_path.empty() ? nullptr : &trace_replays)}};
+    if (options.read_floor) {
+      // What the layer must read, with nothing else to do: each input set's experts' GEMM1
+      // rows, scales and biases in one pass, then their GEMM2 rows, scales and biases.
+      std::vector<ReadPasses> sets;
+      for (const std::set<int>& chosen : set_experts) {
+        ReadPasses passes(2);
+        for (const int e : chosen) {
+          const std::size_t gate = static_cast<std::size_t>(e) * 2 * padded;
+          for (const std::size_t row : {gate, gate + padded}) {
+            passes[0].push_back(
+                {w13 + row * hidden / 2, static_cast<std::size_t>(inter) * hidden / 2});
+            passes[0].push_back(
+                {w13s_device + row * moe::cuda::moe_scale_pitch(hidden),
+                 static_cast<std::size_t>(inter) * moe::cuda::moe_scale_pitch(hidden)});
+            passes[0].push_back({b13 + row, static_cast<std::size_t>(inter) * 2});
+          }
+          const std::size_t row = static_cast<std::size_t>(e) * hidden;
+          passes[1].push_back(
+              {w2 + row * padded / 2, static_cast<std::size_t>(hidden) * padded / 2});
+          passes[1].push_back(
+              {w2s_device + row * moe::cuda::moe_scale_pitch(padded),
+               static_cast<std::size_t>(hidden) * moe::cuda::moe_scale_pitch(padded)});
+          passes[1].push_back({b2 + row, static_cast<std::size_t>(hidden) * 2});
+        }
+        sets.push_back(std::move(passes));
+      }
+      const ReadFloor floor = time_read_floor(sets, options.repeats, stream, flush_l2);
+      const double us = point["mxq"]["total_us"].get<double>();
+      point["read_floor"] = {{"bytes", floor.bytes},
+                             {"total_us", floor.total_us},
+                             {"in_graph_us", floor.in_graph_us},
+                             {"gbps", floor.bytes / (floor.total_us * 1e-6) / 1e9},
+                             {"blocks_per_sm", floor.blocks_per_sm},
+                             {"one_pass_us", floor.one_pass_us},
+                             {"layer_over_floor", us / floor.total_us}};
+    }
     if (!options.block_trace_path.empty()) {
       block_traces.push_back({{"tokens", tokens},
                               {"resolved_variant", point["mxq"]["resolved_variant"]},

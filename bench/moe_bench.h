@@ -28,6 +28,9 @@ struct MoeBenchOptions {
   // weights and workspace included — as when other layers ran in between. Applies to the bf16
   // baseline too.
   bool cold_l2 = false;
+  // Also time the read floor ("read_floor", read_floor.h): the touched experts' GEMM1 bytes read
+  // by a plain streaming kernel, then their GEMM2 bytes, in graphs like the layer's.
+  bool read_floor = true;
   // When set: after timing the default, replay its graphs kBlockTraceReplays more times and write
   // each replay's per-block timeline (cuda::moe_block_trace_take) to this JSON file. Needs a build
   // with MXQ_MOE_BLOCK_TRACE (throws kUnsupported otherwise, before any work).

@@ -25,6 +25,7 @@ struct MoeBenchArgs {
   bool default_only = false;
   bool w4a8 = false;
   bool cold_l2 = false;
+  bool no_read_floor = false;
   std::string block_trace;
   bool json = false;
 };
@@ -58,6 +59,15 @@ struct MoeBenchArgs {
         std::printf(" %10.1f %7.2fx", base, base / m["total_us"].get<double>());
       }
       std::printf("\n");
+    }
+    if (p.contains("read_floor")) {
+      const auto& f = p["read_floor"];
+      std::printf(
+          "%6s read floor: %.1f MB in %.1f us (in graph %.1f; in one pass %.1f), %.0f GB/s; "
+          "the layer takes %.2fx\n",
+          "", f["bytes"].get<double>() / 1e6, f["total_us"].get<double>(),
+          f["in_graph_us"].get<double>(), f["one_pass_us"].get<double>(), f["gbps"].get<double>(),
+          f["layer_over_floor"].get<double>());
     }
   }
 }
@@ -129,6 +139,10 @@ void register_bench(CLI::App& app) {
                 "Overwrite a buffer of twice the L2 size before each timed replay (not timed), so "
                 "that no kernel code, parameter, router weight or workspace line of the layer is "
                 "in L2 when it starts, as when other layers ran in between; the baseline too");
+  moe->add_flag("--no-read-floor", args->no_read_floor,
+                "Skip the read floor (the touched experts' GEMM1 bytes, then their GEMM2 bytes, "
+                "read by a plain streaming kernel in graphs like the layer's: the time any layer "
+                "that reads its weights once needs)");
   moe->add_option("--block-trace", args->block_trace,
                   "Write the default's per-block timeline of a few more replays per token count to "
                   "FILE (JSON; bench/block_trace_summary.py prints it). Needs a build configured "
@@ -186,6 +200,7 @@ void register_bench(CLI::App& app) {
     options.all_gemm_variants = !args->default_only;
     options.w4a8 = args->w4a8;
     options.cold_l2 = args->cold_l2;
+    options.read_floor = !args->no_read_floor;
     options.block_trace_path = args->block_trace;
     const nlohmann::json result = bench::run_moe_bench(options, !args->json);
     if (args->json) {
