@@ -17,6 +17,7 @@
 #include <functional>
 #include <vector>
 
+#include "bench_stats.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
 #include "mxq/formats/bf16.h"
@@ -72,11 +73,6 @@ std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * 
 
 unsigned fill_blocks(std::size_t n) {
   return static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 4096));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 // One set of operands: shared codes, scales for 128x128 weight blocks / 1x128 groups, and for

@@ -15,6 +15,7 @@
 #include <set>
 #include <vector>
 
+#include "bench_stats.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
 #include "mxq/moe/cuda_moe.h"
@@ -190,11 +191,6 @@ T* device_alloc(std::size_t count) {
 
 unsigned grid_for(std::size_t n) {
   return static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 65535));
-}
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0F : v[v.size() / 2];
 }
 
 struct Bf16Baseline {

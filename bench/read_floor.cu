@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "bench_stats.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
 
@@ -50,11 +51,6 @@ __global__ void __launch_bounds__(kReadThreads)
     u += kReadBatch * stride;
   }
   if (fold == 0x9E3779B9U) *sink = fold;
-}
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0F : v[v.size() / 2];
 }
 
 struct DevicePass {

@@ -26,8 +26,8 @@ struct ReadFloor {
   double total_us = 0;     // one graph launch per set, rotated (as the layer's total_us)
   double in_graph_us = 0;  // every set's passes in one graph, divided by the sets
   int blocks_per_sm = 0;   // the streaming grid that gave the smallest total_us
-  // Every pass's bytes in one kernel (one graph launch per set, same grid): no layer whose second
-  // GEMM waits for the first can beat it.
+  // Every pass's bytes in one kernel (one graph launch per set, same grid): a bound for any layer,
+  // even one that fetched GEMM2's weights while GEMM1 ran.
   double one_pass_us = 0;
 };
 
