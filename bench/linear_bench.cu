@@ -17,9 +17,9 @@
 #include <functional>
 #include <vector>
 
-#include "bench_stats.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
+#include "mxq/core/statistics.h"
 #include "mxq/formats/bf16.h"
 #include "mxq/linear/dispatch.h"
 #include "mxq/linear/linear.h"

@@ -15,9 +15,10 @@
 #include <set>
 #include <vector>
 
-#include "bench_stats.h"
+#include "moe_bench_layer.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
+#include "mxq/core/statistics.h"
 #include "mxq/moe/cuda_moe.h"
 #include "mxq/moe/cuda_moe_trace.h"
 #include "read_floor.h"
@@ -25,19 +26,12 @@
 namespace mxq::bench {
 namespace {
 
-using moe::cuda::MoeDeviceWeights;
-using moe::cuda::MoeParams;
-using moe::cuda::MoeRun;
-
-#define MXQ_CUBLAS_CHECK(call)                                                                  \
-  do {                                                                                          \
-    const cublasStatus_t status_ = (call);                                                      \
-    if (status_ != CUBLAS_STATUS_SUCCESS)                                                       \
-      ::mxq::fail(::mxq::ErrorCode::kCuda, #call, " failed: ", cublasGetStatusString(status_)); \
-  } while (0)
+using moe::gpu::MoeDeviceWeights;
+using moe::gpu::MoeParams;
+using moe::gpu::MoeRun;
 
 constexpr const char* kBlockTraceKernelNames[] = {"routing", "gemm1", "gemm2", "combine"};
-static_assert(std::size(kBlockTraceKernelNames) == moe::cuda::kMoeTraceKernels);
+static_assert(std::size(kBlockTraceKernelNames) == moe::gpu::kMoeTraceKernels);
 constexpr int kInputSets = 8;  // rotated so repeated runs do not hit the same experts in L2
 
 struct Preset {
@@ -46,225 +40,6 @@ struct Preset {
 };
 constexpr Preset kPresets[] = {{"gpt-oss-20b", 32, 2880, 2880, 4},
                                {"gpt-oss-120b", 128, 2880, 2880, 4}};
-
-__device__ __forceinline__ std::uint64_t mix(std::uint64_t z) {
-  z += 0x9E3779B97F4A7C15ULL;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-__device__ __forceinline__ float uniform(std::uint64_t seed, std::size_t i) {  // [-1, 1)
-  return static_cast<float>(mix(seed * 0x100000001B3ULL + i) >> 40) * (2.0F / 16777216.0F) - 1.0F;
-}
-
-// Packed FP4 rows [rows, cols/2] whose row index r is "valid" when valid_row(r) and whose
-// columns beyond valid_cols are padding (0 weights, scale 127), as prepared weights are.
-__global__ void fill_fp4(std::uint8_t* w, std::uint8_t* scale, std::size_t rows, int cols,
-                         int valid_cols, int row_period, int valid_a, int pad_start, int valid_b,
-                         std::uint64_t seed) {
-  const std::size_t bytes = rows * (cols / 2);
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < bytes;
-       i += std::size_t{gridDim.x} * blockDim.x) {
-    const std::size_t r = i / (cols / 2);
-    const int c = static_cast<int>(i % (cols / 2)) * 2;
-    const int rr = static_cast<int>(r % row_period);
-    const bool valid_row = rr < valid_a || (rr >= pad_start && rr < pad_start + valid_b);
-    const bool valid = valid_row && c < valid_cols;
-    w[i] = valid ? static_cast<std::uint8_t>(mix(seed + i)) : 0;
-    if (c % 32 == 0) {
-      scale[r * (cols / 32) + c / 32] =
-          valid ? static_cast<std::uint8_t>(118 + mix(seed ^ (i * 7)) % 4) : 127;
-    }
-  }
-}
-
-__global__ void fill_bf16(__nv_bfloat16* x, std::size_t n, float amplitude, std::uint64_t seed) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::size_t{gridDim.x} * blockDim.x) {
-    x[i] = __float2bfloat16_rn(amplitude * uniform(seed, i));
-  }
-}
-
-__device__ float e2m1_value(unsigned code) {
-  const float mag[8] = {0.0F, 0.5F, 1.0F, 1.5F, 2.0F, 3.0F, 4.0F, 6.0F};
-  return (code & 8U) ? -mag[code & 7U] : mag[code & 7U];
-}
-
-// Dequantizes valid rows/cols of packed FP4 [rows, cols] into a dense bf16 [out_rows, out_cols].
-__global__ void dequant_to_bf16(const std::uint8_t* w, const std::uint8_t* scale, int cols,
-                                __nv_bfloat16* out, std::size_t out_rows, int out_cols,
-                                int row_period, int out_period, int valid_a, int pad_start) {
-  const std::size_t n = out_rows * out_cols;
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::size_t{gridDim.x} * blockDim.x) {
-    const std::size_t orow = i / out_cols;
-    const int c = static_cast<int>(i % out_cols);
-    const std::size_t block = orow / out_period;
-    const int within = static_cast<int>(orow % out_period);
-    const int src_within = within < valid_a ? within : pad_start + (within - valid_a);
-    const std::size_t r = block * row_period + src_within;
-    const std::uint8_t byte = w[r * (cols / 2) + c / 2];
-    const unsigned code = (c & 1) ? (byte >> 4) : (byte & 0xF);
-    const float s = ldexpf(1.0F, static_cast<int>(scale[r * (cols / 32) + c / 32]) - 127);
-    out[i] = __float2bfloat16_rn(e2m1_value(code) * s);
-  }
-}
-
-// ---- bf16 baseline kernels -------------------------------------------------------------------
-__global__ void topk_softmax(const float* logits, int experts, int k, int tokens, int* ids,
-                             float* weights) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= tokens) return;
-  const float* row = logits + static_cast<std::size_t>(t) * experts;
-  int chosen[8];
-  float value[8];
-  for (int j = 0; j < k; ++j) {
-    int best = -1;
-    for (int e = 0; e < experts; ++e) {
-      bool taken = false;
-      for (int q = 0; q < j; ++q) taken = taken || chosen[q] == e;
-      if (!taken && (best < 0 || row[e] > row[best])) best = e;
-    }
-    chosen[j] = best;
-    value[j] = row[best];
-  }
-  float sum = 0.0F;
-  for (int j = 0; j < k; ++j) sum += expf(value[j] - value[0]);
-  for (int j = 0; j < k; ++j) {
-    ids[t * k + j] = chosen[j];
-    weights[t * k + j] = expf(value[j] - value[0]) / sum;
-  }
-}
-
-__global__ void gather_rows(const __nv_bfloat16* x, const int* token_of_slot, int slots, int hidden,
-                            __nv_bfloat16* out) {
-  const std::size_t n = static_cast<std::size_t>(slots) * hidden;
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::size_t{gridDim.x} * blockDim.x) {
-    out[i] = x[static_cast<std::size_t>(token_of_slot[i / hidden]) * hidden + i % hidden];
-  }
-}
-
-__global__ void swiglu_oai_bf16(const __nv_bfloat16* y1, const __nv_bfloat16* b13,
-                                const int* expert_of_slot, int slots, int inter,
-                                __nv_bfloat16* act) {
-  const std::size_t n = static_cast<std::size_t>(slots) * inter;
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::size_t{gridDim.x} * blockDim.x) {
-    const std::size_t s = i / inter;
-    const int j = static_cast<int>(i % inter);
-    const std::size_t brow = static_cast<std::size_t>(expert_of_slot[s]) * 2 * inter;
-    float g = __bfloat162float(y1[s * 2 * inter + j]) + __bfloat162float(b13[brow + j]);
-    float u =
-        __bfloat162float(y1[s * 2 * inter + inter + j]) + __bfloat162float(b13[brow + inter + j]);
-    g = fminf(g, 7.0F);
-    u = fminf(fmaxf(u, -7.0F), 7.0F);
-    act[i] = __float2bfloat16_rn((u + 1.0F) * g / (1.0F + expf(-1.702F * g)));
-  }
-}
-
-__global__ void combine_bf16(const __nv_bfloat16* y2, const __nv_bfloat16* b2,
-                             const int* slot_of_pair, const int* ids, const float* weights, int k,
-                             int hidden, int tokens, __nv_bfloat16* out) {
-  const std::size_t n = static_cast<std::size_t>(tokens) * hidden;
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::size_t{gridDim.x} * blockDim.x) {
-    const int t = static_cast<int>(i / hidden);
-    const int h = static_cast<int>(i % hidden);
-    float sum = 0.0F;
-    for (int j = 0; j < k; ++j) {
-      const int slot = slot_of_pair[t * k + j];
-      sum += weights[t * k + j] *
-             (__bfloat162float(y2[static_cast<std::size_t>(slot) * hidden + h]) +
-              __bfloat162float(b2[static_cast<std::size_t>(ids[t * k + j]) * hidden + h]));
-    }
-    out[i] = __float2bfloat16_rn(sum);
-  }
-}
-
-template <typename T>
-T* device_alloc(std::size_t count) {
-  T* p = nullptr;
-  MXQ_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(count, 1) * sizeof(T)));
-  return p;
-}
-
-unsigned grid_for(std::size_t n) {
-  return static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 65535));
-}
-
-struct Bf16Baseline {
-  int experts, hidden, inter, k;
-  __nv_bfloat16 *w13, *w2, *router, *b13, *b2;  // dense bf16 copies of the same layer
-  cublasHandle_t handle;
-
-  void forward(const __nv_bfloat16* x, int tokens, __nv_bfloat16* out, cudaStream_t stream,
-               float* logits, int* ids, float* weights, int* d_token_of_slot, int* d_expert_of_slot,
-               int* d_slot_of_pair, __nv_bfloat16* xg, __nv_bfloat16* y1, __nv_bfloat16* act,
-               __nv_bfloat16* y2) const {
-    const float one = 1.0F;
-    const float zero = 0.0F;
-    MXQ_CUBLAS_CHECK(cublasSetStream(handle, stream));
-    MXQ_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, experts, tokens, hidden, &one,
-                                  router, CUDA_R_16BF, hidden, x, CUDA_R_16BF, hidden, &zero,
-                                  logits, CUDA_R_32F, experts, CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT));
-    topk_softmax<<<(tokens + 127) / 128, 128, 0, stream>>>(logits, experts, k, tokens, ids,
-                                                           weights);
-    MXQ_CUDA_CHECK_LAUNCH();
-    const int pairs = tokens * k;
-    std::vector<int> h_ids(static_cast<std::size_t>(pairs));
-    MXQ_CUDA_CHECK(
-        cudaMemcpyAsync(h_ids.data(), ids, pairs * sizeof(int), cudaMemcpyDeviceToHost, stream));
-    MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host builds the expert lists
-    std::vector<int> count(static_cast<std::size_t>(experts), 0),
-        offset(static_cast<std::size_t>(experts) + 1, 0);
-    for (const int e : h_ids) ++count[static_cast<std::size_t>(e)];
-    for (int e = 0; e < experts; ++e) offset[e + 1] = offset[e] + count[e];
-    std::vector<int> token_of_slot(pairs), expert_of_slot(pairs), slot_of_pair(pairs),
-        cursor(offset.begin(), offset.end() - 1);
-    for (int p = 0; p < pairs; ++p) {
-      const int e = h_ids[static_cast<std::size_t>(p)];
-      const int slot = cursor[e]++;
-      token_of_slot[slot] = p / k;
-      expert_of_slot[slot] = e;
-      slot_of_pair[p] = slot;
-    }
-    MXQ_CUDA_CHECK(cudaMemcpyAsync(d_token_of_slot, token_of_slot.data(), pairs * sizeof(int),
-                                   cudaMemcpyHostToDevice, stream));
-    MXQ_CUDA_CHECK(cudaMemcpyAsync(d_expert_of_slot, expert_of_slot.data(), pairs * sizeof(int),
-                                   cudaMemcpyHostToDevice, stream));
-    MXQ_CUDA_CHECK(cudaMemcpyAsync(d_slot_of_pair, slot_of_pair.data(), pairs * sizeof(int),
-                                   cudaMemcpyHostToDevice, stream));
-    gather_rows<<<grid_for(static_cast<std::size_t>(pairs) * hidden), 256, 0, stream>>>(
-        x, d_token_of_slot, pairs, hidden, xg);
-    MXQ_CUDA_CHECK_LAUNCH();
-    for (int e = 0; e < experts; ++e) {
-      if (count[e] == 0) continue;
-      const std::size_t o = static_cast<std::size_t>(offset[e]);
-      MXQ_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, 2 * inter, count[e], hidden,
-                                    &one, w13 + static_cast<std::size_t>(e) * 2 * inter * hidden,
-                                    CUDA_R_16BF, hidden, xg + o * hidden, CUDA_R_16BF, hidden,
-                                    &zero, y1 + o * 2 * inter, CUDA_R_16BF, 2 * inter,
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    }
-    swiglu_oai_bf16<<<grid_for(static_cast<std::size_t>(pairs) * inter), 256, 0, stream>>>(
-        y1, b13, d_expert_of_slot, pairs, inter, act);
-    MXQ_CUDA_CHECK_LAUNCH();
-    for (int e = 0; e < experts; ++e) {
-      if (count[e] == 0) continue;
-      const std::size_t o = static_cast<std::size_t>(offset[e]);
-      MXQ_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, hidden, count[e], inter, &one,
-                                    w2 + static_cast<std::size_t>(e) * hidden * inter, CUDA_R_16BF,
-                                    inter, act + o * inter, CUDA_R_16BF, inter, &zero,
-                                    y2 + o * hidden, CUDA_R_16BF, hidden, CUBLAS_COMPUTE_32F,
-                                    CUBLAS_GEMM_DEFAULT));
-    }
-    combine_bf16<<<grid_for(static_cast<std::size_t>(tokens) * hidden), 256, 0, stream>>>(
-        y2, b2, d_slot_of_pair, ids, weights, k, hidden, tokens, out);
-    MXQ_CUDA_CHECK_LAUNCH();
-  }
-};
 
 double relative_error(const std::vector<std::uint16_t>& a, const std::vector<std::uint16_t>& ref) {
   double num = 0.0;
@@ -320,7 +95,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
   }
   MXQ_CHECK(options.tp >= 1 && (preset->inter / 32) % options.tp == 0, ErrorCode::kInvalidArgument,
             "--tp: expected a divisor of ", preset->inter / 32, " (I/32), found ", options.tp);
-  MXQ_CHECK(options.block_trace_path.empty() || moe::cuda::moe_block_trace_enabled(),
+  MXQ_CHECK(options.block_trace_path.empty() || moe::gpu::moe_block_trace_enabled(),
             ErrorCode::kUnsupported,
             "--block-trace: this build does not record the MoE block timeline (configure with "
             "-DMXQ_MOE_BLOCK_TRACE=ON)");
@@ -354,18 +129,16 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
   auto* w2 = device_alloc<std::uint8_t>(w2_rows * padded / 2);
   auto* w2s = device_alloc<std::uint8_t>(w2_rows * padded / 32);
   // The scales in the kernels' device layout (rows padded to moe_scale_pitch), filled below.
-  auto* w13s_device = device_alloc<std::uint8_t>(w13_rows * moe::cuda::moe_scale_pitch(hidden));
-  auto* w2s_device = device_alloc<std::uint8_t>(w2_rows * moe::cuda::moe_scale_pitch(padded));
+  auto* w13s_device = device_alloc<std::uint8_t>(w13_rows * moe::gpu::moe_scale_pitch(hidden));
+  auto* w2s_device = device_alloc<std::uint8_t>(w2_rows * moe::gpu::moe_scale_pitch(padded));
   auto* b13 = device_alloc<__nv_bfloat16>(w13_rows);
   auto* b2 = device_alloc<__nv_bfloat16>(w2_rows);
   auto* router = device_alloc<__nv_bfloat16>(static_cast<std::size_t>(experts) * hidden);
-  fill_fp4<<<4096, 256, 0, stream>>>(w13, w13s, w13_rows, hidden, hidden, 2 * padded, inter, padded,
-                                     inter, 1);
-  fill_fp4<<<4096, 256, 0, stream>>>(w2, w2s, w2_rows, padded, inter, 1, 1, 0, 0, 2);
-  fill_bf16<<<1024, 256, 0, stream>>>(b13, w13_rows, 0.05F, 3);
-  fill_bf16<<<1024, 256, 0, stream>>>(b2, w2_rows, 0.05F, 4);
-  fill_bf16<<<1024, 256, 0, stream>>>(router, static_cast<std::size_t>(experts) * hidden, 0.05F, 5);
-  MXQ_CUDA_CHECK_LAUNCH();
+  fill_fp4(w13, w13s, w13_rows, hidden, hidden, 2 * padded, inter, padded, inter, 1, stream);
+  fill_fp4(w2, w2s, w2_rows, padded, inter, 1, 1, 0, 0, 2, stream);
+  fill_bf16(b13, w13_rows, 0.05F, 3, stream);
+  fill_bf16(b2, w2_rows, 0.05F, 4, stream);
+  fill_bf16(router, static_cast<std::size_t>(experts) * hidden, 0.05F, 5, stream);
   // --cold-l2: a buffer of twice the L2 size, overwritten before each timed replay.
   std::size_t flush_bytes = 0;
   if (options.cold_l2) {
@@ -384,10 +157,8 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
   std::vector<__nv_bfloat16*> inputs(kInputSets);
   for (int s = 0; s < kInputSets; ++s) {
     inputs[s] = device_alloc<__nv_bfloat16>(static_cast<std::size_t>(max_tokens) * hidden);
-    fill_bf16<<<1024, 256, 0, stream>>>(inputs[s], static_cast<std::size_t>(max_tokens) * hidden,
-                                        1.0F, 100 + s);
+    fill_bf16(inputs[s], static_cast<std::size_t>(max_tokens) * hidden, 1.0F, 100 + s, stream);
   }
-  MXQ_CUDA_CHECK_LAUNCH();
 
   MoeDeviceWeights w;
   w.w13 = w13;
@@ -406,13 +177,13 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
   params.top_k = k;
   MoeDeviceWeights w_w4a8 = w;  // weight pointers set once converted, below
   MoeParams params_w4a8 = params;
-  params_w4a8.activation_quant = moe::cuda::GpuActivationQuant::kFp8Group128;
+  params_w4a8.activation_quant = moe::gpu::GpuActivationQuant::kFp8Group128;
   // One workspace for both forwards (the W4A8 one needs more).
   const std::size_t ws_bytes = options.w4a8
-                                   ? moe::cuda::moe_workspace_bytes(w, params_w4a8, max_tokens)
-                                   : moe::cuda::moe_workspace_bytes(w, params, max_tokens);
+                                   ? moe::gpu::moe_workspace_bytes(w, params_w4a8, max_tokens)
+                                   : moe::gpu::moe_workspace_bytes(w, params, max_tokens);
   void* workspace = device_alloc<char>(ws_bytes);
-  moe::cuda::moe_workspace_init(workspace, max_tokens, nullptr);
+  moe::gpu::moe_workspace_init(workspace, max_tokens, nullptr);
   MXQ_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   auto* out = device_alloc<std::uint16_t>(static_cast<std::size_t>(max_tokens) * hidden);
   auto* out_base = device_alloc<std::uint16_t>(static_cast<std::size_t>(max_tokens) * hidden);
@@ -428,10 +199,9 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
     base.w2 = device_alloc<__nv_bfloat16>(static_cast<std::size_t>(experts) * hidden * inter);
     base.b13 = device_alloc<__nv_bfloat16>(static_cast<std::size_t>(experts) * 2 * inter);
     base.b2 = b2;
-    dequant_to_bf16<<<8192, 256, 0, stream>>>(w13, w13s, hidden, base.w13,
-                                              static_cast<std::size_t>(experts) * 2 * inter, hidden,
-                                              2 * padded, 2 * inter, inter, padded);
-    dequant_to_bf16<<<8192, 256, 0, stream>>>(w2, w2s, padded, base.w2, w2_rows, inter, 1, 1, 1, 0);
+    dequant_to_bf16(w13, w13s, hidden, base.w13, static_cast<std::size_t>(experts) * 2 * inter,
+                    hidden, 2 * padded, 2 * inter, inter, padded, stream);
+    dequant_to_bf16(w2, w2s, padded, base.w2, w2_rows, inter, 1, 1, 1, 0, stream);
     // Compact the biases the same way (gate rows then up rows, no padding).
     for (int e = 0; e < experts; ++e) {
       MXQ_CUDA_CHECK(cudaMemcpyAsync(base.b13 + static_cast<std::size_t>(e) * 2 * inter,
@@ -464,15 +234,15 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
         cudaMemcpyAsync(w13_w4a8, w13, w13_rows * hidden / 2, cudaMemcpyDeviceToDevice, stream));
     MXQ_CUDA_CHECK(
         cudaMemcpyAsync(w2_w4a8, w2, w2_rows * padded / 2, cudaMemcpyDeviceToDevice, stream));
-    moe::cuda::moe_weights_to_w4a8_layout(w13_w4a8, w13_rows, hidden, stream);
-    moe::cuda::moe_weights_to_w4a8_layout(w2_w4a8, w2_rows, padded, stream);
+    moe::gpu::moe_weights_to_w4a8_layout(w13_w4a8, w13_rows, hidden, stream);
+    moe::gpu::moe_weights_to_w4a8_layout(w2_w4a8, w2_rows, padded, stream);
   }
   // mxq's kernels read packed FP4 in their device layout; the baseline dequantized the
   // checkpoint layout above.
-  moe::cuda::moe_weights_to_device_layout(w13, w13_rows, hidden, stream);
-  moe::cuda::moe_weights_to_device_layout(w2, w2_rows, padded, stream);
-  moe::cuda::moe_scales_to_device_layout(w13s, w13_rows, hidden, w13s_device, stream);
-  moe::cuda::moe_scales_to_device_layout(w2s, w2_rows, padded, w2s_device, stream);
+  moe::gpu::moe_weights_to_device_layout(w13, w13_rows, hidden, stream);
+  moe::gpu::moe_weights_to_device_layout(w2, w2_rows, padded, stream);
+  moe::gpu::moe_scales_to_device_layout(w13s, w13_rows, hidden, w13s_device, stream);
+  moe::gpu::moe_scales_to_device_layout(w2s, w2_rows, padded, w2s_device, stream);
   MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
   w_w4a8.w13 = w13_w4a8;
   w_w4a8.w2 = w2_w4a8;
@@ -501,8 +271,8 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
     std::vector<std::set<int>> set_experts(kInputSets);
     for (int s = 0; s < kInputSets; ++s) {
       run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
-      moe::cuda::moe_forward(w, params, run, workspace, ws_bytes, max_tokens, stream);
-      const auto routing = moe::cuda::moe_routing_view(w, params, max_tokens, workspace);
+      moe::gpu::moe_forward(w, params, run, workspace, ws_bytes, max_tokens, stream);
+      const auto routing = moe::gpu::moe_routing_view(w, params, max_tokens, workspace);
       MXQ_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), routing.topk_ids, h_ids.size() * sizeof(int),
                                      cudaMemcpyDeviceToHost, stream));
       MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -511,19 +281,19 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
     }
     touched /= kInputSets;
     const double touched_bytes =
-        touched * static_cast<double>(moe::cuda::moe_expert_weight_bytes(w));
+        touched * static_cast<double>(moe::gpu::moe_expert_weight_bytes(w));
     const double flops = 2.0 * tokens * k * (3.0 * static_cast<double>(inter) * hidden);
 
     // The per-block timelines of kBlockTraceReplays more replays of `graphs` (round-robin, as
     // timed), each taken right after its replay.
     const auto block_trace_replays = [&](const std::vector<cudaGraphExec_t>& graphs) {
-      (void)moe::cuda::moe_block_trace_take();  // drop the timed replays' records
+      (void)moe::gpu::moe_block_trace_take();  // drop the timed replays' records
       nlohmann::json replays = nlohmann::json::array();
       for (int i = 0; i < kBlockTraceReplays; ++i) {
         MXQ_CUDA_CHECK(cudaGraphLaunch(graphs[i % kInputSets], stream));
-        const auto kernels = moe::cuda::moe_block_trace_take();
+        const auto kernels = moe::gpu::moe_block_trace_take();
         nlohmann::json replay;
-        for (int kernel = 0; kernel < moe::cuda::kMoeTraceKernels; ++kernel) {
+        for (int kernel = 0; kernel < moe::gpu::kMoeTraceKernels; ++kernel) {
           nlohmann::json blocks = nlohmann::json::array();
           for (const auto& b : kernels[kernel])
             blocks.push_back({b.at_ns[0], b.at_ns[1], b.at_ns[2], b.at_ns[3], b.sm});
@@ -536,7 +306,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
     // Times one GEMM variant: the whole forward as one graph per input set, replayed
     // round-robin (then, with trace_replays, a few more for the block timeline); then the phases,
     // from the same graphs with event records between kernels.
-    const auto measure = [&](moe::cuda::GemmVariant variant, bool programmatic_launch,
+    const auto measure = [&](moe::gpu::GemmVariant variant, bool programmatic_launch,
                              const MoeDeviceWeights& mw, const MoeParams& mp,
                              nlohmann::json* trace_replays = nullptr) {
       MoeParams vp = mp;
@@ -547,7 +317,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
         run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
         cudaGraph_t graph;
         MXQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        moe::cuda::moe_forward(mw, vp, run, workspace, ws_bytes, max_tokens, stream);
+        moe::gpu::moe_forward(mw, vp, run, workspace, ws_bytes, max_tokens, stream);
         MXQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
         MXQ_CUDA_CHECK(cudaGraphInstantiate(&graphs[s], graph, 0));
         MXQ_CUDA_CHECK(cudaGraphDestroy(graph));
@@ -575,7 +345,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
         MXQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
         for (int s = 0; s < kInputSets; ++s) {
           run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
-          moe::cuda::moe_forward(mw, vp, run, workspace, ws_bytes, max_tokens, stream);
+          moe::gpu::moe_forward(mw, vp, run, workspace, ws_bytes, max_tokens, stream);
         }
         MXQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
         MXQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -600,7 +370,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
         run.x = reinterpret_cast<const std::uint16_t*>(inputs[s]);
         cudaGraph_t graph;
         MXQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        moe::cuda::moe_forward(mw, vp, run, workspace, ws_bytes, max_tokens, stream);
+        moe::gpu::moe_forward(mw, vp, run, workspace, ws_bytes, max_tokens, stream);
         MXQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
         MXQ_CUDA_CHECK(cudaGraphInstantiate(&graphs[s], graph, 0));
         MXQ_CUDA_CHECK(cudaGraphDestroy(graph));
@@ -615,9 +385,8 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
       for (auto& g : graphs) MXQ_CUDA_CHECK(cudaGraphExecDestroy(g));
       const double us = median(total);
       return nlohmann::json{
-          {"gemm_variant", moe::cuda::to_string(variant)},
-          {"resolved_variant",
-           moe::cuda::to_string(moe::cuda::resolve_gemm_variant(mw, vp, tokens))},
+          {"gemm_variant", moe::gpu::to_string(variant)},
+          {"resolved_variant", moe::gpu::to_string(moe::gpu::resolve_gemm_variant(mw, vp, tokens))},
           {"programmatic_launch", programmatic_launch},
           {"total_us", us},
           {"layer_in_graph_us", median(in_graph)},
@@ -634,7 +403,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
     nlohmann::json trace_replays;
     nlohmann::json point = {
         {"tokens", tokens},
-        {"mxq", measure(moe::cuda::GemmVariant::kAuto, true, w, params,
+        {"mxq", measure(moe::gpu::GemmVariant::kAuto, true, w, params,
                         options.block_trace_path.empty() ? nullptr : &trace_replays)}};
     if (options.read_floor) {
       // What the layer must read, with nothing else to do: each input set's experts' GEMM1
@@ -648,16 +417,16 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
             passes[0].push_back(
                 {w13 + row * hidden / 2, static_cast<std::size_t>(inter) * hidden / 2});
             passes[0].push_back(
-                {w13s_device + row * moe::cuda::moe_scale_pitch(hidden),
-                 static_cast<std::size_t>(inter) * moe::cuda::moe_scale_pitch(hidden)});
+                {w13s_device + row * moe::gpu::moe_scale_pitch(hidden),
+                 static_cast<std::size_t>(inter) * moe::gpu::moe_scale_pitch(hidden)});
             passes[0].push_back({b13 + row, static_cast<std::size_t>(inter) * 2});
           }
           const std::size_t row = static_cast<std::size_t>(e) * hidden;
           passes[1].push_back(
               {w2 + row * padded / 2, static_cast<std::size_t>(hidden) * padded / 2});
           passes[1].push_back(
-              {w2s_device + row * moe::cuda::moe_scale_pitch(padded),
-               static_cast<std::size_t>(hidden) * moe::cuda::moe_scale_pitch(padded)});
+              {w2s_device + row * moe::gpu::moe_scale_pitch(padded),
+               static_cast<std::size_t>(hidden) * moe::gpu::moe_scale_pitch(padded)});
           passes[1].push_back({b2 + row, static_cast<std::size_t>(hidden) * 2});
         }
         sets.push_back(std::move(passes));
@@ -678,16 +447,14 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
                               {"replays", std::move(trace_replays)}});
     }
     if (options.all_gemm_variants) {
-      using moe::cuda::GemmVariant;
-      point["mxq_register_stream"] = measure(GemmVariant::kRegisterStream, true, w, params);
-      point["mxq_shared_tile"] = measure(GemmVariant::kSharedTile, true, w, params);
-      point["mxq_wide_tile"] = measure(GemmVariant::kWideTile, true, w, params);
-      point["mxq_wgmma_tile"] = measure(GemmVariant::kWgmmaTile, true, w, params);
+      using moe::gpu::GemmVariant;
+      point["mxq_decode_mma"] = measure(GemmVariant::kDecodeMma, true, w, params);
+      point["mxq_prefill_wgmma"] = measure(GemmVariant::kPrefillWgmma, true, w, params);
       // Same-run ablation: the default tactic in plain stream order.
       point["mxq_no_pdl"] = measure(GemmVariant::kAuto, false, w, params);
     }
     if (options.w4a8) {
-      point["mxq_w4a8"] = measure(moe::cuda::GemmVariant::kAuto, true, w_w4a8, params_w4a8);
+      point["mxq_w4a8"] = measure(moe::gpu::GemmVariant::kAuto, true, w_w4a8, params_w4a8);
     }
     const double us = point["mxq"]["total_us"].get<double>();
     if (options.baseline) {
@@ -704,7 +471,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
       }
       // Agreement check on input set 0 (bf16 intermediates differ slightly by design).
       run.x = reinterpret_cast<const std::uint16_t*>(inputs[0]);
-      moe::cuda::moe_forward(w, params, run, workspace, ws_bytes, max_tokens, stream);
+      moe::gpu::moe_forward(w, params, run, workspace, ws_bytes, max_tokens, stream);
       base.forward(inputs[0], tokens, reinterpret_cast<__nv_bfloat16*>(out_base), stream, logits,
                    ids, weights, tos, eos, sop, xg, y1, act, y2);
       std::vector<std::uint16_t> a(static_cast<std::size_t>(tokens) * hidden), b(a.size());

@@ -16,9 +16,8 @@ struct MoeBenchOptions {
   int align = 128;   // padding of I_rank (the prepared layout)
   int repeats = 50;  // timed replays per point (median reported)
   bool baseline = true;
-  // Besides the default (kAuto, as "mxq"), also time each variant ("mxq_register_stream",
-  // "mxq_shared_tile", "mxq_wide_tile", "mxq_wgmma_tile") and the default without PDL
-  // ("mxq_no_pdl").
+  // Besides the default (kAuto, as "mxq"), also time each variant ("mxq_decode_mma",
+  // "mxq_prefill_wgmma") and the default without PDL ("mxq_no_pdl").
   bool all_gemm_variants = true;
   // Also time the W4A8 forward ("mxq_w4a8": fp8_g128 activations, weights in the W4A8 layout) on
   // the same weights and inputs.
@@ -32,7 +31,7 @@ struct MoeBenchOptions {
   // by a plain streaming kernel, then their GEMM2 bytes, in graphs like the layer's.
   bool read_floor = true;
   // When set: after timing the default, replay its graphs kBlockTraceReplays more times and write
-  // each replay's per-block timeline (cuda::moe_block_trace_take) to this JSON file. Needs a build
+  // each replay's per-block timeline (gpu::moe_block_trace_take) to this JSON file. Needs a build
   // with MXQ_MOE_BLOCK_TRACE (throws kUnsupported otherwise, before any work).
   std::string block_trace_path;
 };

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "bench_stats.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
+#include "mxq/core/statistics.h"
 
 namespace mxq::bench {
 namespace {

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "mxq/linear/tune.h"
 #include "mxq/tune/autotuner.h"
 #include "mxq/tune/cache_file.h"
-#include "mxq/tune/toy_gemm.h"
 
 // Counts heap allocations so that the lookup benchmark can show it allocates nothing.
 namespace {
@@ -43,25 +43,30 @@ constexpr int kEntries = 10000;
 const std::vector<std::int64_t> kBuckets = {1,   2,   4,   8,    16,   32,  64,
                                             128, 256, 512, 1024, 2048, 4096};
 
-// 10,000 servable toy_gemm decisions: 770 problems x 13 buckets, cut at 10,000.
+// The key of a (small) block-FP8 linear layer of the built-in op block_fp8_linear, whose buckets
+// are kBuckets.
+Problem linear_problem(std::int64_t n, std::int64_t k) {
+  return linear::block_fp8_linear_problem(n, k, {128, 128});
+}
+
+// 10,000 servable block_fp8_linear decisions (its CPU tactics, which support every shape and
+// token count): 770 problems x 13 buckets, cut at 10,000.
 std::vector<CacheEntry> make_entries() {
   std::vector<CacheEntry> entries;
-  const char* tactics[] = {"rowwise", "unrolled[lanes=8]", "column_tiled[bn=4,threads=2]",
-                           "row_parallel[threads=2]"};
+  const char* tactics[] = {"reference", "blocked_f32[tile_n=64]", "blocked_f32[tile_n=16]"};
   for (int p = 0; static_cast<int>(entries.size()) < kEntries; ++p) {
-    const Problem problem = toy_gemm_problem(64 * (1 + p % 70), 64 * (1 + p / 70));
+    const Problem problem = linear_problem(64 * (1 + p % 70), 64 * (1 + p / 70));
     for (std::int64_t bucket : kBuckets) {
       if (static_cast<int>(entries.size()) == kEntries) break;
       CacheEntry e;
       e.problem = problem;
       e.bucket = bucket;
-      e.tactic = tactics[(p + bucket) % 4];
-      if (bucket == 1 && e.tactic == std::string("row_parallel[threads=2]")) e.tactic = "rowwise";
+      e.tactic = tactics[(p + bucket) % 3];
       e.median_us = 10.5 + p;
       e.default_us = 12.25 + p;
       e.pass = "target";
       e.tuned_at = "2026-12-02T10:00:00Z";
-      e.candidates = {{"rowwise", 12.25 + p}, {e.tactic, 10.5 + p}};
+      e.candidates = {{"reference", 12.25 + p}, {e.tactic, 10.5 + p}};
       entries.push_back(e);
     }
   }
@@ -118,7 +123,7 @@ void BM_Lookup(benchmark::State& state, bool hit) {
   std::mt19937 rng(7);
   for (int i = 0; i < 1024; ++i) {
     problems.push_back(hit ? f.entries[rng() % f.entries.size()].problem
-                           : toy_gemm_problem(100000 + i, 64));
+                           : linear_problem(100000 + i, 64));
     tokens.push_back(1 + static_cast<std::int64_t>(rng() % 3000));
   }
   std::size_t i = 0;

@@ -113,8 +113,8 @@ class MoERank:
         return self._layer._core.rank_info(self._rank_id)
 
     @property
-    def intermediate_per_partition(self) -> int:
-        return self.info["intermediate_per_partition"]
+    def intermediate_size_per_partition_after_pad(self) -> int:
+        return self.info["intermediate_size_per_partition_after_pad"]
 
     def param(self, name: str) -> np.ndarray:
         """A copy of parameter ``name`` (one of PARAMS) in the current layout."""
@@ -128,7 +128,7 @@ class MoERank:
         i = self.info
         return (f"MoERank(tp {i['tp_rank']}/{i['tp_size']}, ep {i['ep_rank']}/{i['ep_size']}, "
                 f"experts [{i['expert_begin']}, +{i['experts_local']}), "
-                f"I_rank={i['intermediate_per_partition']})")
+                f"I_rank={i['intermediate_size_per_partition_after_pad']})")
 
 
 class MoEUpdate:
@@ -239,9 +239,14 @@ class MoELayer:
         return self._core.num_ranks
 
     @property
-    def intermediate_per_partition(self) -> int:
-        """I_rank: the TP width in checkpoint layout, the padded P once prepared."""
-        return self._core.intermediate_per_partition
+    def intermediate_size_per_partition(self) -> int:
+        """The ranks' intermediate size in checkpoint layout (the TP width), prepared or not."""
+        return self._core.intermediate_size_per_partition
+
+    @property
+    def intermediate_size_per_partition_after_pad(self) -> int:
+        """I_rank as stored: the TP width in checkpoint layout, the padded P once prepared."""
+        return self._core.intermediate_size_per_partition_after_pad
 
     @property
     def prepared(self) -> bool:
@@ -445,4 +450,4 @@ class MoELayer:
         c = self.config
         return (f"MoELayer(layer={self.layer_index}, E={c['num_experts']}, H={c['hidden_size']}, "
                 f"I={c['intermediate_size']}, top_k={c['top_k']}, tp={self.tp_size}, "
-                f"ep={self.ep_size}, I_rank={self.intermediate_per_partition})")
+                f"ep={self.ep_size}, I_rank={self.intermediate_size_per_partition_after_pad})")

@@ -78,19 +78,10 @@ void bind_moe(nb::module_& m) {
             const moe::MoeCheckpoint checkpoint = moe::MoeCheckpoint::open(path);
             moe::MoeConfigOverrides overrides;
             overrides.top_k = top_k;
-            if (activation) {
-              overrides.activation = moe::activation_from_name(*activation);
-              if (!overrides.activation) {
-                fail_argument(ErrorCode::kInvalidArgument, "activation",
-                              "swiglu_oai, swiglu_clamp or swiglu", *activation);
-              }
-            }
+            if (activation) overrides.activation = moe::parse_activation(*activation, "activation");
             if (activation_quant) {
-              overrides.activation_quant = moe::activation_quant_from_name(*activation_quant);
-              if (!overrides.activation_quant) {
-                fail_argument(ErrorCode::kInvalidArgument, "activation_quant", "bf16 or fp8_g128",
-                              *activation_quant);
-              }
+              overrides.activation_quant =
+                  moe::parse_activation_quant(*activation_quant, "activation_quant");
             }
             const moe::MoeConfig config = checkpoint.resolve_config(layer, overrides);
             moe::ShardOptions shards;
@@ -107,7 +98,9 @@ void bind_moe(nb::module_& m) {
       .def_prop_ro("tp_size", [](const MoeLayer& l) { return l.shards().tp_size; })
       .def_prop_ro("ep_size", [](const MoeLayer& l) { return l.shards().ep_size; })
       .def_prop_ro("num_ranks", &MoeLayer::num_ranks)
-      .def_prop_ro("intermediate_per_partition", &MoeLayer::intermediate_per_partition)
+      .def_prop_ro("intermediate_size_per_partition", &MoeLayer::intermediate_size_per_partition)
+      .def_prop_ro("intermediate_size_per_partition_after_pad",
+                   &MoeLayer::intermediate_size_per_partition_after_pad)
       .def_prop_ro("prepared", &MoeLayer::prepared)
       .def_prop_ro("updating", &MoeLayer::updating)
       .def_prop_ro("padding_summary",
@@ -195,7 +188,8 @@ void bind_moe(nb::module_& m) {
             d["intermediate_width"] = s.tp.width;
             d["expert_begin"] = s.ep.begin;
             d["experts_local"] = s.ep.count;
-            d["intermediate_per_partition"] = s.intermediate_per_partition;
+            d["intermediate_size_per_partition_after_pad"] =
+                s.intermediate_size_per_partition_after_pad;
             d["alignment"] = s.alignment;
             return d;
           },

@@ -28,15 +28,10 @@ namespace mxq::python {
 #if MXQ_WITH_CUDA
 namespace {
 
-moe::cuda::GemmVariant gemm_arg(const std::string& text) {
-  for (const auto variant : {moe::cuda::GemmVariant::kAuto, moe::cuda::GemmVariant::kRegisterStream,
-                             moe::cuda::GemmVariant::kSharedTile, moe::cuda::GemmVariant::kWideTile,
-                             moe::cuda::GemmVariant::kWgmmaTile}) {
-    if (text == moe::cuda::to_string(variant)) return variant;
-  }
+moe::gpu::GemmVariant gemm_arg(const std::string& text) {
+  if (const auto variant = moe::gpu::gemm_variant_from_string(text)) return *variant;
   fail_argument(ErrorCode::kInvalidArgument, "gemm",
-                "\"auto\", \"register_stream\", \"shared_tile\", \"wide_tile\" or \"wgmma_tile\"",
-                "\"" + text + "\"");
+                "\"auto\", \"decode_mma\" or \"prefill_wgmma\"", "\"" + text + "\"");
 }
 
 const ArrayRequirements kDeviceBf16{{DType::kBF16}, 2, true, false};
@@ -55,7 +50,7 @@ void bind_moe_cuda(nb::module_& m) {
           "upload",
           [](const moe::MoeLayer& layer, int max_tokens, int device, const std::string& gemm,
              const tune::Autotuner* tuner) {
-            const moe::cuda::GemmVariant variant = gemm_arg(gemm);
+            const moe::gpu::GemmVariant variant = gemm_arg(gemm);
             const nb::gil_scoped_release release;
             return moe::MoeGpuLayer::upload(layer, max_tokens, Device::cuda(device), variant,
                                             tuner);

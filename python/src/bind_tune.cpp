@@ -13,8 +13,8 @@
 #include "bindings.h"
 #include "block_shape_arg.h"
 #include "mxq/core/error.h"
+#include "mxq/linear/tune.h"
 #include "mxq/tune/autotuner.h"
-#include "mxq/tune/block_fp8_linear.h"
 
 namespace mxq::python {
 namespace {
@@ -60,7 +60,7 @@ void bind_tune(nb::module_& m) {
               fail_argument(ErrorCode::kInvalidArgument, "out_dtype", "\"bf16\" or \"f32\"",
                             "\"" + out_dtype + "\"");
             }
-            return tune::block_fp8_linear_problem(
+            return linear::block_fp8_linear_problem(
                 n, k, block_shape_arg(block, "block"),
                 parse_scale_mode(activation_scales, "activation_scales"), out);
           },

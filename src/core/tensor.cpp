@@ -58,7 +58,7 @@ std::shared_ptr<void> allocate(std::size_t nbytes, Device device) {
     return {data, [](void* p) { std::free(p); }};
   }
 #if MXQ_WITH_CUDA
-  const detail::CudaDeviceScope scope(device.index);
+  const mxq::detail::DeviceScope scope(Device::cuda(device.index));
   void* data = nullptr;
   MXQ_CUDA_CHECK(cudaMalloc(&data, padded == 0 ? 64 : padded));
   return {data, [](void* p) { cudaFree(p); }};

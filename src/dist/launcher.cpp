@@ -11,23 +11,20 @@
 #include <cstring>
 #include <thread>
 
+#include "mxq/core/enum_names.h"
 #include "mxq/core/error.h"
 
 extern char** environ;  // NOLINT(readability-redundant-declaration)
 
 namespace mxq::dist {
 
-std::string_view to_string(LaunchMode mode) {
-  switch (mode) {
-    case LaunchMode::kInProcess:
-      return "in-process";
-    case LaunchMode::kSpawn:
-      return "spawn";
-    case LaunchMode::kJoin:
-      return "join";
-  }
-  return "unknown";
-}
+namespace {
+constexpr EnumNames<LaunchMode, 3> kLaunchModeNames{{{{LaunchMode::kInProcess, "in-process"},
+                                                      {LaunchMode::kSpawn, "spawn"},
+                                                      {LaunchMode::kJoin, "join"}}}};
+}  // namespace
+
+std::string_view to_string(LaunchMode mode) { return kLaunchModeNames.name(mode); }
 
 LaunchPlan plan_launch(const LaunchRequest& request) {
   const int n = request.ranks;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "mxq/core/cuda_check.h"
+#include "mxq/core/device.h"
 #include "mxq/core/error.h"
 #include "mxq/core/log.h"
 
@@ -206,7 +207,7 @@ NcclCommunicator::NcclCommunicator(int rank, int size, const NcclUniqueId& id, i
   s.size = size;
   s.device = device;
   s.timeout = timeout;
-  const detail::CudaDeviceScope scope(device);
+  const mxq::detail::DeviceScope scope(Device::cuda(device));
   MXQ_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
   ncclUniqueId nccl_id;
   std::memcpy(&nccl_id, id.data(), id.size());
@@ -264,7 +265,7 @@ void NcclCommunicator::all_reduce(std::span<double> values, ReduceOp op) {
   State& s = *state_;
   s.check_usable();
   const ncclRedOp_t nccl_op = to_nccl(op);
-  const detail::CudaDeviceScope scope(s.device);
+  const mxq::detail::DeviceScope scope(Device::cuda(s.device));
   const auto n = static_cast<std::int64_t>(values.size());
   const std::vector<std::int64_t> lengths = s.agree_max({n, -n}, "all_reduce lengths");
   if (lengths[0] != -lengths[1]) {
@@ -289,7 +290,7 @@ void NcclCommunicator::broadcast(std::vector<std::uint8_t>& bytes, int root) {
     fail_argument(ErrorCode::kInvalidArgument, "broadcast root", "0.." + std::to_string(s.size - 1),
                   root);
   }
-  const detail::CudaDeviceScope scope(s.device);
+  const mxq::detail::DeviceScope scope(Device::cuda(s.device));
   // {root, -root} checks that all ranks name the same root; the root's length wins the max as
   // the others contribute 0.
   const auto length = static_cast<std::int64_t>(s.rank == root ? bytes.size() : 0);
@@ -317,7 +318,7 @@ std::vector<std::vector<std::uint8_t>> NcclCommunicator::all_gather(
     std::span<const std::uint8_t> bytes) {
   State& s = *state_;
   s.check_usable();
-  const detail::CudaDeviceScope scope(s.device);
+  const mxq::detail::DeviceScope scope(Device::cuda(s.device));
   const auto ranks = static_cast<std::size_t>(s.size);
   const auto me = static_cast<std::size_t>(s.rank);
   // Every rank's length: an all-gather of one int64 each.
@@ -362,7 +363,7 @@ void NcclCommunicator::all_reduce_device(float* data, std::size_t count, ReduceO
   s.check_usable();
   if (count == 0) return;
   const ncclRedOp_t nccl_op = to_nccl(op);
-  const detail::CudaDeviceScope scope(s.device);
+  const mxq::detail::DeviceScope scope(Device::cuda(s.device));
   s.enqueued(ncclAllReduce(data, data, count, ncclFloat, nccl_op, s.comm,
                            static_cast<cudaStream_t>(stream)),
              "ncclAllReduce (device, " + std::to_string(count) + " floats)");

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "formats/tensor_checks.h"
+#include "mxq/core/enum_names.h"
 #include "mxq/core/parallel.h"
 #include "mxq/formats/bf16.h"
 
@@ -98,13 +99,15 @@ std::ostream& operator<<(std::ostream& out, const BlockShape& block) {
   return out << block.n << 'x' << block.k;
 }
 
-std::string_view to_string(ScaleMode mode) { return mode == ScaleMode::kUe8m0 ? "ue8m0" : "fp32"; }
+namespace {
+constexpr EnumNames<ScaleMode, 2> kScaleModeNames{
+    {{{ScaleMode::kFp32, "fp32"}, {ScaleMode::kUe8m0, "ue8m0"}}}};
+}  // namespace
+
+std::string_view to_string(ScaleMode mode) { return kScaleModeNames.name(mode); }
 
 ScaleMode parse_scale_mode(std::string_view text, std::string_view argument) {
-  if (text == "fp32") return ScaleMode::kFp32;
-  if (text == "ue8m0") return ScaleMode::kUe8m0;
-  fail_argument(ErrorCode::kInvalidArgument, argument, "\"fp32\" or \"ue8m0\"",
-                detail::concat('"', text, '"'));
+  return kScaleModeNames.parse(text, argument);
 }
 
 Fp8BlockTensor quantize_fp8_block(const TensorView& x, BlockShape block, ScaleMode mode) {

@@ -4,6 +4,7 @@
 #include <array>
 
 #include "formats/tensor_checks.h"
+#include "mxq/core/enum_names.h"
 #include "mxq/core/parallel.h"
 #include "mxq/formats/bf16.h"
 
@@ -33,13 +34,15 @@ void quantize_blocks_bf16(const std::uint16_t* x, std::uint8_t* blocks, std::uin
 
 }  // namespace
 
-std::string_view to_string(ScaleRule rule) { return rule == ScaleRule::kCeil ? "ceil" : "floor"; }
+namespace {
+constexpr EnumNames<ScaleRule, 2> kScaleRuleNames{
+    {{{ScaleRule::kFloor, "floor"}, {ScaleRule::kCeil, "ceil"}}}};
+}  // namespace
+
+std::string_view to_string(ScaleRule rule) { return kScaleRuleNames.name(rule); }
 
 ScaleRule parse_scale_rule(std::string_view text, std::string_view argument) {
-  if (text == "floor") return ScaleRule::kFloor;
-  if (text == "ceil") return ScaleRule::kCeil;
-  fail_argument(ErrorCode::kInvalidArgument, argument, "\"floor\" or \"ceil\"",
-                detail::concat('"', text, '"'));
+  return kScaleRuleNames.parse(text, argument);
 }
 
 Mxfp4Tensor quantize_mxfp4(const TensorView& x, ScaleRule rule) {

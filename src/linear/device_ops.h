@@ -1,4 +1,4 @@
-// Device-side helpers of the linear op (internal). Defined in src/cuda/linear/device_ops.cpp
+// Device-side helpers of the linear op (internal). Defined in src/linear/cuda/device_ops.cpp
 // when mxq is built with CUDA; without CUDA each throws mxq::Error(kUnsupported) and
 // append_cuda_tactics adds nothing. `stream` is a cudaStream_t (null: the default stream).
 #pragma once
@@ -34,18 +34,5 @@ void append_cuda_tactics(std::vector<std::unique_ptr<LinearTactic>>& tactics);
 // in that order when the last owner lets go (so a kernel queued before the release still reads
 // valid memory).
 std::shared_ptr<void> stream_ordered_buffer(std::size_t bytes, void* stream);
-
-// Makes `device` the current CUDA device for the scope (kernels launch on the current device);
-// nothing for the CPU.
-class DeviceScope {
- public:
-  explicit DeviceScope(Device device);
-  ~DeviceScope();
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = -1;  // the device to restore; -1 when nothing was changed
-};
 
 }  // namespace mxq::linear::internal

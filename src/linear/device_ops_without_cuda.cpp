@@ -29,10 +29,5 @@ void append_cuda_tactics(std::vector<std::unique_ptr<LinearTactic>>&) {}
 
 std::shared_ptr<void> stream_ordered_buffer(std::size_t, void*) { no_cuda(); }
 
-DeviceScope::DeviceScope(Device device) {
-  if (device.is_cuda()) no_cuda();
-}
-DeviceScope::~DeviceScope() = default;
-
 }  // namespace mxq::linear::internal
 #endif

@@ -6,12 +6,12 @@
 #include <any>
 #include <optional>
 
-#include "linear/cpu_tactics.h"
+#include "linear/cpu/tactics.h"
 #include "linear/device_ops.h"
 #include "linear/tune_support.h"
 #include "mxq/core/error.h"
+#include "mxq/linear/tune.h"
 #include "mxq/tune/autotuner.h"
-#include "mxq/tune/block_fp8_linear.h"
 
 namespace mxq::linear {
 namespace {
@@ -112,9 +112,9 @@ Preference preferred_fallback(const LinearProblem& p) {
 
 std::string params_text(const LinearTactic& tactic) {
   std::ostringstream out;
-  const auto params = tactic.params();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    out << (i == 0 ? "" : " ") << params[i].name << "=" << params[i].value;
+  const TacticParams params = tactic.params();
+  for (const tune::TacticParam& param : params.items()) {
+    out << (&param == &params.items().front() ? "" : " ") << param.name << "=" << param.value;
   }
   return out.str();
 }
@@ -148,11 +148,9 @@ struct CacheVerdict {
   Support support;                       // of `tactic` on the problem
   [[nodiscard]] bool tuned() const { return selection.source == tune::SelectionSource::kTuned; }
   // The cache's tactic runs.
-  [[nodiscard]] bool use_tactic() const { return tuned() && tactic != nullptr && support.ok(); }
+  [[nodiscard]] bool use_tactic() const { return tuned() && tactic != nullptr && support.ok; }
   // The cache decided: its tactic runs, or it found the dispatch rule ("auto") fastest.
-  [[nodiscard]] bool decided() const {
-    return tuned() && (tactic == nullptr ? true : support.ok());
-  }
+  [[nodiscard]] bool decided() const { return tuned() && (tactic == nullptr ? true : support.ok); }
 };
 
 void check_tuner_backend(const tune::Autotuner& tuner, const LinearProblem& problem) {
@@ -185,7 +183,8 @@ CacheVerdict ask_cache(const tune::Autotuner& tuner, const tune::Problem& tuned,
 std::string describe_verdict(const CacheVerdict& verdict, const tune::Autotuner& tuner,
                              const LinearProblem& problem) {
   std::string bucket = "token bucket ?";
-  if (const tune::OpSpec* op = tuner.registry().find_op(tune::kBlockFp8LinearOp, tuner.backend())) {
+  if (const tune::OpSpec* op =
+          tuner.registry().find_op(linear::kBlockFp8LinearOp, tuner.backend())) {
     bucket =
         detail::concat("token bucket ", op->buckets[tune::bucket_index(op->buckets, problem.m)]);
   }

@@ -1,6 +1,6 @@
 #include "mxq/linear/linear.h"
 
-#include "cpu/linear/block_fp8_linear.h"
+#include "linear/cpu/block_fp8_linear.h"
 #include "linear/device_ops.h"
 #include "mxq/core/error.h"
 #include "mxq/formats/ue8m0_pack.h"
@@ -145,7 +145,7 @@ PreparedLinear prepare_linear(const Fp8BlockTensor& x, const BlockFp8Weight& w,
     require_shape(x.scale, "x.scale", Shape{m, groups});
   }
 
-  const internal::DeviceScope scope(w.device());
+  const mxq::detail::DeviceScope scope(w.device());
   PreparedLinear prepared;
   prepared.problem =
       problem_for(m, w, bias, packed ? ScaleMode::kUe8m0 : options.activation_scales, options);
@@ -182,7 +182,7 @@ Tensor linear(const Fp8BlockTensor& x, const BlockFp8Weight& w, const TensorView
   Tensor out = Tensor::empty(options.out_dtype, {x.q.shape()[0], w.n()}, w.device());
   const PreparedLinear prepared = prepare_linear(x, w, bias, out, options);
   const LinearTactic& tactic = choose_tactic(prepared.problem, options);
-  const internal::DeviceScope scope(w.device());
+  const mxq::detail::DeviceScope scope(w.device());
   tactic.run(prepared.operands, prepared.problem);
   return out;
 }
@@ -191,7 +191,7 @@ Tensor linear(const TensorView& x, const BlockFp8Weight& w, const TensorView* bi
               const LinearOptions& options) {
   PreparedLinear prepared;
   prepared.problem = make_problem(x, w, bias, options);
-  const internal::DeviceScope scope(w.device());
+  const mxq::detail::DeviceScope scope(w.device());
   const LinearTactic& tactic = choose_tactic(prepared.problem, options);
   const std::int64_t m = x.size(0);
   const std::int64_t k = x.size(1);
@@ -234,7 +234,7 @@ Fp8BlockTensor quantize_activations(const TensorView& x, std::int64_t group_k, S
   if (group_k < 1)
     fail_argument(ErrorCode::kInvalidArgument, "group_k", "a positive size", group_k);
   if (x.device().is_cpu()) return quantize_fp8_groups(x, group_k, mode);
-  const internal::DeviceScope scope(x.device());
+  const mxq::detail::DeviceScope scope(x.device());
   const std::int64_t m = x.size(0);
   const std::int64_t k = x.size(1);
   const std::int64_t groups = ceil_div(k, group_k);

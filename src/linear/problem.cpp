@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "mxq/core/enum_names.h"
 #include "mxq/core/error.h"
 #include "mxq/linear/tactic.h"
 
@@ -11,21 +12,20 @@
 
 namespace mxq::linear {
 
-std::string_view to_string(ScaleLayout layout) {
-  return layout == ScaleLayout::kPackedUe8m0 ? "packed-ue8m0" : "fp32";
-}
+namespace {
+constexpr EnumNames<ScaleLayout, 2> kScaleLayoutNames{
+    {{{ScaleLayout::kFp32, "fp32"}, {ScaleLayout::kPackedUe8m0, "packed-ue8m0"}}}};
+}  // namespace
 
-std::string_view to_string(TacticKind kind) {
-  switch (kind) {
-    case TacticKind::kReference:
-      return "reference";
-    case TacticKind::kFast:
-      return "fast";
-    case TacticKind::kFallback:
-      return "fallback";
-  }
-  return "?";
-}
+std::string_view to_string(ScaleLayout layout) { return kScaleLayoutNames.name(layout); }
+
+namespace {
+constexpr EnumNames<TacticKind, 3> kTacticKindNames{{{{TacticKind::kReference, "reference"},
+                                                      {TacticKind::kFast, "fast"},
+                                                      {TacticKind::kFallback, "fallback"}}}};
+}  // namespace
+
+std::string_view to_string(TacticKind kind) { return kTacticKindNames.name(kind); }
 
 std::string LinearProblem::str() const {
   std::ostringstream out;

@@ -7,15 +7,17 @@
 #include <string>
 
 #include "mxq/core/error.h"
+#include "mxq/core/prng.h"
 #include "mxq/formats/bf16.h"
 #include "mxq/linear/dispatch.h"
 #include "mxq/linear/linear.h"
-#include "mxq/moe/prng.h"
-#include "mxq/tune/block_fp8_linear.h"
+#include "mxq/linear/tune.h"
 
 namespace mxq {
 
-namespace tune {
+namespace linear {
+
+using tune::Problem;
 
 Problem block_fp8_linear_problem(std::int64_t n, std::int64_t k, BlockShape block,
                                  ScaleMode activation_scales, DType out) {
@@ -36,7 +38,7 @@ Problem block_fp8_linear_problem(std::int64_t n, std::int64_t k, BlockShape bloc
                   {"out", out == DType::kBF16 ? "bf16" : "f32"}});
 }
 
-}  // namespace tune
+}  // namespace linear
 
 namespace linear::internal {
 namespace {
@@ -50,7 +52,7 @@ std::string_view out_name(DType dtype) { return dtype == DType::kBF16 ? "bf16" :
 // Uniform in [-1, 1): cheap enough for the 117M-element weights of the largest presets.
 Tensor random_matrix(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
   Tensor t = Tensor::empty(DType::kF32, {rows, cols});
-  moe::Xoshiro256 rng(seed);
+  Xoshiro256 rng(seed);
   float* data = t.data_as<float>();
   for (std::int64_t i = 0; i < rows * cols; ++i) data[i] = rng.uniform_symmetric();
   return t;
@@ -110,12 +112,12 @@ LinearProblem linear_problem_of(const tune::Problem& problem, std::int64_t token
 }
 
 tune::Problem tune_problem_of(const LinearProblem& problem) {
-  return tune::block_fp8_linear_problem(problem.n, problem.k, problem.block,
-                                        problem.activation_scales, problem.out_dtype);
+  return linear::block_fp8_linear_problem(problem.n, problem.k, problem.block,
+                                          problem.activation_scales, problem.out_dtype);
 }
 
 bool tune_problem_matches(const tune::Problem& tuned, const LinearProblem& problem) {
-  if (tuned.op() != tune::kBlockFp8LinearOp) return false;
+  if (tuned.op() != linear::kBlockFp8LinearOp) return false;
   const auto dim_is = [&](std::string_view name, std::int64_t value) {
     const auto found = tuned.find_dim(name);
     return found.has_value() && *found == value;
@@ -136,19 +138,18 @@ tune::Tactic adopt_tactic(const LinearTactic& source, tune::Backend backend,
                           const tune::TacticRegistry& registry, Device (*device)(),
                           bool with_predicate) {
   tune::Tactic t;
-  t.op = std::string(tune::kBlockFp8LinearOp);
+  t.op = std::string(linear::kBlockFp8LinearOp);
   t.backend = backend;
   const std::string& name = source.name();
   const auto first_dot = name.find('.');
   const std::string rest = first_dot == std::string::npos ? name : name.substr(first_dot + 1);
   t.variant = rest.substr(0, rest.find('.'));
-  for (const TacticParam& param : source.params()) t.params.set(param.name, param.value);
+  t.params = source.params();
   if (registry.find_tactic(t.op, backend, t.id()) != nullptr) t.variant = rest;
-  t.tokens = {source.tokens().min, source.tokens().max};
+  t.tokens = source.tokens();
   if (with_predicate) {
     t.supports_fn = [&source, device](const tune::Problem& problem) {
-      const Support support = source.supports(linear_problem_of(problem, 1, device()));
-      return support.ok() ? tune::Support::yes() : tune::Support::no(support.reason);
+      return source.supports(linear_problem_of(problem, 1, device()));
     };
   }
   t.run = tune::TacticRunner::of<TunedLinearArgs>(
@@ -159,7 +160,7 @@ tune::Tactic adopt_tactic(const LinearTactic& source, tune::Backend backend,
 
 tune::Tactic dispatch_rule_tactic(tune::Backend backend) {
   tune::Tactic t;
-  t.op = std::string(tune::kBlockFp8LinearOp);
+  t.op = std::string(linear::kBlockFp8LinearOp);
   t.backend = backend;
   t.variant = "auto";
   t.run = tune::TacticRunner::of<TunedLinearArgs>([](const TunedLinearArgs& args) {

@@ -1,8 +1,8 @@
 // How the block-FP8 linear op appears to the autotuner (internal): the conversion between the
 // tuner's block_fp8_linear Problem and a LinearProblem, the adoption of the op's own tactics as
 // autotuner tactics, and the random inputs, reference and check that the CPU workload
-// (src/cpu/linear/block_fp8_linear_autotune.cpp) and the CUDA workload
-// (src/cuda/linear/block_fp8_linear_cuda_autotune.cpp) share.
+// (src/linear/cpu/block_fp8_linear_autotune.cpp) and the CUDA workload
+// (src/linear/cuda/block_fp8_linear_cuda_autotune.cpp) share.
 #pragma once
 
 #include <cstdint>

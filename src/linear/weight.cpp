@@ -70,7 +70,7 @@ BlockFp8Weight BlockFp8Weight::with_fp32_scales() const {
   const std::int64_t nb = row_blocks();
   const std::int64_t g = col_blocks();
   if (device().is_cpu()) return BlockFp8Weight{q, unpack_ue8m0(scale, nb, g), block};
-  const internal::DeviceScope scope(device());
+  const mxq::detail::DeviceScope scope(device());
   Tensor unpacked = Tensor::empty(DType::kF32, {nb, g}, device());
   internal::unpack_ue8m0_on_device(scale, nb, g, unpacked.data_as<float>(), nb, g, 1, nullptr);
   return BlockFp8Weight{q, unpacked, block};

@@ -7,19 +7,21 @@
 #include <map>
 #include <set>
 
+#include "mxq/core/enum_names.h"
 #include "mxq/core/error.h"
 #include "mxq/io/safetensors.h"
 
 namespace mxq::moe {
 
-std::string_view to_string(CheckpointLayout layout) {
-  return layout == CheckpointLayout::kGptOss ? "gpt-oss" : "native";
-}
+namespace {
+constexpr EnumNames<CheckpointLayout, 2> kCheckpointLayoutNames{
+    {{{CheckpointLayout::kGptOss, "gpt-oss"}, {CheckpointLayout::kNative, "native"}}}};
+}  // namespace
+
+std::string_view to_string(CheckpointLayout layout) { return kCheckpointLayoutNames.name(layout); }
 
 std::optional<CheckpointLayout> layout_from_name(std::string_view name) {
-  if (name == "gpt-oss") return CheckpointLayout::kGptOss;
-  if (name == "native") return CheckpointLayout::kNative;
-  return std::nullopt;
+  return kCheckpointLayoutNames.find(name);
 }
 
 namespace {

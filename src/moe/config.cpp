@@ -5,61 +5,40 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "mxq/core/enum_names.h"
 #include "mxq/core/error.h"
 
 namespace mxq::moe {
 
-std::string_view to_string(Activation activation) {
-  switch (activation) {
-    case Activation::kSwigluOai:
-      return "swiglu_oai";
-    case Activation::kSwigluClamp:
-      return "swiglu_clamp";
-    case Activation::kSwiglu:
-      return "swiglu";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumNames<Activation, 3> kActivationNames{{{{Activation::kSwigluOai, "swiglu_oai"},
+                                                      {Activation::kSwigluClamp, "swiglu_clamp"},
+                                                      {Activation::kSwiglu, "swiglu"}}}};
+constexpr EnumNames<RouterKind, 2> kRouterNames{
+    {{{RouterKind::kTopkSoftmax, "topk_softmax"}, {RouterKind::kPrecomputed, "precomputed"}}}};
+constexpr EnumNames<ActivationQuant, 2> kActivationQuantNames{
+    {{{ActivationQuant::kBf16, "bf16"}, {ActivationQuant::kFp8Group128, "fp8_g128"}}}};
+}  // namespace
 
-std::string_view to_string(RouterKind router) {
-  switch (router) {
-    case RouterKind::kTopkSoftmax:
-      return "topk_softmax";
-    case RouterKind::kPrecomputed:
-      return "precomputed";
-  }
-  return "?";
-}
-
-std::string_view to_string(ActivationQuant quant) {
-  switch (quant) {
-    case ActivationQuant::kBf16:
-      return "bf16";
-    case ActivationQuant::kFp8Group128:
-      return "fp8_g128";
-  }
-  return "?";
-}
+std::string_view to_string(Activation activation) { return kActivationNames.name(activation); }
+std::string_view to_string(RouterKind router) { return kRouterNames.name(router); }
+std::string_view to_string(ActivationQuant quant) { return kActivationQuantNames.name(quant); }
 
 std::optional<ActivationQuant> activation_quant_from_name(std::string_view name) {
-  for (ActivationQuant q : {ActivationQuant::kBf16, ActivationQuant::kFp8Group128}) {
-    if (to_string(q) == name) return q;
-  }
-  return std::nullopt;
+  return kActivationQuantNames.find(name);
 }
-
 std::optional<Activation> activation_from_name(std::string_view name) {
-  for (Activation a : {Activation::kSwigluOai, Activation::kSwigluClamp, Activation::kSwiglu}) {
-    if (to_string(a) == name) return a;
-  }
-  return std::nullopt;
+  return kActivationNames.find(name);
+}
+std::optional<RouterKind> router_from_name(std::string_view name) {
+  return kRouterNames.find(name);
 }
 
-std::optional<RouterKind> router_from_name(std::string_view name) {
-  for (RouterKind r : {RouterKind::kTopkSoftmax, RouterKind::kPrecomputed}) {
-    if (to_string(r) == name) return r;
-  }
-  return std::nullopt;
+Activation parse_activation(std::string_view text, std::string_view argument) {
+  return kActivationNames.parse(text, argument);
+}
+ActivationQuant parse_activation_quant(std::string_view text, std::string_view argument) {
+  return kActivationQuantNames.parse(text, argument);
 }
 
 void MoeConfig::validate() const {

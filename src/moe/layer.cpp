@@ -6,14 +6,14 @@
 #include <cstring>
 #include <limits>
 
-#include "cpu/moe/expert_forward.h"
+#include "moe/cpu/expert_forward.h"
 #include "moe/slice_writer.h"
 #include "mxq/core/error.h"
 #include "mxq/core/log.h"
 #include "mxq/core/parallel.h"
 #include "mxq/formats/bf16.h"
+#include "mxq/moe/tune.h"
 #include "mxq/tune/autotuner.h"
-#include "mxq/tune/moe_expert_gemm.h"
 
 namespace mxq::moe {
 namespace {
@@ -80,8 +80,12 @@ const MoeRankWeights& MoeLayer::rank(int index) const {
   return ranks_[static_cast<std::size_t>(index)];
 }
 
-std::int64_t MoeLayer::intermediate_per_partition() const {
-  return ranks_.front().shape().intermediate_per_partition;
+std::int64_t MoeLayer::intermediate_size_per_partition() const {
+  return ranks_.front().shape().tp.width;
+}
+
+std::int64_t MoeLayer::intermediate_size_per_partition_after_pad() const {
+  return ranks_.front().shape().intermediate_size_per_partition_after_pad;
 }
 
 bool MoeLayer::prepared() const { return ranks_.front().shape().prepared(); }
@@ -89,7 +93,7 @@ bool MoeLayer::prepared() const { return ranks_.front().shape().prepared(); }
 PaddingSummary MoeLayer::padding_summary() const {
   const MoeRankShape& shape = ranks_.front().shape();
   return {config_.intermediate_size, shards_.tp_size, shape.tp.width,
-          shape.intermediate_per_partition};
+          shape.intermediate_size_per_partition_after_pad};
 }
 
 PaddingSummary MoeLayer::prepare(std::int64_t alignment) {
@@ -200,8 +204,8 @@ tune::Problem MoeLayer::tune_problem(int rank) const {
   MXQ_CHECK(rank >= 0 && rank < num_ranks(), ErrorCode::kOutOfRange,
             "MoeLayer::tune_problem: rank: expected 0..", num_ranks() - 1, ", found ", rank);
   const MoeRankShape& shape = ranks_[static_cast<std::size_t>(rank)].shape();
-  return tune::moe_expert_gemm_problem({config_.num_experts, shape.ep.count, shape.hidden,
-                                        shape.tp.width, config_.top_k, shape.has_bias});
+  return moe_expert_gemm_problem({config_.num_experts, shape.ep.count, shape.hidden, shape.tp.width,
+                                  config_.top_k, shape.has_bias});
 }
 
 MoeForwardResult MoeLayer::forward(const TensorView& x, const Routing* routing,

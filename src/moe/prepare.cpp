@@ -60,7 +60,7 @@ void resize_groups_in_place(std::byte* base, std::int64_t groups, std::size_t ol
 }  // namespace
 
 void MoeRankWeights::resize_intermediate(std::int64_t new_width, bool* reallocated) {
-  const std::int64_t old_width = shape_.intermediate_per_partition;
+  const std::int64_t old_width = shape_.intermediate_size_per_partition_after_pad;
   for (MoeParam param : kAllMoeParams) {
     if (!has(param) || !depends_on_intermediate(param)) continue;
     const std::int64_t groups = param_groups(shape_, param);
@@ -86,12 +86,12 @@ void MoeRankWeights::resize_intermediate(std::int64_t new_width, bool* reallocat
                              padding_byte(param));
     }
   }
-  shape_.intermediate_per_partition = new_width;  // the one place I_rank changes
+  shape_.intermediate_size_per_partition_after_pad = new_width;  // the one place I_rank changes
 }
 
 void MoeRankWeights::refill_padding() {
   const std::int64_t width = shape_.tp.width;
-  const std::int64_t padded = shape_.intermediate_per_partition;
+  const std::int64_t padded = shape_.intermediate_size_per_partition_after_pad;
   for (MoeParam param : kAllMoeParams) {
     if (!has(param) || !depends_on_intermediate(param)) continue;
     const std::size_t real = group_bytes(shape_, param, width);

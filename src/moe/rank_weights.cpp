@@ -3,27 +3,21 @@
 #include <cstring>
 
 #include "moe/param_groups.h"
+#include "mxq/core/enum_names.h"
 #include "mxq/core/error.h"
 
 namespace mxq::moe {
 
-std::string_view to_string(MoeParam param) {
-  switch (param) {
-    case MoeParam::kW13:
-      return "w13";
-    case MoeParam::kW13Scale:
-      return "w13_scale";
-    case MoeParam::kW2:
-      return "w2";
-    case MoeParam::kW2Scale:
-      return "w2_scale";
-    case MoeParam::kW13Bias:
-      return "w13_bias";
-    case MoeParam::kW2Bias:
-      return "w2_bias";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumNames<MoeParam, 6> kMoeParamNames{{{{MoeParam::kW13, "w13"},
+                                                  {MoeParam::kW13Scale, "w13_scale"},
+                                                  {MoeParam::kW2, "w2"},
+                                                  {MoeParam::kW2Scale, "w2_scale"},
+                                                  {MoeParam::kW13Bias, "w13_bias"},
+                                                  {MoeParam::kW2Bias, "w2_bias"}}}};
+}  // namespace
+
+std::string_view to_string(MoeParam param) { return kMoeParamNames.name(param); }
 
 std::byte padding_byte(MoeParam param) {
   return (param == MoeParam::kW13Scale || param == MoeParam::kW2Scale) ? std::byte{127}
@@ -32,7 +26,7 @@ std::byte padding_byte(MoeParam param) {
 
 Shape MoeRankShape::shape_of(MoeParam param) const {
   const std::int64_t e = experts_local();
-  const std::int64_t i = intermediate_per_partition;
+  const std::int64_t i = intermediate_size_per_partition_after_pad;
   switch (param) {
     case MoeParam::kW13:
       return {e, 2 * i, hidden / 2};
@@ -79,7 +73,7 @@ MoeRankWeights::MoeRankWeights(std::int64_t hidden, bool has_bias, const TpShard
   shape_.has_bias = has_bias;
   shape_.tp = tp;
   shape_.ep = ep;
-  shape_.intermediate_per_partition = tp.width;
+  shape_.intermediate_size_per_partition_after_pad = tp.width;
   for (MoeParam param : kAllMoeParams) {
     if (!has(param)) continue;
     const std::size_t nbytes = param_bytes(shape_, param, tp.width);

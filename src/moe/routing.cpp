@@ -6,7 +6,7 @@
 #include <numeric>
 #include <vector>
 
-#include "cpu/moe/dot.h"
+#include "moe/cpu/dot.h"
 #include "mxq/core/error.h"
 #include "mxq/core/parallel.h"
 #include "mxq/formats/bf16.h"

@@ -14,10 +14,10 @@
 
 #include "mxq/core/error.h"
 #include "mxq/core/parallel.h"
+#include "mxq/core/prng.h"
 #include "mxq/formats/bf16.h"
 #include "mxq/formats/mxfp4.h"
 #include "mxq/io/safetensors.h"
-#include "mxq/moe/prng.h"
 
 namespace mxq::moe {
 namespace {

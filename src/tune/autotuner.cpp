@@ -8,8 +8,10 @@
 #include <filesystem>
 #include <limits>
 
+#include "mxq/core/enum_names.h"
 #include "mxq/core/error.h"
 #include "mxq/core/log.h"
+#include "mxq/core/statistics.h"
 #include "tune/hash.h"
 #include "tune/lookup_table.h"
 
@@ -18,14 +20,14 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-double median(std::vector<double> values) {
+// The median of a candidate's pooled samples; infinite (never the winner) for none, or when a
+// call failed on any rank.
+double pooled_median(const std::vector<double>& values) {
   if (values.empty()) return kInf;
   for (double v : values) {
-    if (!std::isfinite(v)) return kInf;  // a call that failed on any rank disqualifies
+    if (!std::isfinite(v)) return kInf;
   }
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+  return median(values);
 }
 
 std::vector<std::uint8_t> doubles_to_bytes(const std::vector<double>& values) {
@@ -54,39 +56,27 @@ std::string resolve_cache_path(const AutotunerConfig& config, const Fingerprint&
 
 }  // namespace
 
-std::string_view to_string(SelectionSource source) {
-  switch (source) {
-    case SelectionSource::kTuned:
-      return "tuned";
-    case SelectionSource::kDefault:
-      return "default";
-    case SelectionSource::kSkipped:
-      return "skipped";
-    case SelectionSource::kOutOfRange:
-      return "out_of_range";
-    case SelectionSource::kUnknownOp:
-      return "unknown_op";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumNames<SelectionSource, 5> kSelectionSourceNames{
+    {{{SelectionSource::kTuned, "tuned"},
+      {SelectionSource::kDefault, "default"},
+      {SelectionSource::kSkipped, "skipped"},
+      {SelectionSource::kOutOfRange, "out_of_range"},
+      {SelectionSource::kUnknownOp, "unknown_op"}}}};
+}  // namespace
 
-std::string_view to_string(TuneStatus status) {
-  switch (status) {
-    case TuneStatus::kTuned:
-      return "tuned";
-    case TuneStatus::kHit:
-      return "hit";
-    case TuneStatus::kSkipped:
-      return "skipped";
-    case TuneStatus::kNotTuned:
-      return "not_tuned";
-    case TuneStatus::kBudget:
-      return "budget";
-    case TuneStatus::kFailed:
-      return "failed";
-  }
-  return "?";
-}
+std::string_view to_string(SelectionSource source) { return kSelectionSourceNames.name(source); }
+
+namespace {
+constexpr EnumNames<TuneStatus, 6> kTuneStatusNames{{{{TuneStatus::kTuned, "tuned"},
+                                                      {TuneStatus::kHit, "hit"},
+                                                      {TuneStatus::kSkipped, "skipped"},
+                                                      {TuneStatus::kNotTuned, "not_tuned"},
+                                                      {TuneStatus::kBudget, "budget"},
+                                                      {TuneStatus::kFailed, "failed"}}}};
+}  // namespace
+
+std::string_view to_string(TuneStatus status) { return kTuneStatusNames.name(status); }
 
 std::string entry_problem(const CacheEntry& entry, const TacticRegistry& registry,
                           Backend backend) {
@@ -583,7 +573,7 @@ void Autotuner::measure(const OpSpec& op, const Problem& problem, std::int64_t b
   std::vector<double> medians(n, kInf);
   std::size_t best = 0;
   for (std::size_t i : alive) {
-    medians[i] = median(pooled[i]);
+    medians[i] = pooled_median(pooled[i]);
     if (medians[i] < medians[best]) best = i;  // strict: ties keep the earlier (default first)
     record.candidates.push_back({candidates[i]->id(),
                                  std::isfinite(medians[i]) ? "timed" : "failed during timing",

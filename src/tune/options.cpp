@@ -8,33 +8,24 @@
 #include <ctime>
 #include <filesystem>
 
+#include "mxq/core/enum_names.h"
 #include "mxq/core/env.h"
 #include "mxq/core/error.h"
 #include "tune/hash.h"
 
 namespace mxq::tune {
 
-std::string_view to_string(AutotuneMode mode) {
-  switch (mode) {
-    case AutotuneMode::kOff:
-      return "off";
-    case AutotuneMode::kLoad:
-      return "load";
-    case AutotuneMode::kTune:
-      return "tune";
-    case AutotuneMode::kFresh:
-      return "fresh";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumNames<AutotuneMode, 4> kAutotuneModeNames{{{{AutotuneMode::kOff, "off"},
+                                                          {AutotuneMode::kLoad, "load"},
+                                                          {AutotuneMode::kTune, "tune"},
+                                                          {AutotuneMode::kFresh, "fresh"}}}};
+}  // namespace
+
+std::string_view to_string(AutotuneMode mode) { return kAutotuneModeNames.name(mode); }
 
 AutotuneMode autotune_mode_from_string(std::string_view text) {
-  if (text == "off") return AutotuneMode::kOff;
-  if (text == "load") return AutotuneMode::kLoad;
-  if (text == "tune") return AutotuneMode::kTune;
-  if (text == "fresh") return AutotuneMode::kFresh;
-  fail_argument(ErrorCode::kInvalidArgument, "autotune mode", "one of off, load, tune, fresh",
-                std::string("'").append(text).append("'"));
+  return kAutotuneModeNames.parse(text, "autotune mode");
 }
 
 AutotuneOptions AutotuneOptions::from_env() {

@@ -1,30 +1,28 @@
 #include "mxq/tune/tactic.h"
 
+#include "mxq/core/enum_names.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
 namespace mxq::tune {
 
-std::string_view to_string(Backend backend) {
-  switch (backend) {
-    case Backend::kCpu:
-      return "cpu";
-    case Backend::kCuda:
-      return "cuda";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumNames<Backend, 2> kBackendNames{{{{Backend::kCpu, "cpu"}, {Backend::kCuda, "cuda"}}}};
+}  // namespace
 
-Backend backend_from_string(std::string_view text) {
-  if (text == "cpu") return Backend::kCpu;
-  if (text == "cuda") return Backend::kCuda;
-  fail_argument(ErrorCode::kInvalidArgument, "backend", "cpu or cuda",
-                std::string("'").append(text).append("'"));
-}
+std::string_view to_string(Backend backend) { return kBackendNames.name(backend); }
+
+Backend backend_from_string(std::string_view text) { return kBackendNames.parse(text, "backend"); }
 
 TacticParams::TacticParams(std::initializer_list<TacticParam> params) {
   for (const TacticParam& p : params) set(p.name, p.value);
+}
+
+TacticParams::TacticParams(
+    std::initializer_list<std::pair<std::string_view, std::int64_t>> params) {
+  for (const auto& [name, value] : params) set(std::string(name), value);
 }
 
 void TacticParams::set(std::string name, std::string value) {

@@ -7,7 +7,7 @@
 namespace mxq::tune {
 
 #if MXQ_WITH_CUDA
-std::unique_ptr<Timer> make_cuda_event_timer();  // src/cuda/tune/cuda_timer.cu
+std::unique_ptr<Timer> make_cuda_event_timer();  // src/tune/cuda/cuda_timer.cu
 #endif
 
 double SteadyClockTimer::seconds(const std::function<void()>& body) {

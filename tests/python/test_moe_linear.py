@@ -75,7 +75,8 @@ def test_moe_properties_and_ranks(moe_checkpoint):
     assert (c["num_experts"], c["hidden_size"], c["intermediate_size"], c["top_k"]) == (8, 128, 96, 2)
     assert moe.num_ranks == 6 and moe.prepared
     # One owner for I_rank: the layer, every rank and the padding summary agree.
-    assert moe.intermediate_per_partition == 128
+    assert moe.intermediate_size_per_partition_after_pad == 128
+    assert moe.intermediate_size_per_partition == 64  # the TP width, unpadded
     assert moe.padding_summary["before"] == 64 and moe.padding_summary["after"] == 128
     assert abs(moe.padding_summary["wasted_fraction"] - (1 - 96 / (2 * 128))) < 1e-12
     r = moe.rank(tp_rank=1, ep_rank=2)
@@ -83,10 +84,11 @@ def test_moe_properties_and_ranks(moe_checkpoint):
     assert r.info["intermediate_begin"] == 64 and r.info["intermediate_valid"] == 32
     assert r.param("w13").shape == (2, 2 * 128, 64) and r.param("w2").shape == (2, 128, 64)
     moe.restore()
-    assert moe.intermediate_per_partition == 64 and not moe.prepared
+    assert moe.intermediate_size_per_partition_after_pad == 64 and not moe.prepared
+    assert moe.intermediate_size_per_partition == 64
     assert r.param("w13").shape == (2, 2 * 64, 64)
     with pytest.raises(AttributeError):
-        moe.intermediate_per_partition = 3
+        moe.intermediate_size_per_partition_after_pad = 3
     with pytest.raises(ValueError, match="tp_rank"):
         moe.rank(tp_rank=2)
     with pytest.raises(NotImplementedError, match="tp_rank"):
@@ -109,7 +111,7 @@ def test_moe_update_session_context_manager(moe_checkpoint):
     with moe.update() as u:
         for name, value in other.items():
             u.load(name, value)
-    assert moe.prepared and moe.intermediate_per_partition == 128
+    assert moe.prepared and moe.intermediate_size_per_partition_after_pad == 128
     assert moe.rank(1, 0).param_address("w13_scale") == address  # storage reused
     assert not np.array_equal(moe.forward(x), before, equal_nan=True)
     # ... and loading the original back restores it bit for bit.

@@ -41,8 +41,7 @@ struct MoeBenchArgs {
               "in_graph", "route", "gemm1", "gemm2", "combine", "GB/s", "%ceil", "TFLOPS",
               "bf16_us", "speedup");
   for (const auto& p : result["points"]) {
-    for (const char* key : {"mxq", "mxq_register_stream", "mxq_shared_tile", "mxq_wide_tile",
-                            "mxq_wgmma_tile", "mxq_w4a8"}) {
+    for (const char* key : {"mxq", "mxq_decode_mma", "mxq_prefill_wgmma", "mxq_w4a8"}) {
       if (!p.contains(key)) continue;
       const auto& m = p[key];
       std::string gemm = m["gemm_variant"].get<std::string>();

@@ -79,7 +79,8 @@ nlohmann::json explanation_json(const linear::Explanation& e) {
   nlohmann::json chosen = nullptr;
   if (e.chosen != nullptr) {
     nlohmann::json params = nlohmann::json::object();
-    for (const auto& p : e.chosen->params()) params[p.name] = p.value;
+    const linear::TacticParams tile = e.chosen->params();
+    for (const auto& p : tile.items()) params[p.name] = tile.get_int(p.name);
     chosen = {{"tactic", e.chosen->name()},
               {"kind", std::string(linear::to_string(e.chosen->kind()))},
               {"params", params},

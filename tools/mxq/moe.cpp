@@ -45,9 +45,11 @@ void run_moe(const MoeOptions& options) {
   const moe::MoeCheckpoint checkpoint = moe::MoeCheckpoint::open(options.checkpoint);
   moe::MoeConfigOverrides overrides = options.overrides;
   if (!options.activation.empty())
-    overrides.activation = moe::activation_from_name(options.activation);
-  if (!options.activation_quant.empty())
-    overrides.activation_quant = moe::activation_quant_from_name(options.activation_quant);
+    overrides.activation = moe::parse_activation(options.activation, "--activation");
+  if (!options.activation_quant.empty()) {
+    overrides.activation_quant =
+        moe::parse_activation_quant(options.activation_quant, "--activation-quant");
+  }
   const moe::MoeConfig config = checkpoint.resolve_config(options.layer, overrides);
   const Tensor x = io::read_npy(options.input);
   require_dtype(x, "--input", DType::kF32);
@@ -112,7 +114,8 @@ void run_moe(const MoeOptions& options) {
     for (std::size_t r = 0; r < ranks.size(); ++r) {
       ranks[r]["before"] = before[r]["shapes"];
       ranks[r]["after"] = ranks[r]["shapes"];
-      ranks[r]["intermediate_before"] = before[r]["intermediate_per_partition"];
+      ranks[r]["intermediate_size_per_partition"] =
+          before[r]["intermediate_size_per_partition_after_pad"];
       ranks[r].erase("shapes");
       ranks[r]["expert_seconds"] = result.rank_seconds[r];
       if (on_gpu) {
@@ -141,7 +144,8 @@ void run_moe(const MoeOptions& options) {
         {"tp", options.tp},
         {"ep", options.ep},
         {"alignment", options.align},
-        {"intermediate_per_partition", {{"before", padding.before}, {"after", padding.after}}},
+        {"intermediate_size_per_partition", padding.before},
+        {"intermediate_size_per_partition_after_pad", padding.after},
         {"wasted_fraction", padding.wasted_fraction()},
         {"ranks", ranks},
         {"tactic", on_gpu ? gpu_run.tactic

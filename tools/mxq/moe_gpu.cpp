@@ -5,6 +5,7 @@
 
 #include "mxq/core/build_info.h"
 #include "mxq/core/error.h"
+#include "mxq/core/statistics.h"
 #include "mxq/formats/bf16.h"
 
 #if MXQ_WITH_CUDA
@@ -36,7 +37,7 @@ GpuMoeRun run_moe_on_gpu(const moe::MoeLayer& layer, const Tensor& x,
   require_rank(x, "--input", 2);
   const int tokens = static_cast<int>(x.shape()[0]);
   const moe::MoeGpuLayer gpu = moe::MoeGpuLayer::upload(layer, std::max(tokens, 1), Device::cuda(0),
-                                                        moe::cuda::GemmVariant::kAuto, tuner);
+                                                        moe::gpu::GemmVariant::kAuto, tuner);
   GpuMoeRun run;
   for (int r = 0; r < gpu.num_ranks(); ++r) {
     const tune::Problem* problem = gpu.tune_problem(r);
@@ -70,8 +71,7 @@ GpuMoeRun run_moe_on_gpu(const moe::MoeLayer& layer, const Tensor& x,
   }
   MXQ_CUDA_CHECK(cudaEventDestroy(start));
   MXQ_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  run.forward_ms = times[times.size() / 2];
+  run.forward_ms = median(times);
   return run;
 #else
   (void)layer;
@@ -90,7 +90,7 @@ GpuMoeRun run_moe_distributed(const moe::MoeLayer& layer, const Tensor& x, dist:
   const int tokens = static_cast<int>(x.shape()[0]);
   MXQ_CUDA_CHECK(cudaSetDevice(device));
   const moe::MoeDistLayer dist = moe::MoeDistLayer::upload(
-      layer, comm, std::max(tokens, 1), Device::cuda(device), moe::cuda::GemmVariant::kAuto, tuner);
+      layer, comm, std::max(tokens, 1), Device::cuda(device), moe::gpu::GemmVariant::kAuto, tuner);
   GpuMoeRun run;
   run.world = comm.size();
   run.ranks.resize(static_cast<std::size_t>(layer.num_ranks()));
@@ -133,10 +133,8 @@ GpuMoeRun run_moe_distributed(const moe::MoeLayer& layer, const Tensor& x, dist:
   }
   MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
   for (cudaEvent_t& e : events) MXQ_CUDA_CHECK(cudaEventDestroy(e));
-  std::sort(total.begin(), total.end());
-  std::sort(reduce.begin(), reduce.end());
-  run.forward_ms = total[total.size() / 2];
-  run.allreduce_ms = reduce[reduce.size() / 2];
+  run.forward_ms = median(total);
+  run.allreduce_ms = median(reduce);
   return run;
 #else
   (void)layer;

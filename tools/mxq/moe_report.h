@@ -29,7 +29,8 @@ inline nlohmann::json rank_shapes_json(const moe::MoeLayer& layer) {
                      {"ep_rank", shape.ep.rank},
                      {"experts", {shape.ep.begin, shape.ep.begin + shape.ep.count}},
                      {"channels", {shape.tp.begin, shape.tp.begin + shape.tp.valid}},
-                     {"intermediate_per_partition", shape.intermediate_per_partition},
+                     {"intermediate_size_per_partition_after_pad",
+                      shape.intermediate_size_per_partition_after_pad},
                      {"shapes", params}});
   }
   return ranks;

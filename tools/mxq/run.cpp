@@ -136,7 +136,8 @@ void run_main(const RunOptions& options) {
           {"top_k", config.top_k}}},
         {"tp", options.tp},
         {"tokens", options.tokens},
-        {"intermediate_per_partition", {{"before", padding.before}, {"after", padding.after}}},
+        {"intermediate_size_per_partition", padding.before},
+        {"intermediate_size_per_partition_after_pad", padding.after},
         {"wasted_fraction", padding.wasted_fraction()},
         {"ranks", ranks},
         {"comparison", on_gpu

@@ -21,6 +21,7 @@
 #include "mxq/core/error.h"
 #include "mxq/tune/autotuner.h"
 #include "mxq/tune/presets.h"
+#include "mxq/tune/registry.h"
 
 namespace mxq::cli {
 namespace {
@@ -321,10 +322,20 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--tokens", args->tokens, "Token counts to tune (default: the preset's)")
       ->delimiter(',');
   cmd->add_option("--ops", args->ops, "Only these ops")->delimiter(',');
-  cmd->add_option("--device", args->device,
-                  "cpu or cuda (GPU 0): tunes the preset's ops that have tactics there (cuda: "
-                  "block_fp8_linear, moe_gpu_forward; cpu: block_fp8_linear, moe_expert_gemm, "
-                  "toy_gemm)")
+  // The ops each device tunes, as this build registers them.
+  std::string device_ops;
+  for (const tune::Backend backend : {tune::Backend::kCpu, tune::Backend::kCuda}) {
+    std::string names;
+    for (const tune::OpSpec* op : tune::builtin_tactics().ops(backend)) {
+      names += (names.empty() ? "" : ", ") + op->name;
+    }
+    device_ops += std::string(device_ops.empty() ? "" : "; ") +
+                  std::string(tune::to_string(backend)) + ": " +
+                  (names.empty() ? "none in this build" : names);
+  }
+  cmd->add_option(
+         "--device", args->device,
+         "cpu or cuda (GPU 0): tunes the preset's ops that have tactics there (" + device_ops + ")")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--cache", args->cache,

@@ -23,28 +23,3 @@ namespace mxq::detail {
 
 // After a kernel launch: launch-configuration errors surface here.
 #define MXQ_CUDA_CHECK_LAUNCH() MXQ_CUDA_CHECK(cudaGetLastError())
-
-namespace mxq::detail {
-// Makes `device` current for a scope and gives the caller back its own current device on every
-// exit, exceptions included: a library call must not move the caller's later launches and
-// allocations to another GPU.
-class CudaDeviceScope {
- public:
-  explicit CudaDeviceScope(int device) {
-    int current = 0;
-    MXQ_CUDA_CHECK(cudaGetDevice(&current));
-    if (current != device) {
-      MXQ_CUDA_CHECK(cudaSetDevice(device));
-      previous_ = current;
-    }
-  }
-  ~CudaDeviceScope() {
-    if (previous_ >= 0) (void)cudaSetDevice(previous_);  // no throwing from a destructor
-  }
-  CudaDeviceScope(const CudaDeviceScope&) = delete;
-  CudaDeviceScope& operator=(const CudaDeviceScope&) = delete;
-
- private:
-  int previous_ = -1;  // -1: the device was current already
-};
-}  // namespace mxq::detail

@@ -19,4 +19,21 @@ struct Device {
 
 std::ostream& operator<<(std::ostream& out, const Device& device);
 
+namespace detail {
+// Makes `device` the current CUDA device for a scope and gives the caller back its own current
+// device on every exit, exceptions included: a library call must not move the caller's later
+// launches and allocations to another GPU. Nothing for the CPU; a CUDA device in a build without
+// CUDA is an mxq::Error(kUnsupported). The one device guard of mxq (src/core/device_scope.cpp).
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;  // the device to give back; -1 when nothing was changed
+};
+}  // namespace detail
+
 }  // namespace mxq

@@ -9,7 +9,7 @@
 // tile from M, N and the SM count; on the CPU it picks the reference.
 //
 // Autotuner: given a tune::Autotuner (of the problem's backend), "auto" first asks its cache for
-// the block_fp8_linear problem at M (mxq/tune/block_fp8_linear.h). A tuned tactic runs when it
+// the block_fp8_linear problem at M (mxq/linear/tune.h). A tuned tactic runs when it
 // supports the actual problem; when the cache's winner is the default "auto", or the cache has no
 // entry, or its tactic does not support the problem, the rules above decide. Forced requests
 // ("fast", "fallback", a name) never consult the tuner.
@@ -68,7 +68,7 @@ Explanation explain(const LinearProblem& problem, std::string_view requested = "
 // The tactic explain() chooses; throws mxq::Error(kUnsupported) with the explanation when none
 // (a forced tactic that does not support the problem names its reason), and kInvalidArgument
 // for an unknown name or a tuner of another backend. `tune_problem`: the problem's
-// block_fp8_linear problem built once by the caller (tune::block_fp8_linear_problem), so that
+// block_fp8_linear problem built once by the caller (linear::block_fp8_linear_problem), so that
 // consulting the tuner allocates nothing; null: built here. `from_tuner` (optional out): whether
 // the tuner's cache made the choice.
 const LinearTactic& select_tactic(const LinearProblem& problem, std::string_view requested = "auto",

@@ -42,7 +42,7 @@ struct LinearOptions {
   // decides (mxq/linear/dispatch.h). Its backend must be the device's. Not owned; no global.
   const tune::Autotuner* tuner = nullptr;
   // Optional: that block_fp8_linear problem, built once by the caller
-  // (tune::block_fp8_linear_problem(N, K, block, activation_scales, out_dtype)) so that the
+  // (linear::block_fp8_linear_problem(N, K, block, activation_scales, out_dtype)) so that the
   // lookup allocates nothing; must match the call. Null: built on each call.
   const tune::Problem* tune_problem = nullptr;
   // Optional out: the tactic that ran and whether the tuner's cache chose it.

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <limits>
 #include <string>
 
 #include "mxq/core/device.h"
@@ -39,12 +38,5 @@ struct LinearProblem {
 // Fills `device`, `sm` and `sm_count` from the device (queries the CUDA runtime for CUDA
 // devices; throws mxq::Error(kUnsupported) when this build has no CUDA).
 void describe_device(LinearProblem& problem, Device device);
-
-// Token counts a tactic is valid for (inclusive).
-struct TokenRange {
-  std::int64_t min = 1;
-  std::int64_t max = std::numeric_limits<std::int64_t>::max();
-  [[nodiscard]] bool contains(std::int64_t m) const { return m >= min && m <= max; }
-};
 
 }  // namespace mxq::linear

@@ -1,7 +1,7 @@
 // A tactic is one kernel variant of the block-FP8 linear op: a name, its parameters (tile
 // shapes), supports(problem) with the first reason it does not, and the token range it is valid
 // for. A tactic whose supports() is false is never run (dispatch checks it; so does run()).
-// The autotuner's registry adopts these objects as they are.
+// The autotuner's registry adopts these objects as they are (src/linear/tune_support.h).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 
 #include "mxq/core/dtype.h"
 #include "mxq/linear/problem.h"
+#include "mxq/tune/tactic.h"
 
 namespace mxq::linear {
 
@@ -21,19 +22,12 @@ enum class TacticKind {
 };
 std::string_view to_string(TacticKind kind);  // "reference" / "fast" / "fallback"
 
-// Result of LinearTactic::supports(): ok, or the first reason the tactic cannot run.
-struct Support {
-  std::string reason;  // empty when supported
-  [[nodiscard]] bool ok() const { return reason.empty(); }
-  explicit operator bool() const { return ok(); }
-  static Support yes() { return {}; }
-  static Support no(std::string why) { return Support{std::move(why)}; }
-};
-
-struct TacticParam {
-  std::string name;  // e.g. "block_m"
-  std::int64_t value;
-};
+// The autotuner's vocabulary (mxq/tune/tactic.h) is the op's: Support (ok, or the first reason
+// a tactic cannot run), TacticParams (the tile shape, printed as the tactic's cache id),
+// TokenRange (the token counts a tactic is valid for).
+using tune::Support;
+using tune::TacticParams;
+using tune::TokenRange;
 
 // The operands a tactic reads and writes, all on the problem's device, already in the layout
 // tactics share: quantized activations, fp32 scales (packed UE8M0 already unpacked).
@@ -65,7 +59,7 @@ class LinearTactic {
 
   [[nodiscard]] virtual const std::string& name() const = 0;  // e.g. "cuda.sm90_wgmma.m128n128"
   [[nodiscard]] virtual TacticKind kind() const = 0;
-  [[nodiscard]] virtual std::vector<TacticParam> params() const = 0;
+  [[nodiscard]] virtual TacticParams params() const = 0;
   [[nodiscard]] virtual TokenRange tokens() const { return {}; }
   // ok() when the tactic runs `problem`: M inside tokens(), then the tactic's own conditions;
   // otherwise the first reason why not.

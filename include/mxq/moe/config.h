@@ -35,6 +35,9 @@ std::string_view to_string(ActivationQuant quant);  // "bf16" / "fp8_g128"
 std::optional<Activation> activation_from_name(std::string_view name);
 std::optional<ActivationQuant> activation_quant_from_name(std::string_view name);
 std::optional<RouterKind> router_from_name(std::string_view name);
+// The value named `text`, or mxq::Error(kInvalidArgument) naming `argument` and the choices.
+Activation parse_activation(std::string_view text, std::string_view argument);
+ActivationQuant parse_activation_quant(std::string_view text, std::string_view argument);
 
 struct MoeConfig {
   std::int64_t hidden_size = 0;        // H, a multiple of 32

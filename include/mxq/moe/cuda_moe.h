@@ -25,16 +25,18 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "mxq/core/macros.h"
 
-namespace mxq::moe::cuda {
+namespace mxq::moe::gpu {
 
 enum class GpuActivation : int { kSwigluOai = 0, kSwigluClamp = 1, kSwiglu = 2 };
 
 // What the expert GEMMs multiply the weights with (MoeConfig's ActivationQuant): bf16 (W4A16), or
 // E4M3 in groups of 128 along K with scale max(amax, 1e-4) / 448 (W4A8, kFp8Group128). W4A8 reads
-// its weights in its own device layout (moe_weights_to_w4a8_layout) and runs the register_stream
+// its weights in its own device layout (moe_weights_to_w4a8_layout) and runs the decode_mma
 // GEMMs only.
 enum class GpuActivationQuant : int { kBf16 = 0, kFp8Group128 = 1 };
 
@@ -67,31 +69,28 @@ struct MoeDeviceWeights {
   int inter_padded = 0;                     // P >= I: row offset of the up half, w2 row length
 };
 
-// How the grouped GEMMs stream MXFP4 weights (both measured in docs/PERF.md):
-//   kRegisterStream: each lane loads its 16-byte MX blocks straight into registers, one 128-wide
-//                    K chunk ahead of the tensor-core work (the faster one on an H200 so far);
-//   kSharedTile:     16 weight rows x the whole K are staged in shared memory by bulk async
-//                    copies, then decoded word-parallel (falls back to kRegisterStream for K >
-//                    16384);
-//   kWideTile:       prefill: 64-slot work tiles staged in shared memory by async copies, each
-//                    decoded weight fragment feeding 8 mma token tiles (the decode variants
-//                    decode every weight once per 8 slots, so at many tokens per expert they are
-//                    bound by decoding, not by the tensor cores).
-//   kWgmmaTile:      prefill: 128-slot work tiles, the decoded weights the register A operand of
-//                    Hopper's wgmma (64 rows x up to 128 slots x 16 per instruction), the
-//                    activations and weights brought by a TMA producer warp (the fastest from
-//                    ~12 slots per expert on; the default there).
-//   kAuto:           the dispatch rule (resolve_gemm_variant): wgmma_tile from
-//                    kPrefillMinSlotsPerExpert expected slots per expert (T * top_k / E), else
-//                    register_stream — the crossover measured on an H200 (docs/PERF.md).
+// The grouped GEMMs' variants (measured in docs/perf-log/moe-decode.md and moe-prefill.md):
+//   kDecodeMma:    decode (few slots per expert): each lane loads its 16-byte MX blocks straight
+//                  into registers, one 128-wide K chunk ahead of the tensor-core work, and feeds
+//                  the decoded bf16 fragments to mma.sync m16n8k16 in 8-slot work tiles (W4A8:
+//                  E4M3 fragments to mma.sync m16n8k32); split-K over the block's warps.
+//   kPrefillWgmma: prefill: 128-slot work tiles, the decoded weights the register A operand of
+//                  Hopper's wgmma (64 rows x up to 128 slots x 16 per instruction), the
+//                  activations and weights brought by a TMA producer warp (the fastest from ~12
+//                  slots per expert on; the default there). W4A16 only.
+//   kAuto:         the dispatch rule (resolve_gemm_variant): prefill_wgmma from
+//                  kPrefillMinSlotsPerExpert expected slots per expert (T * top_k / E), else
+//                  decode_mma — the crossover measured on an H200.
+// (The numbers are kept from the variants' first definition; they are not part of any file.)
 enum class GemmVariant : int {
-  kRegisterStream = 0,
-  kSharedTile = 1,
-  kWideTile = 2,
+  kDecodeMma = 0,
   kAuto = 3,
-  kWgmmaTile = 4,
+  kPrefillWgmma = 4,
 };
+// "decode_mma", "prefill_wgmma", "auto"; gemm_variant_from_string is its inverse (nullopt for
+// any other text).
 const char* to_string(GemmVariant variant);
+std::optional<GemmVariant> gemm_variant_from_string(std::string_view text);
 inline constexpr int kPrefillMinSlotsPerExpert = 12;
 
 struct MoeParams {
@@ -131,18 +130,18 @@ MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, i
 
 // The variant a forward of `tokens` tokens runs: p.gemm, or for kAuto the dispatch rule above
 // (expected slots per expert from the router width, or the local experts without one); W4A8
-// resolves kAuto to kRegisterStream, its only variant.
+// resolves kAuto to kDecodeMma, its only variant.
 GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, int tokens);
 
 // Converts packed FP4 weights (w13 or w2 as prepared: `rows` rows of k values, rows a multiple of
 // 16, k a multiple of 32 and at most 29056; w13: E * 2P rows of H, w2: E * H rows of P) to the
 // W4A16 device layout in place, on `stream`: each 32-bit word's bits permuted
-// (src/cuda/moe/mxfp4_device_layout.h), rows stored in groups of 16, chunk-major
-// (src/cuda/moe/row_groups.h). Apply once per upload; the kernels read nothing else.
+// (src/moe/cuda/mxfp4_device_layout.h), rows stored in groups of 16, chunk-major
+// (src/moe/cuda/row_groups.h). Apply once per upload; the kernels read nothing else.
 void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t rows, int k,
                                   cudaStream_t stream);
 
-// The W4A8 device layout instead (src/cuda/moe/w4a8_layout.h: words that decode to E4M3 by bit
+// The W4A8 device layout instead (src/moe/cuda/w4a8_layout.h: words that decode to E4M3 by bit
 // placement, each lane's words of a 128-wide K chunk contiguous, rows in the same groups), same
 // arguments.
 void moe_weights_to_w4a8_layout(std::uint8_t* packed, std::size_t rows, int k, cudaStream_t stream);
@@ -153,11 +152,12 @@ void moe_weights_to_w4a8_layout(std::uint8_t* packed, std::size_t rows, int k, c
 void moe_scales_to_device_layout(const std::uint8_t* src, std::size_t rows, int k,
                                  std::uint8_t* dst, cudaStream_t stream);
 
-// Per-expert bytes the decode tactic streams for one expert (valid rows/columns only).
+// Bytes of one expert's weights the forward streams (valid rows and columns only: MXFP4, scales,
+// biases).
 std::size_t moe_expert_weight_bytes(const MoeDeviceWeights& w);
 
-// Why this tactic cannot run the shape, or nullptr when it can.
-const char* moe_decode_unsupported_reason(const MoeDeviceWeights& w, const MoeParams& p);
+// Why the forward cannot run the shape (with these parameters), or nullptr when it can.
+const char* moe_forward_unsupported_reason(const MoeDeviceWeights& w, const MoeParams& p);
 
 // Device workspace for up to `max_tokens` tokens.
 std::size_t moe_workspace_bytes(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens);
@@ -174,4 +174,4 @@ void moe_workspace_init(void* workspace, int max_tokens, cudaStream_t stream);
 void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& run, void* workspace,
                  std::size_t workspace_bytes, int max_tokens, cudaStream_t stream);
 
-}  // namespace mxq::moe::cuda
+}  // namespace mxq::moe::gpu

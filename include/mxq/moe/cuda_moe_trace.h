@@ -1,6 +1,6 @@
 // A per-block timeline of the CUDA MoE forward, for performance work (docs/PERF.md, "T=1 block
 // by block"). Only a build configured with -DMXQ_MOE_BLOCK_TRACE=ON records it: thread 0 of each
-// block of the routing kernel, the register_stream GEMMs and the combine kernel stores
+// block of the routing kernel, the decode_mma GEMMs and the combine kernel stores
 // %globaltimer (ns) at up to four points of the block's life. The default build records nothing
 // and its kernels are unchanged; `mxq bench moe --block-trace FILE` writes the records of the
 // default tactic's last replays, bench/block_trace_summary.py prints them as a timeline.
@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace mxq::moe::cuda {
+namespace mxq::moe::gpu {
 
 enum class MoeTraceKernel : int { kRouting = 0, kGemm1 = 1, kGemm2 = 2, kCombine = 3 };
 inline constexpr int kMoeTraceKernels = 4;
@@ -43,4 +43,4 @@ bool moe_block_trace_enabled();
 // interest. Throws mxq::Error (kUnsupported) in a build without the trace.
 std::array<std::vector<MoeBlockTraceRecord>, kMoeTraceKernels> moe_block_trace_take();
 
-}  // namespace mxq::moe::cuda
+}  // namespace mxq::moe::gpu

@@ -30,7 +30,7 @@ class MoeDistLayer {
   // The communicator (and `tuner`, when given) must outlive the layer. `gemm` as in
   // MoeGpuLayer::upload (kAuto: per call, decode or prefill kernels by the token count).
   static MoeDistLayer upload(const MoeLayer& layer, dist::Communicator& comm, int max_tokens,
-                             Device device, cuda::GemmVariant gemm = cuda::GemmVariant::kAuto,
+                             Device device, gpu::GemmVariant gemm = gpu::GemmVariant::kAuto,
                              const tune::Autotuner* tuner = nullptr);
 
   [[nodiscard]] int rank() const;

@@ -9,7 +9,7 @@
 //
 // Autotuner: given a tune::Autotuner of backend cuda at upload, forward() asks its cache, per rank
 // and per call, which GEMM variant to run for the call's token count (op moe_gpu_forward,
-// mxq/tune/moe_gpu_forward.h; the rank problems are built once at upload, and the lookup is
+// mxq/moe/tune.h; the rank problems are built once at upload, and the lookup is
 // allocation-free and safe under graph capture). Without a cached decision the variant given at
 // upload runs. The tuner must outlive the layer.
 //
@@ -41,16 +41,16 @@ class MoeGpuLayer {
  public:
   // Copies every rank's current weights (prepared or not) and the router to `device`. `gemm`:
   // the variant that runs when `tuner` is null or its cache has no decision for a call (kAuto:
-  // the dispatch rule of cuda::resolve_gemm_variant, per call).
+  // the dispatch rule of gpu::resolve_gemm_variant, per call).
   static MoeGpuLayer upload(const MoeLayer& layer, int max_tokens, Device device = Device::cuda(0),
-                            cuda::GemmVariant gemm = cuda::GemmVariant::kAuto,
+                            gpu::GemmVariant gemm = gpu::GemmVariant::kAuto,
                             const tune::Autotuner* tuner = nullptr);
 
   // Only rank `rank` of the layer's TP x EP grid (rank id = ep_rank * tp_size + tp_rank): what
   // one process of a distributed layer holds. Same contract as upload otherwise.
   static MoeGpuLayer upload_rank(const MoeLayer& layer, int rank, int max_tokens,
                                  Device device = Device::cuda(0),
-                                 cuda::GemmVariant gemm = cuda::GemmVariant::kAuto,
+                                 gpu::GemmVariant gemm = gpu::GemmVariant::kAuto,
                                  const tune::Autotuner* tuner = nullptr);
 
   [[nodiscard]] int max_tokens() const;
@@ -60,14 +60,14 @@ class MoeGpuLayer {
   [[nodiscard]] int num_ranks() const;
   // The MoeLayer rank that held rank `rank` (0..num_ranks()-1) of this GPU layer.
   [[nodiscard]] int layer_rank(int rank) const;
-  // The tactic of the variant given at upload, e.g. "cuda.moe.decode_w4a16_mma.auto" (a layer
-  // of activation_quant fp8_g128: "cuda.moe.decode_w4a8_mma.*", register_stream only, untuned).
+  // The tactic of the variant given at upload, e.g. "cuda.moe.w4a16.auto" (a layer
+  // of activation_quant fp8_g128: "cuda.moe.w4a8.*", decode_mma only, untuned).
   [[nodiscard]] std::string tactic_name() const;
 
   // What forward() runs on `rank` for `tokens` tokens (kAuto resolved), and whether the tuner's
   // cache chose it.
   struct GemmChoice {
-    cuda::GemmVariant gemm = cuda::GemmVariant::kRegisterStream;
+    gpu::GemmVariant gemm = gpu::GemmVariant::kDecodeMma;
     bool from_tuner = false;
   };
   [[nodiscard]] GemmChoice gemm_choice(std::int64_t tokens, int rank = 0) const noexcept;
@@ -94,7 +94,7 @@ class MoeGpuLayer {
 
  private:
   static MoeGpuLayer upload_ranks(const MoeLayer& layer, const std::vector<int>& rank_ids,
-                                  int max_tokens, Device device, cuda::GemmVariant gemm,
+                                  int max_tokens, Device device, gpu::GemmVariant gemm,
                                   const tune::Autotuner* tuner);
   // Enqueues held rank `r`: its fp32 partial into `partial` and/or its bf16 output into
   // `out_bf16` (either may be null).

@@ -65,8 +65,12 @@ class MoeLayer {
   [[nodiscard]] const ShardOptions& shards() const { return shards_; }
   [[nodiscard]] int num_ranks() const { return static_cast<int>(ranks_.size()); }
   [[nodiscard]] const MoeRankWeights& rank(int index) const;
-  // I_rank of the ranks (they all store the same width): MoeRankShape's one owner.
-  [[nodiscard]] std::int64_t intermediate_per_partition() const;
+  // The ranks' intermediate size in checkpoint layout (the TP width, TpShard::width; every rank
+  // stores the same), whether prepared or not.
+  [[nodiscard]] std::int64_t intermediate_size_per_partition() const;
+  // I_rank as stored now (MoeRankShape's one owner): the TP width in checkpoint layout, the
+  // padded P once prepared. docs/moe.md, "Names of the intermediate size".
+  [[nodiscard]] std::int64_t intermediate_size_per_partition_after_pad() const;
   [[nodiscard]] bool prepared() const;
   [[nodiscard]] const Tensor& router_weight() const { return router_weight_; }  // bf16 [E, H]
   [[nodiscard]] const Tensor& router_bias() const { return router_bias_; }      // bf16 [E]

@@ -7,7 +7,8 @@
 //   w2, w2_scale: the last dimension grows from I_rank/2 to P/2 bytes (two E2M1 per byte) and
 //       from I_rank/32 to P/32 scales.
 //   Padding bytes: 0 for weights and biases, 127 (E8M0 1.0) for scales.
-//   MoeRankShape::intermediate_per_partition becomes P (its one owner); nothing else changes.
+//   MoeRankShape::intermediate_size_per_partition_after_pad becomes P (its one owner); nothing else
+//   changes.
 //
 // Padded channels produce exactly zero (zero weights and bias give gate = up = +0, every
 // activation maps (+0, +0) to +0, and zero w2 columns add +0 to the sums), so a padded layer's

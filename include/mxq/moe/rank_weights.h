@@ -6,9 +6,9 @@
 //   w2_bias    bf16 [E_local, H]                   (held by TP rank 0 only; zeros elsewhere)
 // Two E2M1 codes per byte, element 2j in the low nibble; scales are E8M0 bytes.
 //
-// I_rank is MoeRankShape::intermediate_per_partition, the one owner of that fact: every view
-// below, the forward pass and the preparation derive their shapes from it. It is the TP width
-// in checkpoint layout and the padded P once prepared (see prepare.h). Only the preparation
+// I_rank is MoeRankShape::intermediate_size_per_partition_after_pad, the one owner of that fact:
+// every view below, the forward pass and the preparation derive their shapes from it. It is the TP
+// width in checkpoint layout and the padded P once prepared (see prepare.h). Only the preparation
 // functions change it.
 #pragma once
 
@@ -42,7 +42,7 @@ struct MoeRankShape {
   TpShard tp;
   EpShard ep;
   // I_rank: tp.width in checkpoint layout, the padded P once prepared.
-  std::int64_t intermediate_per_partition = 0;
+  std::int64_t intermediate_size_per_partition_after_pad = 0;
   // 0 in checkpoint layout; the alignment the weights were padded to once prepared.
   std::int64_t alignment = 0;
 

@@ -5,7 +5,11 @@
 // A preset lists the problems of every backend (e.g. a MoE layer's CPU moe_expert_gemm and its
 // GPU moe_gpu_forward); `mxq tune --device D` tunes those whose op has tactics for D.
 //
-// Adding a model: one entry in the table in src/tune/presets.cpp.
+// The tuner knows no model: each op registers its presets from its own folder. Every source file
+// named `*_presets.cpp` under src/ defines
+//     void mxq::tune::register_<file stem>(std::vector<DeploymentPreset>& presets);
+// (e.g. src/moe/moe_presets.cpp: tiny-moe, gpt-oss-20b, gpt-oss-120b); CMake generates the call
+// list (cmake/MxqTactics.cmake). Adding a model: one entry in its op's presets file.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +41,20 @@ struct DeploymentPreset {
   std::function<std::vector<PresetProblem>(const ParallelLayout& layout)> problems;
 };
 
+// The built-in presets, in the order their files register them (frozen on first use,
+// thread-safe).
 std::span<const DeploymentPreset> deployment_presets();
 // Throws mxq::Error listing the known presets when `name` is not one.
 const DeploymentPreset& find_preset(std::string_view name);
+// The same among `presets` (for test presets next to the built-in ones).
+const DeploymentPreset& find_preset(std::span<const DeploymentPreset> presets,
+                                    std::string_view name);
+
+// For an op's presets: `size` split over `parts` ranks; throws mxq::Error naming `what` unless
+// `parts` divides `size`.
+std::int64_t split_evenly(std::int64_t size, int parts, std::string_view what);
+
+// Fills `presets` with the built-in ones (generated: calls every register_<stem>).
+void register_builtin_presets(std::vector<DeploymentPreset>& presets);
 
 }  // namespace mxq::tune

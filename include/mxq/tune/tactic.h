@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include "mxq/core/error.h"
@@ -36,6 +37,8 @@ class TacticParams {
  public:
   TacticParams() = default;
   TacticParams(std::initializer_list<TacticParam> params);
+  // Integer parameters, e.g. {{"block_m", 128}, {"stages", 4}} (kernel tile shapes).
+  TacticParams(std::initializer_list<std::pair<std::string_view, std::int64_t>> params);
   void set(std::string name, std::string value);
   void set(std::string name, std::int64_t value) { set(std::move(name), std::to_string(value)); }
   [[nodiscard]] const std::string* find(std::string_view name) const;
@@ -63,9 +66,11 @@ struct TokenRange {
   [[nodiscard]] std::string str() const;  // "[1, inf]"
 };
 
+// Whether a tactic runs a problem: ok, or the first reason it does not.
 struct Support {
   bool ok = true;
   std::string reason;  // why not, when !ok
+  explicit operator bool() const { return ok; }
   static Support yes() { return {}; }
   static Support no(std::string why) { return {false, std::move(why)}; }
 };

@@ -323,12 +323,10 @@ TEST(Dispatch, ExplainListsEveryTacticNotChosen) {
 TEST(Dispatch, TacticsDescribeTheirTiles) {
   REQUIRE_CUDA_TACTICS();
   const LinearTactic* fast = find_tactic("cuda.sm90_wgmma.m128n128");
-  const auto params = fast->params();
-  ASSERT_GE(params.size(), 2U);
-  EXPECT_EQ(params[0].name, "block_m");
-  EXPECT_EQ(params[0].value, 128);
-  EXPECT_EQ(params[1].name, "block_n");
-  EXPECT_EQ(params[1].value, 128);
+  const TacticParams params = fast->params();
+  EXPECT_EQ(params.get_int("block_m"), 128);
+  EXPECT_EQ(params.get_int("block_n"), 128);
+  EXPECT_EQ(params.canonical(), "block_k=128,block_m=128,block_n=128,overlap=0,stages=5");
 }
 
 }  // namespace

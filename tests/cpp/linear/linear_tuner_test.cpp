@@ -15,8 +15,8 @@
 #include "mxq/io/npy.h"
 #include "mxq/linear/dispatch.h"
 #include "mxq/linear/linear.h"
+#include "mxq/linear/tune.h"
 #include "mxq/tune/autotuner.h"
-#include "mxq/tune/block_fp8_linear.h"
 #include "mxq/tune/cache_file.h"
 #include "mxq/tune/fingerprint.h"
 #include "mxq/tune/registry.h"
@@ -46,7 +46,7 @@ std::vector<std::uint16_t> bits_of(const Tensor& t) {
 class LinearTuner : public ::testing::Test {
  protected:
   void SetUp() override {
-    problem_ = tune::block_fp8_linear_problem(kN, kK, kBlock);
+    problem_ = linear::block_fp8_linear_problem(kN, kK, kBlock);
     // Bucket 8 serves M in (4, 8]; bucket 16 is not in the cache.
     write_cpu_cache(dir_.file("cache.json"), tune::builtin_tactics(),
                     {hand_written_entry(problem_, 8, "blocked_f32[tile_n=16]")});
@@ -106,7 +106,7 @@ TEST_F(LinearTuner, PreQuantizedInputsAndAPrebuiltProblemConsultItToo) {
   EXPECT_TRUE(ran.from_tuner);
 
   // A prebuilt problem of another shape is the caller's mistake.
-  const tune::Problem other = tune::block_fp8_linear_problem(kN + 16, kK, kBlock);
+  const tune::Problem other = linear::block_fp8_linear_problem(kN + 16, kK, kBlock);
   options.tune_problem = &other;
   try {
     (void)linear(x, w_, nullptr, options);
@@ -181,7 +181,7 @@ class NeverForRealCalls final : public LinearTactic {
  public:
   [[nodiscard]] const std::string& name() const override { return name_; }
   [[nodiscard]] TacticKind kind() const override { return TacticKind::kFallback; }
-  [[nodiscard]] std::vector<TacticParam> params() const override { return {}; }
+  [[nodiscard]] TacticParams params() const override { return {}; }
 
  protected:
   [[nodiscard]] Support check(const LinearProblem&) const override {
@@ -199,7 +199,7 @@ TEST(LinearTunerUnsupported, ACachedTacticThatDoesNotSupportTheCallIsNotUsed) {
   const NeverForRealCalls never;
   tune::TacticRegistry registry;
   tune::OpSpec op;
-  op.name = std::string(tune::kBlockFp8LinearOp);
+  op.name = std::string(linear::kBlockFp8LinearOp);
   op.backend = tune::Backend::kCpu;
   op.buckets = tune::power_of_two_buckets(64);
   op.default_tactic = "reference";
@@ -209,7 +209,7 @@ TEST(LinearTunerUnsupported, ACachedTacticThatDoesNotSupportTheCallIsNotUsed) {
   registry.add_op(std::move(op));
   const auto tactic = [&](std::string variant, const LinearTactic* native) {
     tune::Tactic t;
-    t.op = std::string(tune::kBlockFp8LinearOp);
+    t.op = std::string(linear::kBlockFp8LinearOp);
     t.variant = std::move(variant);
     t.run = tune::TacticRunner::of<int>([](const int&) {});
     t.native = native;
@@ -220,7 +220,7 @@ TEST(LinearTunerUnsupported, ACachedTacticThatDoesNotSupportTheCallIsNotUsed) {
   registry.freeze();
 
   const ScratchDir dir("mxq-linear-tuner-never");
-  const tune::Problem problem = tune::block_fp8_linear_problem(kN, kK, kBlock);
+  const tune::Problem problem = linear::block_fp8_linear_problem(kN, kK, kBlock);
   write_cpu_cache(dir.file("cache.json"), registry, {hand_written_entry(problem, 8, "never")});
   const auto tuner = load_cpu_tuner(dir.file("cache.json"), &registry);
   ASSERT_EQ(tuner->lookup(problem, 8).source, tune::SelectionSource::kTuned);
@@ -257,7 +257,7 @@ TEST(LinearTunerCli, MxqLinearReadsTheCacheNamedByTheEnvironment) {
                                      dir.file("w.safetensors") + " --name proj --block 64x64");
   ASSERT_EQ(q.exit_code, 0) << q.err;
   write_cpu_cache(dir.file("cache.json"), tune::builtin_tactics(),
-                  {hand_written_entry(tune::block_fp8_linear_problem(kN, kK, kBlock), 8,
+                  {hand_written_entry(linear::block_fp8_linear_problem(kN, kK, kBlock), 8,
                                       "blocked_f32[tile_n=16]")});
   const std::string command = "linear --checkpoint " + dir.file("w.safetensors") +
                               " --name proj --input " + dir.file("x.npy") + " --output " +

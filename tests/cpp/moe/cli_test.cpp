@@ -107,8 +107,8 @@ TEST(Cli, MoeRunsTheLayerAndReportsShapesBeforeAndAfterPadding) {
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const nlohmann::json report = nlohmann::json::parse(result.out);
   EXPECT_EQ(report["ranks"].size(), 4U);
-  EXPECT_EQ(report["intermediate_per_partition"]["before"], 64);
-  EXPECT_EQ(report["intermediate_per_partition"]["after"], 128);
+  EXPECT_EQ(report["intermediate_size_per_partition"], 64);
+  EXPECT_EQ(report["intermediate_size_per_partition_after_pad"], 128);
   EXPECT_NEAR(report["wasted_fraction"].get<double>(), 1.0 - 96.0 / 256.0, 1e-12);
   EXPECT_EQ(report["ranks"][1]["before"]["w13"], nlohmann::json({3, 128, 32}));
   EXPECT_EQ(report["ranks"][1]["after"]["w13"], nlohmann::json({3, 256, 32}));
@@ -213,7 +213,7 @@ TEST(Cli, BenchMoeNeedsAGpuAndChecksItsOptions) {
                              "--block-trace", "--json"})
     EXPECT_NE(result.out.find(option), std::string::npos) << option;
 #if MXQ_WITH_CUDA
-  if (!cuda::moe_block_trace_enabled()) {  // refused before any work, GPU or not
+  if (!gpu::moe_block_trace_enabled()) {  // refused before any work, GPU or not
     const std::string trace = dir.file("trace.json");
     result = run("bench moe --tokens 1 --block-trace " + trace, dir);
     EXPECT_NE(result.exit_code, 0);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "moe_test_util.h"
+#include "mxq/core/prng.h"
 #include "mxq/formats/bf16.h"
 #include "mxq/formats/e4m3.h"
 #include "mxq/formats/fp8_block.h"
@@ -18,7 +19,6 @@
 #include "mxq/moe/activation.h"
 #include "mxq/moe/checkpoint.h"
 #include "mxq/moe/layer.h"
-#include "mxq/moe/prng.h"
 
 namespace mxq::moe {
 namespace {

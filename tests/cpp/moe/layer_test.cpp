@@ -44,7 +44,7 @@ TEST_F(SmallCheckpoint, PaddedEqualsUnpaddedBitForBit) {
       const MoeLayer unpadded = load(tp, ep);
       MoeLayer padded = load(tp, ep);
       const PaddingSummary summary = padded.prepare(128);
-      EXPECT_EQ(padded.intermediate_per_partition(), 128);
+      EXPECT_EQ(padded.intermediate_size_per_partition_after_pad(), 128);
       EXPECT_GT(summary.after, summary.before);
       const MoeForwardResult a = unpadded.forward(x_);
       const MoeForwardResult b = padded.forward(x_);

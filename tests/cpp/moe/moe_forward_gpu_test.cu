@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "mxq/core/cuda_check.h"
+#include "mxq/core/prng.h"
 #include "mxq/formats/bf16.h"
 #include "mxq/moe/checkpoint.h"
 #include "mxq/moe/compare.h"
 #include "mxq/moe/cuda_moe_trace.h"
 #include "mxq/moe/gpu_layer.h"
 #include "mxq/moe/layer.h"
-#include "mxq/moe/prng.h"
 #include "mxq/moe/synthetic.h"
 
 namespace mxq::moe {
@@ -170,10 +170,9 @@ TEST_P(MoeGpuVsCpu, MatchesTheReference) {
   cudaStream_t stream;
   MXQ_CUDA_CHECK(cudaStreamCreate(&stream));
   const Routing* routing = c.precomputed ? &ref.routing : nullptr;
-  for (const cuda::GemmVariant variant :
-       {cuda::GemmVariant::kRegisterStream, cuda::GemmVariant::kSharedTile,
-        cuda::GemmVariant::kWideTile, cuda::GemmVariant::kWgmmaTile, cuda::GemmVariant::kAuto}) {
-    SCOPED_TRACE(cuda::to_string(variant));
+  for (const gpu::GemmVariant variant :
+       {gpu::GemmVariant::kDecodeMma, gpu::GemmVariant::kPrefillWgmma, gpu::GemmVariant::kAuto}) {
+    SCOPED_TRACE(gpu::to_string(variant));
     const MoeGpuLayer gpu =
         MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0), variant);
     expect_matches_reference(gpu, c, x, ref, routing, stream);
@@ -182,8 +181,8 @@ TEST_P(MoeGpuVsCpu, MatchesTheReference) {
 }
 
 // W4A8: the layer quantizes x and GEMM1's activations to E4M3 groups of 128 on the device, as the
-// CPU reference does; register_stream is its one GEMM variant (auto resolves to it), the others
-// are refused at upload.
+// CPU reference does; decode_mma is its one GEMM variant (auto resolves to it), prefill_wgmma is
+// refused at upload.
 class MoeGpuW4a8VsCpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MoeGpuW4a8VsCpu, MatchesTheReference) {
@@ -195,22 +194,16 @@ TEST_P(MoeGpuW4a8VsCpu, MatchesTheReference) {
   cudaStream_t stream;
   MXQ_CUDA_CHECK(cudaStreamCreate(&stream));
   const Routing* routing = c.precomputed ? &ref.routing : nullptr;
-  for (const cuda::GemmVariant variant :
-       {cuda::GemmVariant::kRegisterStream, cuda::GemmVariant::kAuto}) {
-    SCOPED_TRACE(cuda::to_string(variant));
+  for (const gpu::GemmVariant variant : {gpu::GemmVariant::kDecodeMma, gpu::GemmVariant::kAuto}) {
+    SCOPED_TRACE(gpu::to_string(variant));
     const MoeGpuLayer gpu =
         MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0), variant);
-    EXPECT_EQ(gpu.tactic_name(c.tokens), "cuda.moe.decode_w4a8_mma.register_stream");
+    EXPECT_EQ(gpu.tactic_name(c.tokens), "cuda.moe.w4a8.decode_mma");
     expect_matches_reference(gpu, c, x, ref, routing, stream);
   }
-  for (const cuda::GemmVariant variant :
-       {cuda::GemmVariant::kSharedTile, cuda::GemmVariant::kWideTile,
-        cuda::GemmVariant::kWgmmaTile}) {
-    EXPECT_THROW(
-        (void)MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0), variant),
-        Error)
-        << cuda::to_string(variant);
-  }
+  EXPECT_THROW((void)MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0),
+                                         gpu::GemmVariant::kPrefillWgmma),
+               Error);
   MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
@@ -257,32 +250,32 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeGpuW4a8VsCpu, ::testing::ValuesIn(kCases),
 // points in order, and the kernels in order, as programmatic dependent launch promises — no block
 // passes its griddepcontrol.wait before every block of the kernel before it has ended.
 TEST(MoeGpuLayer, BlockTraceOrdersBlocksAndKernels) {
-  if (!cuda::moe_block_trace_enabled()) GTEST_SKIP() << "built without MXQ_MOE_BLOCK_TRACE";
+  if (!gpu::moe_block_trace_enabled()) GTEST_SKIP() << "built without MXQ_MOE_BLOCK_TRACE";
   for (const std::int64_t tokens : {std::int64_t{3}, std::int64_t{40}}) {  // one / 3 token groups
     SCOPED_TRACE(tokens);
     const Case c{"trace", 8, 256, 256, 2,     tokens, Activation::kSwigluOai,
                  true,    1, 1,   128, false, false};
     const MoeLayer layer = make_layer(c, 5);
     const MoeGpuLayer gpu = MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0),
-                                                cuda::GemmVariant::kRegisterStream);
+                                                gpu::GemmVariant::kDecodeMma);
     cudaStream_t stream;
     MXQ_CUDA_CHECK(cudaStreamCreate(&stream));
-    (void)cuda::moe_block_trace_take();  // whatever ran before
+    (void)gpu::moe_block_trace_take();  // whatever ran before
     (void)run_gpu(gpu, c, make_input(c, 9), nullptr, stream, /*capture_graph=*/false);
-    const auto trace = cuda::moe_block_trace_take();
+    const auto trace = gpu::moe_block_trace_take();
     MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
 
-    constexpr int kStart = static_cast<int>(cuda::MoeTracePoint::kStart);
-    constexpr int kReleased = static_cast<int>(cuda::MoeTracePoint::kReleased);
-    constexpr int kMid = static_cast<int>(cuda::MoeTracePoint::kMid);
-    constexpr int kEnd = static_cast<int>(cuda::MoeTracePoint::kEnd);
+    constexpr int kStart = static_cast<int>(gpu::MoeTracePoint::kStart);
+    constexpr int kReleased = static_cast<int>(gpu::MoeTracePoint::kReleased);
+    constexpr int kMid = static_cast<int>(gpu::MoeTracePoint::kMid);
+    constexpr int kEnd = static_cast<int>(gpu::MoeTracePoint::kEnd);
     std::uint64_t previous_end = 0;  // the last end of the kernel before
-    for (int k = 0; k < cuda::kMoeTraceKernels; ++k) {
+    for (int k = 0; k < gpu::kMoeTraceKernels; ++k) {
       SCOPED_TRACE(k);
       ASSERT_FALSE(trace[k].empty());
       std::uint64_t last_end = 0;
       int ended = 0;
-      for (const cuda::MoeBlockTraceRecord& b : trace[k]) {
+      for (const gpu::MoeBlockTraceRecord& b : trace[k]) {
         EXPECT_GT(b.at_ns[kStart], 0U);  // every block of the grid started
         EXPECT_GE(b.at_ns[kReleased], b.at_ns[kStart]);
         if (k != 0) EXPECT_GE(b.at_ns[kReleased], previous_end);
@@ -312,7 +305,7 @@ TEST(MoeGpuLayer, SingleTokenRanksWithoutALocalChoiceWriteZeros) {
                false,           false};
   const MoeLayer layer = make_layer(c, 21);
   const MoeGpuLayer gpu =
-      MoeGpuLayer::upload(layer, 1, Device::cuda(0), cuda::GemmVariant::kRegisterStream);
+      MoeGpuLayer::upload(layer, 1, Device::cuda(0), gpu::GemmVariant::kDecodeMma);
   cudaStream_t stream;
   MXQ_CUDA_CHECK(cudaStreamCreate(&stream));
   int previous_rank = -1;

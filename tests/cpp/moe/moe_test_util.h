@@ -64,8 +64,8 @@ inline bool same_bits(const Tensor& a, const Tensor& b) {
 inline void expect_same_weights(const MoeLayer& a, const MoeLayer& b) {
   ASSERT_EQ(a.num_ranks(), b.num_ranks());
   for (int r = 0; r < a.num_ranks(); ++r) {
-    EXPECT_EQ(a.rank(r).shape().intermediate_per_partition,
-              b.rank(r).shape().intermediate_per_partition);
+    EXPECT_EQ(a.rank(r).shape().intermediate_size_per_partition_after_pad,
+              b.rank(r).shape().intermediate_size_per_partition_after_pad);
     for (MoeParam param : kAllMoeParams) {
       ASSERT_EQ(a.rank(r).has(param), b.rank(r).has(param));
       if (!a.rank(r).has(param)) continue;

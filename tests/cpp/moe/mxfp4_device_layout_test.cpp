@@ -1,4 +1,4 @@
-// The device layout of packed MXFP4 words (src/cuda/moe/mxfp4_device_layout.h), on the host: the
+// The device layout of packed MXFP4 words (src/moe/cuda/mxfp4_device_layout.h), on the host: the
 // bit map is a permutation, conversion round-trips, and the kernels' register extraction gives
 // every code of every natural pair (e_{2i}, e_{2i+1}) at the bf16 bits the scale factors expect
 // (magnitude at bits 6..8, sign at bit 15 of each half), and rows land in their row groups
@@ -12,9 +12,9 @@
 #include <set>
 #include <vector>
 
-#include "../../../src/cuda/moe/mxfp4_device_layout.h"
+#include "moe/cuda/mxfp4_device_layout.h"
 
-namespace mxq::moe::cuda::detail {
+namespace mxq::moe::gpu::detail {
 namespace {
 
 std::uint32_t device_register(std::uint32_t device_word, int i) {
@@ -171,4 +171,4 @@ TEST(Mxfp4DeviceLayout, WordConversionConvertsEveryWord) {
 }
 
 }  // namespace
-}  // namespace mxq::moe::cuda::detail
+}  // namespace mxq::moe::gpu::detail

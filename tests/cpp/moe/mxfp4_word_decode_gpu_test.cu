@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "../../../src/cuda/moe/mxfp4_mma.cuh"
+#include "moe/cuda/mxfp4_mma.cuh"
 #include "mxq/core/cuda_check.h"
 #include "mxq/formats/bf16.h"
 #include "mxq/formats/mxfp4_block.h"
@@ -21,9 +21,9 @@
 namespace mxq {
 namespace {
 
-using moe::cuda::detail::decode_e2m1x8;
-using moe::cuda::detail::mma_mx_chunk;
-using moe::cuda::detail::scale_factors;
+using moe::gpu::detail::decode_e2m1x8;
+using moe::gpu::detail::mma_mx_chunk;
+using moe::gpu::detail::scale_factors;
 
 template <typename T>
 class DeviceArray {
@@ -96,7 +96,7 @@ void check_decode(bool wide) {
   const int count = static_cast<int>(words.size());
   std::vector<std::uint32_t> device_words(words.size());
   for (std::size_t i = 0; i < words.size(); ++i)
-    device_words[i] = moe::cuda::detail::to_device_word(words[i]);
+    device_words[i] = moe::gpu::detail::to_device_word(words[i]);
   DeviceArray<std::uint32_t> d_words(words.size());
   d_words.upload(device_words);
   DeviceArray<std::uint32_t> d_out(words.size() * 256 * 4);
@@ -143,20 +143,20 @@ __global__ void packed_factor_kernel(std::uint32_t* out) {
   for (int position = 0; position < 4; ++position) {
     std::uint32_t packed = 0;
     for (int b = 0; b < 4; ++b) packed |= (b == position ? scale : other) << (8 * b);
-    const std::uint32_t biased = packed + moe::cuda::detail::kPackedScaleBias;
+    const std::uint32_t biased = packed + moe::gpu::detail::kPackedScaleBias;
     std::uint32_t got = 0;
     switch (position) {
       case 0:
-        got = moe::cuda::detail::packed_narrow_scale_factor<0>(biased);
+        got = moe::gpu::detail::packed_narrow_scale_factor<0>(biased);
         break;
       case 1:
-        got = moe::cuda::detail::packed_narrow_scale_factor<1>(biased);
+        got = moe::gpu::detail::packed_narrow_scale_factor<1>(biased);
         break;
       case 2:
-        got = moe::cuda::detail::packed_narrow_scale_factor<2>(biased);
+        got = moe::gpu::detail::packed_narrow_scale_factor<2>(biased);
         break;
       default:
-        got = moe::cuda::detail::packed_narrow_scale_factor<3>(biased);
+        got = moe::gpu::detail::packed_narrow_scale_factor<3>(biased);
         break;
     }
     out[(scale * blockDim.x + threadIdx.x) * 4 + position] = got;
@@ -174,7 +174,7 @@ TEST(Mxfp4WordDecode, PackedScaleFactorsOnTheDevice) {
     for (int t = 0; t < kThreads; ++t)
       for (int position = 0; position < 4; ++position)
         ASSERT_EQ(out[(scale * kThreads + t) * 4 + position],
-                  moe::cuda::detail::narrow_scale_factor(scale))
+                  moe::gpu::detail::narrow_scale_factor(scale))
             << "scale " << scale << " position " << position << " thread " << t;
 }
 TEST(Mxfp4WordDecode, TwoMultiplyPathMatchesHostCodecOnEveryScale) { check_decode(true); }
@@ -231,7 +231,7 @@ void check_chunk(bool wide, std::uint32_t seed) {
   DeviceArray<std::uint16_t> d_x(x.size());
   DeviceArray<float> d_d(kRows * 8);
   std::vector<std::uint8_t> w_device = w;
-  moe::cuda::detail::to_device_words_host(w_device.data(), w_device.size());
+  moe::gpu::detail::to_device_words_host(w_device.data(), w_device.size());
   d_w.upload(w_device);
   d_s.upload(scales);
   d_x.upload(x);

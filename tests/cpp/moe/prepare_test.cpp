@@ -49,7 +49,7 @@ TEST(Prepare, PadsGateAndUpHalvesSeparatelyWithZeroWeightsAndUnitScales) {
   EXPECT_EQ(report.before, 96);
   EXPECT_EQ(report.after, 128);
   EXPECT_TRUE(report.reallocated);
-  EXPECT_EQ(w.shape().intermediate_per_partition, 128);
+  EXPECT_EQ(w.shape().intermediate_size_per_partition_after_pad, 128);
   EXPECT_EQ(w.w13().shape(), (Shape{3, 256, 32}));
   EXPECT_EQ(w.w13_scale().shape(), (Shape{3, 256, 2}));
   EXPECT_EQ(w.w2().shape(), (Shape{3, 64, 64}));
@@ -125,7 +125,7 @@ TEST(Prepare, IsIdempotentReversibleAndKeepsAddressesAfterTheFirstBuild) {
   // Reversible: restore gives the checkpoint bytes back, in the same storage.
   w.restore_checkpoint_layout();
   EXPECT_FALSE(w.shape().prepared());
-  EXPECT_EQ(w.shape().intermediate_per_partition, 96);
+  EXPECT_EQ(w.shape().intermediate_size_per_partition_after_pad, 96);
   for (std::size_t i = 0; i < kAllMoeParams.size(); ++i) {
     EXPECT_EQ(bytes_of(w.view(kAllMoeParams[i])), original[i]) << to_string(kAllMoeParams[i]);
     EXPECT_EQ(w.view(kAllMoeParams[i]).data(), addresses[i]);
@@ -160,7 +160,7 @@ TEST(Prepare, ChangingTheAlignmentRestoresFirst) {
   (void)w.pad_intermediate_to_alignment(256);
   const auto report = w.pad_intermediate_to_alignment(64);
   EXPECT_EQ(report.after, 128);
-  EXPECT_EQ(w.shape().intermediate_per_partition, 128);
+  EXPECT_EQ(w.shape().intermediate_size_per_partition_after_pad, 128);
   EXPECT_EQ(w.shape().alignment, 64);
   w.restore_checkpoint_layout();
   EXPECT_EQ(bytes_of(w.w13()), original[0]);

@@ -32,8 +32,8 @@ TEST(MxqRun, PassesAndReusesItsCache) {
   const nlohmann::json first = run_main(cache.path(), &code);
   EXPECT_EQ(code, 0);
   EXPECT_TRUE(first["pass"].get<bool>());
-  EXPECT_EQ(first["intermediate_per_partition"]["before"], 1440);
-  EXPECT_EQ(first["intermediate_per_partition"]["after"], 1536);
+  EXPECT_EQ(first["intermediate_size_per_partition"], 1440);
+  EXPECT_EQ(first["intermediate_size_per_partition_after_pad"], 1536);
   EXPECT_EQ(first["comparison"]["beyond_fp32_bound"], 0);
   EXPECT_LT(first["timings"]["total_seconds"].get<double>(), 60.0);
 

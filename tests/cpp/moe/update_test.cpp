@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "moe_test_util.h"
+#include "mxq/core/prng.h"
 #include "mxq/moe/layer.h"
-#include "mxq/moe/prng.h"
 #include "mxq/moe/synthetic.h"
 
 namespace mxq::moe {
@@ -26,7 +26,7 @@ struct Snapshot {
 Snapshot snapshot(const MoeLayer& layer) {
   Snapshot s;
   for (int r = 0; r < layer.num_ranks(); ++r) {
-    s.widths.push_back(layer.rank(r).shape().intermediate_per_partition);
+    s.widths.push_back(layer.rank(r).shape().intermediate_size_per_partition_after_pad);
     for (MoeParam param : kAllMoeParams) {
       if (!layer.rank(r).has(param)) continue;
       s.bytes.push_back(testing::bytes_of(layer.rank(r).view(param)));
@@ -91,7 +91,7 @@ TEST_F(UpdateSession, EqualsAFreshLoadBitForBitAndReusesTheStorage) {
     layer.begin_update();
     EXPECT_TRUE(layer.updating());
     EXPECT_FALSE(layer.prepared());
-    EXPECT_EQ(layer.intermediate_per_partition(), 64);  // restored to the TP width
+    EXPECT_EQ(layer.intermediate_size_per_partition_after_pad(), 64);  // restored to the TP width
     const std::vector<std::string> names = shuffled_names(*source, config_, 42);
     // Three buckets of different sizes.
     const std::size_t cut1 = names.size() / 5;
@@ -104,7 +104,7 @@ TEST_F(UpdateSession, EqualsAFreshLoadBitForBitAndReusesTheStorage) {
     }
     layer.end_update();
     EXPECT_TRUE(layer.prepared());
-    EXPECT_EQ(layer.intermediate_per_partition(), 128);
+    EXPECT_EQ(layer.intermediate_size_per_partition_after_pad(), 128);
 
     const MoeLayer expected = fresh(*source);
     testing::expect_same_weights(layer, expected);

@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "../../../src/cuda/moe/w4a8_mma.cuh"
+#include "moe/cuda/w4a8_mma.cuh"
 #include "mxq/core/cuda_check.h"
 #include "mxq/formats/e4m3.h"
 #include "mxq/formats/mxfp4_block.h"
@@ -32,7 +32,7 @@ __global__ void w4a8_chunk_kernel(const std::uint8_t* w, const std::uint32_t* sc
   const int lane = threadIdx.x;
   const int r = lane / 4;
   const int c = lane % 4;
-  moe::cuda::detail::W4a8ChunkRegs<kTiles> regs;
+  moe::gpu::detail::W4a8ChunkRegs<kTiles> regs;
   for (int a = 0; a < kTiles; ++a) {
     for (int h = 0; h < 2; ++h) {
       const int row = 16 * a + r + 8 * h;
@@ -46,7 +46,7 @@ __global__ void w4a8_chunk_kernel(const std::uint8_t* w, const std::uint32_t* sc
   regs.xs[0] = xs[2 * c];
   regs.xs[1] = xs[2 * c + 1];
   float acc[kTiles][4] = {};
-  moe::cuda::detail::w4a8_mma_chunk(regs, acc);
+  moe::gpu::detail::w4a8_mma_chunk(regs, acc);
   for (int a = 0; a < kTiles; ++a) {
     float* tile = d + a * 16 * kTokens;
     tile[r * kTokens + 2 * c] = acc[a][0];
@@ -93,11 +93,11 @@ void check_chunk(Scales mode, std::uint32_t seed) {
   for (auto& v : xs) v = std::ldexp(1.0F + static_cast<float>(rng() % 100) / 100.0F, -3);
 
   std::vector<std::uint8_t> w_device = w;
-  moe::cuda::detail::to_w4a8_layout_host(w_device.data(), kRows, 128);
+  moe::gpu::detail::to_w4a8_layout_host(w_device.data(), kRows, 128);
   std::vector<std::uint8_t> x_device(x_natural.size());
   for (int n = 0; n < kTokens; ++n)
     for (int k = 0; k < 128; ++k)
-      x_device[n * 128 + moe::cuda::detail::w4a8_act_offset(k)] = x_natural[n * 128 + k];
+      x_device[n * 128 + moe::gpu::detail::w4a8_act_offset(k)] = x_natural[n * 128 + k];
   std::vector<std::uint32_t> packed_scales(kRows);
   std::memcpy(packed_scales.data(), s.data(), s.size());
 

@@ -1,4 +1,4 @@
-// The wgmma K order of the activations (src/cuda/moe/wgmma_k_order.h) on the host: it permutes
+// The wgmma K order of the activations (src/moe/cuda/wgmma_k_order.h) on the host: it permutes
 // each 32-wide MX block onto itself, and with it the A fragments the wgmma kernels decode (lane c
 // holds word c of an MX block, register i = 2h + u of the word in k-step h at K 2c + 8u) meet
 // the activations they multiply: a simulated warpgroup product equals the plain dot product.
@@ -9,9 +9,9 @@
 #include <set>
 #include <vector>
 
-#include "../../../src/cuda/moe/wgmma_k_order.h"
+#include "moe/cuda/wgmma_k_order.h"
 
-namespace mxq::moe::cuda::detail {
+namespace mxq::moe::gpu::detail {
 namespace {
 
 TEST(WgmmaKOrder, PermutesEachMxBlockOntoItself) {
@@ -82,4 +82,4 @@ TEST(WgmmaKOrder, SimulatedProductEqualsDotProduct) {
 }
 
 }  // namespace
-}  // namespace mxq::moe::cuda::detail
+}  // namespace mxq::moe::gpu::detail

@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mxq/linear/tune.h"
 #include "mxq/tune/autotuner.h"
-#include "mxq/tune/toy_gemm.h"
 #include "tune/tune_test_util.h"
 
 namespace mxq::tune {
@@ -17,14 +17,19 @@ namespace {
 
 using testing::TempDir;
 
+// A small block_fp8_linear problem (a built-in op: the CLI verifies, shows and merges its files).
+Problem linear_problem(std::int64_t n, std::int64_t k) {
+  return linear::block_fp8_linear_problem(n, k, {64, 64});
+}
+
 std::string valid_cache_text() {
   CacheFile file;
   file.fingerprint = cpu_fingerprint(builtin_tactics());
   for (int i = 1; i <= 40; ++i) {
     CacheEntry e;
-    e.problem = toy_gemm_problem(16 * i, 64);
+    e.problem = linear_problem(16 * i, 64);
     e.bucket = 4;
-    e.tactic = "unrolled[lanes=16]";
+    e.tactic = "blocked_f32[tile_n=16]";
     e.median_us = 1;
     e.default_us = 2;
     e.pass = "target";
@@ -77,7 +82,7 @@ void write_broken(const std::string& path, const Broken& broken) {
 }
 
 TEST(CorruptFiles, AreMovedAsideWithAWarningAndNothingElseIsTouched) {
-  const Problem problem = toy_gemm_problem(64, 64);
+  const Problem problem = linear_problem(64, 64);
   for (const Broken& broken : broken_files()) {
     SCOPED_TRACE(broken.name);
     TempDir dir;
@@ -150,7 +155,7 @@ TEST(CorruptFiles, AreMovedAsideWithAWarningAndNothingElseIsTouched) {
 }
 
 TEST(CorruptFiles, AreLeftAsTheyAreByAReadOnlyLoad) {
-  const Problem problem = toy_gemm_problem(64, 64);
+  const Problem problem = linear_problem(64, 64);
   for (const Broken& broken : broken_files()) {
     SCOPED_TRACE(broken.name);
     TempDir dir;
@@ -208,7 +213,7 @@ TEST(CorruptFiles, AMalformedEntryIsSkippedWithAWarningAndTheRestIsServed) {
   TempDir dir;
   const std::string path = dir.file("cache.json");
   std::string text = valid_cache_text();
-  const std::string first_tactic = "\"tactic\":\"unrolled[lanes=16]\"";
+  const std::string first_tactic = "\"tactic\":\"blocked_f32[tile_n=16]\"";
   text.replace(text.find(first_tactic), first_tactic.size(), "\"tactic\":42");
   testing::write_file(path, text);
   AutotunerConfig config;
@@ -249,7 +254,7 @@ TEST(CorruptFiles, MalformedEntriesAndUnknownFieldsSurviveSavesAndMerges) {
   const auto holds_both = [&](const std::string& file) {
     return count(file, malformed) == 1 && count(file, with_future) == 1;
   };
-  const Problem new_problem = toy_gemm_problem(64, 128);
+  const Problem new_problem = linear_problem(64, 128);
 
   // A tuning save.
   {
@@ -274,7 +279,7 @@ TEST(CorruptFiles, MalformedEntriesAndUnknownFieldsSurviveSavesAndMerges) {
   // A merge into the file, and a merge of the file into another one.
   const std::string other = dir.file("other.json");
   testing::write_cpu_cache(other, builtin_tactics(),
-                           {testing::hand_written_entry(new_problem, 2, "rowwise")});
+                           {testing::hand_written_entry(new_problem, 2, "reference")});
   const testing::ProcessResult merge_in = testing::run_cli({"cache", "merge", other, "-o", path});
   ASSERT_EQ(merge_in.exit_code, 0) << merge_in.err;
   EXPECT_TRUE(holds_both(path)) << testing::read_file(path);
@@ -297,9 +302,11 @@ TEST(CorruptFiles, MalformedEntriesAndUnknownFieldsSurviveSavesAndMerges) {
   EXPECT_EQ(read.file.skipped.size(), 1U);
 
   // A new winner for the key of the entry with the unknown member replaces the whole entry.
-  const Problem future_problem = toy_gemm_problem(with_future["shape"]["N"].get<std::int64_t>(),
-                                                  with_future["shape"]["K"].get<std::int64_t>());
-  const CacheEntry replacement = testing::hand_written_entry(future_problem, 4, "rowwise");
+  const nlohmann::json& future_shape = with_future["shape"];
+  const Problem future_problem = linear::block_fp8_linear_problem(
+      future_shape["N"].get<std::int64_t>(), future_shape["K"].get<std::int64_t>(),
+      {future_shape["block_n"].get<std::int64_t>(), future_shape["block_k"].get<std::int64_t>()});
+  const CacheEntry replacement = testing::hand_written_entry(future_problem, 4, "reference");
   CacheStore store(path, cpu_fingerprint(builtin_tactics()));
   ASSERT_TRUE(store.save({&replacement, 1}).ok);
   EXPECT_EQ(testing::read_file(path).find("future_field"), std::string::npos);

@@ -12,9 +12,9 @@
 #include <set>
 #include <thread>
 
+#include "mxq/linear/tune.h"
 #include "mxq/tune/cache_file.h"
 #include "mxq/tune/fingerprint.h"
-#include "mxq/tune/toy_gemm.h"
 #include "tune/tune_test_util.h"
 
 namespace mxq::tune {
@@ -24,12 +24,13 @@ using testing::TempDir;
 
 constexpr int kEntriesPerSave = 25;
 
-// Entry i: a distinct toy_gemm problem (N = 8 * (i + 1)) decided as "rowwise" at bucket 1.
+// Entry i: a distinct block_fp8_linear problem (N = 8 * (i + 1)) decided as its default tactic
+// "reference" at bucket 1 (a built-in op, so that `mxq cache verify` finds every entry servable).
 CacheEntry entry(int i) {
   CacheEntry e;
-  e.problem = toy_gemm_problem(8 * (i + 1), 64);
+  e.problem = linear::block_fp8_linear_problem(8 * (i + 1), 64, {64, 64});
   e.bucket = 1;
-  e.tactic = "rowwise";
+  e.tactic = "reference";
   e.median_us = 1.0 + i;
   e.default_us = 1.0 + i;
   e.pass = "crash-test";

@@ -1,7 +1,7 @@
 // The CUDA tactics in the built-in registry (builds with CUDA; checked without a GPU, since
 // registering touches no device): block_fp8_linear adopts every cuda.* linear tactic, each
 // mapping back to its linear tactic, with the dispatch rule "auto" as the predicate-free default;
-// moe_gpu_forward offers the two GEMM variants with register_stream as the default. Timing and
+// moe_gpu_forward offers the two GEMM variants with decode_mma as the default. Timing and
 // checking them needs a GPU: tests/cpp/tune/cuda_tactics_gpu_test.cu.
 #include <gtest/gtest.h>
 
@@ -10,12 +10,17 @@
 #include <string>
 
 #include "mxq/linear/dispatch.h"
-#include "mxq/tune/block_fp8_linear.h"
-#include "mxq/tune/moe_gpu_forward.h"
+#include "mxq/linear/tune.h"
+#include "mxq/moe/tune.h"
 #include "mxq/tune/registry.h"
 
 namespace mxq::tune {
 namespace {
+
+using linear::kBlockFp8LinearOp;
+using moe::kMoeGpuForwardOp;
+using moe::moe_gpu_forward_problem;
+using moe::MoeGpuForwardShape;
 
 TEST(CudaRegistry, BlockFp8LinearAdoptsEveryCudaLinearTactic) {
 #if !MXQ_WITH_CUDA
@@ -62,24 +67,27 @@ TEST(CudaRegistry, MoeGpuForwardOffersBothGemmVariants) {
 #else
   const OpSpec* op = builtin_tactics().find_op(kMoeGpuForwardOp, Backend::kCuda);
   ASSERT_NE(op, nullptr);
-  EXPECT_EQ(op->default_tactic, "register_stream");
+  EXPECT_EQ(op->default_tactic, "decode_mma");
   std::set<std::string> ids;
   for (const Tactic* t : builtin_tactics().tactics(*op)) {
     ids.insert(t->id());
     EXPECT_TRUE(t->native.has_value()) << t->id();
   }
-  EXPECT_EQ(ids,
-            (std::set<std::string>{"register_stream", "shared_tile", "wide_tile", "wgmma_tile"}));
-  // The other variants' predicate is the kernels' own (top-k at most 8); it needs no device.
-  for (const char* variant : {"shared_tile", "wide_tile", "wgmma_tile"}) {
-    SCOPED_TRACE(variant);
-    const Tactic* tactic = builtin_tactics().find_tactic(kMoeGpuForwardOp, Backend::kCuda, variant);
+  EXPECT_EQ(ids, (std::set<std::string>{"decode_mma", "prefill_wgmma"}));
+  // The other variant's predicate is the kernels' own (top-k at most 8); it needs no device.
+  {
+    const Tactic* tactic =
+        builtin_tactics().find_tactic(kMoeGpuForwardOp, Backend::kCuda, "prefill_wgmma");
     ASSERT_NE(tactic, nullptr);
     MoeGpuForwardShape shape;
-    shape.rank = {32, 32, 2880, 2880, 4, true};
-    shape.intermediate_padded = 2944;
+    shape.experts = 32;
+    shape.experts_local = 32;
+    shape.hidden = 2880;
+    shape.intermediate_valid = 2880;
+    shape.intermediate_after_pad = 2944;
+    shape.top_k = 4;
     EXPECT_TRUE(tactic->supports(moe_gpu_forward_problem(shape)).ok);
-    shape.rank = {32, 32, 2880, 2880, 9, true};
+    shape.top_k = 9;
     const Support nine = tactic->supports(moe_gpu_forward_problem(shape));
     EXPECT_FALSE(nine.ok);
     EXPECT_NE(nine.reason.find("top-k"), std::string::npos) << nine.reason;

@@ -15,26 +15,28 @@
 
 #include "linear/linear_test_support.h"
 #include "mxq/core/cuda_check.h"
+#include "mxq/core/prng.h"
 #include "mxq/formats/bf16.h"
 #include "mxq/linear/dispatch.h"
 #include "mxq/linear/linear.h"
+#include "mxq/linear/tune.h"
 #include "mxq/moe/checkpoint.h"
 #include "mxq/moe/compare.h"
 #include "mxq/moe/gpu_layer.h"
 #include "mxq/moe/layer.h"
-#include "mxq/moe/prng.h"
 #include "mxq/moe/synthetic.h"
+#include "mxq/moe/tune.h"
 #include "mxq/tune/autotuner.h"
-#include "mxq/tune/block_fp8_linear.h"
 #include "mxq/tune/cache_file.h"
 #include "mxq/tune/fingerprint.h"
-#include "mxq/tune/moe_gpu_forward.h"
 #include "mxq/tune/registry.h"
 
 namespace mxq::tune {
 namespace {
 
 namespace fs = std::filesystem;
+using linear::block_fp8_linear_problem;
+using linear::kBlockFp8LinearOp;
 
 constexpr double kMaxNormalizedError = 4e-3;
 
@@ -202,7 +204,7 @@ moe::MoeLayer make_layer() {
   config.router = moe::RouterKind::kTopkSoftmax;
   moe::MoeLayer layer = moe::MoeLayer::create(config, 0, {});
   layer.begin_update();
-  moe::Xoshiro256 rng(21);
+  Xoshiro256 rng(21);
   for (const moe::MoeTensorName& name :
        moe::required_tensor_names(config, 0, moe::CheckpointLayout::kGptOss)) {
     const moe::TensorSpec spec = moe::expected_tensor_spec(config, name.kind);
@@ -267,7 +269,7 @@ TEST(CudaTactics, MoeGpuForwardTunesBothVariantsAndTheLayerRunsTheWinner) {
   const TempFile file("mxq-cuda-moe-tune");
   const std::unique_ptr<Autotuner> tuner = cuda_tuner(file.path(), AutotuneMode::kTune);
   const moe::MoeGpuLayer gpu = moe::MoeGpuLayer::upload(
-      layer, 64, Device::cuda(0), moe::cuda::GemmVariant::kRegisterStream, tuner.get());
+      layer, 64, Device::cuda(0), moe::gpu::GemmVariant::kDecodeMma, tuner.get());
   ASSERT_NE(gpu.tune_problem(0), nullptr);
   const Problem problem = *gpu.tune_problem(0);
   EXPECT_EQ(problem.dim("P"), 256);
@@ -283,29 +285,29 @@ TEST(CudaTactics, MoeGpuForwardTunesBothVariantsAndTheLayerRunsTheWinner) {
   expect_every_candidate_checked_and_timed(record);
   const moe::MoeGpuLayer::GemmChoice choice = gpu.gemm_choice(8);
   EXPECT_TRUE(choice.from_tuner);
-  EXPECT_EQ(moe::cuda::to_string(choice.gemm), record.tactic);
+  EXPECT_EQ(moe::gpu::to_string(choice.gemm), record.tactic);
   EXPECT_EQ(gpu.gemm_choice(5).gemm, choice.gemm);  // bucket 8 serves (4, 8]
   EXPECT_FALSE(gpu.gemm_choice(40).from_tuner);     // bucket 64 was not tuned
   check_forward(gpu, layer, 8);
 }
 
-TEST(CudaTactics, MoeGpuLayerRunsAHandWrittenSharedTileEntry) {
+TEST(CudaTactics, MoeGpuLayerRunsAHandWrittenPrefillEntry) {
   const moe::MoeLayer layer = make_layer();
   const TempFile file("mxq-cuda-moe-entry");
   {
     const moe::MoeGpuLayer probe = moe::MoeGpuLayer::upload(layer, 64);
-    write_entry(file.path(), *probe.tune_problem(0), 16, "shared_tile");
+    write_entry(file.path(), *probe.tune_problem(0), 16, "prefill_wgmma");
   }
   const std::unique_ptr<Autotuner> tuner = cuda_tuner(file.path(), AutotuneMode::kLoad);
   const moe::MoeGpuLayer gpu = moe::MoeGpuLayer::upload(
-      layer, 64, Device::cuda(0), moe::cuda::GemmVariant::kRegisterStream, tuner.get());
+      layer, 64, Device::cuda(0), moe::gpu::GemmVariant::kDecodeMma, tuner.get());
   const moe::MoeGpuLayer::GemmChoice choice = gpu.gemm_choice(12);  // bucket 16 serves (8, 16]
   EXPECT_TRUE(choice.from_tuner);
-  EXPECT_EQ(choice.gemm, moe::cuda::GemmVariant::kSharedTile);
-  EXPECT_EQ(gpu.tactic_name(12), "cuda.moe.decode_w4a16_mma.shared_tile");
+  EXPECT_EQ(choice.gemm, moe::gpu::GemmVariant::kPrefillWgmma);
+  EXPECT_EQ(gpu.tactic_name(12), "cuda.moe.w4a16.prefill_wgmma");
   const moe::MoeGpuLayer::GemmChoice other = gpu.gemm_choice(40);
   EXPECT_FALSE(other.from_tuner);
-  EXPECT_EQ(other.gemm, moe::cuda::GemmVariant::kRegisterStream);
+  EXPECT_EQ(other.gemm, moe::gpu::GemmVariant::kDecodeMma);
   check_forward(gpu, layer, 12);
   check_forward(gpu, layer, 40);
 }

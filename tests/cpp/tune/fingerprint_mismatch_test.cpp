@@ -2,14 +2,29 @@
 // registry) is not served and stays byte-for-byte unchanged, whatever the tuner does.
 #include <gtest/gtest.h>
 
+#include "mxq/linear/tune.h"
+#include "mxq/moe/tune.h"
 #include "mxq/tune/autotuner.h"
-#include "mxq/tune/toy_gemm.h"
+#include "mxq/tune/presets.h"
 #include "tune/tune_test_util.h"
 
 namespace mxq::tune {
 namespace {
 
 using testing::TempDir;
+
+// The problems are the built-in ops' (the CLI verifies and merges these files, and `mxq tune`
+// tunes the same keys): a small block_fp8_linear, and tiny-moe's CPU problem.
+Problem linear_problem(std::int64_t n, std::int64_t k) {
+  return linear::block_fp8_linear_problem(n, k, {64, 64});
+}
+
+Problem tiny_moe_problem() {
+  for (const PresetProblem& p : find_preset("tiny-moe").problems({})) {
+    if (p.problem.op() == moe::kMoeExpertGemmOp) return p.problem;
+  }
+  throw std::runtime_error("tiny-moe has no moe_expert_gemm problem");
+}
 
 struct Variant {
   std::string name;
@@ -18,7 +33,7 @@ struct Variant {
 };
 
 TEST(FingerprintMismatch, EntriesAreNotServedAndTheFileIsUnchanged) {
-  const Problem problem = toy_gemm_problem(128, 128);
+  const Problem problem = linear_problem(128, 128);
   const std::vector<std::int64_t> buckets = {1, 8, 64};
   const std::vector<Variant> variants = {
       {"other device", [](Fingerprint& f) { f.device = "Some Other CPU @ 5 GHz"; }, "device"},
@@ -41,7 +56,7 @@ TEST(FingerprintMismatch, EntriesAreNotServedAndTheFileIsUnchanged) {
         CacheEntry e;
         e.problem = problem;
         e.bucket = b;
-        e.tactic = b == 1 ? "unrolled[lanes=16]" : "column_tiled[bn=8,threads=1]";
+        e.tactic = b == 1 ? "blocked_f32[tile_n=16]" : "blocked_f32[tile_n=64]";
         e.pass = "elsewhere";
         e.tuned_at = "2026-01-01T00:00:00Z";
         entries.push_back(e);
@@ -77,7 +92,7 @@ TEST(FingerprintMismatch, EntriesAreNotServedAndTheFileIsUnchanged) {
       for (std::int64_t b : buckets) {
         const Selection s = tuner.lookup(problem, b);
         EXPECT_EQ(s.source, SelectionSource::kDefault) << "bucket " << b;
-        EXPECT_EQ(s.tactic->id(), "rowwise");
+        EXPECT_EQ(s.tactic->id(), "reference");
       }
       {
         TuningSession session(tuner, "here");
@@ -128,7 +143,8 @@ TEST(FingerprintMismatch, EntriesAreNotServedAndTheFileIsUnchanged) {
 // served, never moved aside and never overwritten, and `mxq tune` fails saying that its
 // decisions were not saved. Two builds sharing a cache folder must not destroy each other's.
 TEST(FingerprintMismatch, AnotherBuildsFileIsNeitherServedNorMovedNorOverwritten) {
-  const Problem problem = toy_gemm_problem(128, 128);
+  // The key `mxq tune --preset tiny-moe --tokens 1` below would be served, were the file ours.
+  const Problem problem = tiny_moe_problem();
   std::string ours;  // a file this build would serve
   {
     CacheFile file;
@@ -136,9 +152,15 @@ TEST(FingerprintMismatch, AnotherBuildsFileIsNeitherServedNorMovedNorOverwritten
     CacheEntry e;
     e.problem = problem;
     e.bucket = 1;
-    e.tactic = "unrolled[lanes=16]";
+    e.tactic = "tiled[pairs=8,rows=64,threads=1]";
     file.entries.push_back(e);
     ours = serialize_cache(file);
+  }
+  {  // It is: this build serves its entry.
+    TempDir dir;
+    testing::write_file(dir.file("ours.json"), ours);
+    const auto tuner = testing::load_cpu_tuner(dir.file("ours.json"));
+    EXPECT_EQ(tuner->lookup(problem, 1).source, SelectionSource::kTuned);
   }
   const auto edit = [](std::string text, const std::string& from, const std::string& to) {
     const std::size_t at = text.find(from);
@@ -195,7 +217,7 @@ TEST(FingerprintMismatch, AnotherBuildsFileIsNeitherServedNorMovedNorOverwritten
       EXPECT_TRUE(testing::files_starting_with(dir.path(), "cache.json.corrupt").empty());
     }
     const testing::ProcessResult tune =
-        testing::run_cli({"tune", "--preset", "toy", "--tokens", "1", "--cache", path});
+        testing::run_cli({"tune", "--preset", "tiny-moe", "--tokens", "1", "--cache", path});
     EXPECT_NE(tune.exit_code, 0) << tune.err;
     EXPECT_NE(tune.err.find("not saved"), std::string::npos) << tune.err;
     EXPECT_EQ(testing::read_file(path), c.text);
@@ -207,7 +229,7 @@ TEST(FingerprintMismatch, AnotherBuildsFileIsNeitherServedNorMovedNorOverwritten
 // (warning once per foreign file), so once the file is gone or compatible, every decision of
 // the run is saved and nothing is reported unsaved.
 TEST(FingerprintMismatch, SavingResumesWhenTheForeignFileIsRemovedOrReplaced) {
-  const Problem problem = toy_gemm_problem(128, 128);
+  const Problem problem = linear_problem(128, 128);
   TempDir dir;
   const std::string path = dir.file("cache.json");
   Fingerprint foreign = cpu_fingerprint(builtin_tactics());
@@ -217,9 +239,9 @@ TEST(FingerprintMismatch, SavingResumesWhenTheForeignFileIsRemovedOrReplaced) {
     std::filesystem::remove(path);
     CacheStore store(path, fingerprint);
     CacheEntry e;
-    e.problem = toy_gemm_problem(256, 256);
+    e.problem = linear_problem(256, 256);
     e.bucket = bucket;
-    e.tactic = "rowwise";
+    e.tactic = "reference";
     ASSERT_TRUE(store.save({&e, 1}).ok);
   };
   const auto not_saving_warnings = [](const Autotuner& tuner) {

@@ -2,13 +2,21 @@
 // shape, a tactic outside its token range, an unknown op or a bucket the op does not have are
 // never served (the default runs, and runs correctly); `mxq cache verify` names each of them and
 // `mxq cache prune --stale` removes exactly them.
+//
+// Every kind is shown with the test op toy_gemm (toy_registry()), whose tactics have shape
+// predicates and token ranges, in process: what verify prints and prune --stale judges by is
+// entry_problem() against the registry. The `mxq` CLI knows only the built-in ops, whose CPU
+// tactics have no token ranges: its verify and prune run on a file of built-in ops with every
+// kind those can have.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "mxq/linear/tune.h"
+#include "mxq/moe/tune.h"
 #include "mxq/tune/autotuner.h"
-#include "mxq/tune/toy_gemm.h"
+#include "tune/toy_gemm/toy_gemm.h"
 #include "tune/tune_test_util.h"
 
 namespace mxq::tune {
@@ -63,7 +71,23 @@ double run_error(const Tactic& tactic, const Problem& p, std::int64_t tokens) {
   return std::sqrt(diff / norm);
 }
 
-TEST(InvalidEntries, AreNeverServedAndVerifyAndPruneFindThem) {
+// The hand-edited entries as the file holds them: key() -> why each is not served (empty: served).
+std::map<std::string, std::string> entry_problems(const std::string& path,
+                                                  const TacticRegistry& registry) {
+  const ReadResult read = read_cache_file(path);
+  EXPECT_EQ(read.status, ReadStatus::kOk);
+  EXPECT_TRUE(read.file.skipped.empty());
+  std::map<std::string, std::string> out;
+  for (const CacheEntry& e : read.file.entries)
+    out[e.key()] = entry_problem(e, registry, Backend::kCpu);
+  return out;
+}
+
+std::string key_of(const Edited& e) {
+  return e.problem.canonical() + "@" + std::to_string(e.bucket);
+}
+
+TEST(InvalidEntries, AreNeverServedAndEachIsNamedWithItsReason) {
   TempDir dir;
   const std::string path = dir.file("cache.json");
   const Problem good = toy_gemm_problem(64, 64);
@@ -78,13 +102,9 @@ TEST(InvalidEntries, AreNeverServedAndVerifyAndPruneFindThem) {
       {toy_gemm_problem(80, 64), 48, "unrolled[lanes=8]", "bucket 48 is not a bucket"},
       {Problem("no_such_op", {{"N", 8}}), 8, "anything", "not registered for cpu"},
   };
-  // Start from a real, verified file with one good entry, then edit it by hand.
+  // Start from a real file with one good entry, then edit it by hand.
   {
-    AutotunerConfig config;
-    config.options.mode = AutotuneMode::kTune;
-    config.options.cache_path = path;
-    config.options.measure = testing::quick_measure();
-    Autotuner tuner(config);
+    Autotuner tuner(testing::tune_cpu_config(path, &toy_registry()));
     TuningSession session(tuner, "target");
     ASSERT_EQ(session.tune(good, 8).status, TuneStatus::kTuned);
   }
@@ -94,19 +114,16 @@ TEST(InvalidEntries, AreNeverServedAndVerifyAndPruneFindThem) {
     file["entries"].push_back(entry_json(e.problem, e.bucket, e.tactic));
   testing::write_file(path, file.dump(2));
 
-  AutotunerConfig config;
-  config.options.mode = AutotuneMode::kLoad;
-  config.options.cache_path = path;
-  const Autotuner tuner(config);
-  EXPECT_TRUE(tuner.warnings().empty()) << "well-formed entries load quietly; they are not served";
-  ASSERT_EQ(tuner.decisions().size(), 1U);
-  EXPECT_EQ(tuner.decisions()[0].tactic, good_tactic);
-  EXPECT_EQ(tuner.lookup(good, 8).source, SelectionSource::kTuned);
+  const auto tuner = testing::load_cpu_tuner(path, &toy_registry());
+  EXPECT_TRUE(tuner->warnings().empty()) << "well-formed entries load quietly; they are not served";
+  ASSERT_EQ(tuner->decisions().size(), 1U);
+  EXPECT_EQ(tuner->decisions()[0].tactic, good_tactic);
+  EXPECT_EQ(tuner->lookup(good, 8).source, SelectionSource::kTuned);
   for (const Edited& e : edited) {
     SCOPED_TRACE(e.tactic + " @" + std::to_string(e.bucket));
     for (std::int64_t tokens : {e.bucket, e.bucket - 1, e.bucket + 1}) {
       if (tokens < 1) continue;
-      const Selection s = tuner.lookup(e.problem, tokens);
+      const Selection s = tuner->lookup(e.problem, tokens);
       if (e.problem.op() == "no_such_op") {
         EXPECT_EQ(s.source, SelectionSource::kUnknownOp);
         EXPECT_EQ(s.tactic, nullptr);
@@ -119,12 +136,97 @@ TEST(InvalidEntries, AreNeverServedAndVerifyAndPruneFindThem) {
     }
   }
 
+  // What `mxq cache verify` prints for each entry, and what `prune --stale` drops by: every edited
+  // entry with its reason, the good one servable (1 of 8), nothing else.
+  const std::map<std::string, std::string> problems = entry_problems(path, toy_registry());
+  ASSERT_EQ(problems.size(), edited.size() + 1);
+  std::size_t servable = 0;
+  for (const auto& [key, why] : problems) servable += why.empty();
+  EXPECT_EQ(servable, 1U);
+  EXPECT_EQ(problems.at(good.canonical() + "@8"), "");
+  for (const Edited& e : edited) {
+    ASSERT_EQ(problems.count(key_of(e)), 1U) << key_of(e);
+    EXPECT_NE(problems.at(key_of(e)).find(e.why), std::string::npos) << e.why << "\n"
+                                                                     << problems.at(key_of(e));
+  }
+
+  // `prune --op` takes any file (it judges no tactic): the toy_gemm entries go, the rest stays.
+  const testing::ProcessResult prune_op =
+      testing::run_cli({"cache", "prune", path, "--op", std::string(kToyGemmOp)});
+  ASSERT_EQ(prune_op.exit_code, 0) << prune_op.err;
+  const ReadResult pruned = read_cache_file(path);
+  ASSERT_EQ(pruned.file.entries.size(), 1U);
+  EXPECT_EQ(pruned.file.entries[0].problem.op(), "no_such_op");
+}
+
+// The CLI on a file of built-in ops (block_fp8_linear, moe_expert_gemm): an unknown tactic of
+// each op, a tactic whose supports() refuses the shape (the blocked CPU tactics need positive
+// block extents), a bucket the op does not have and an unknown op.
+TEST(InvalidEntries, VerifyNamesEachAndPruneStaleRemovesExactlyThem) {
+  TempDir dir;
+  const std::string path = dir.file("cache.json");
+  const auto linear_problem = [](std::int64_t n, std::int64_t k) {
+    return linear::block_fp8_linear_problem(n, k, {64, 64});
+  };
+  const Problem good = linear_problem(64, 64);
+  // Hand-edited: a block of 0 x 64 (block_fp8_linear_problem() refuses to build it).
+  const Problem zero_block(std::string(linear::kBlockFp8LinearOp),
+                           {{"N", 64}, {"K", 64}, {"block_n", 0}, {"block_k", 64}},
+                           {good.dtypes().begin(), good.dtypes().end()});
+  const Problem tiny_moe = moe::moe_expert_gemm_problem({8, 8, 128, 128, 2, true});
+  const std::vector<Edited> edited = {
+      {linear_problem(96, 64), 8, "blocked_f32[tile_n=32]", "is not registered"},
+      {tiny_moe, 8, "tiled[pairs=64,rows=8,threads=1]", "is not registered"},
+      {zero_block, 8, "blocked_f32[tile_n=16]",
+       "does not support the problem: needs positive block extents"},
+      {linear_problem(80, 64), 48, "blocked_f32[tile_n=16]", "bucket 48 is not a bucket"},
+      {tiny_moe, 48, "tiled[pairs=8,rows=8,threads=1]", "bucket 48 is not a bucket"},
+      {Problem("no_such_op", {{"N", 8}}), 8, "anything", "not registered for cpu"},
+  };
+  // Start from a real, verified file with one good entry, then edit it by hand.
+  {
+    Autotuner tuner(testing::tune_cpu_config(path));
+    TuningSession session(tuner, "target");
+    ASSERT_EQ(session.tune(good, 8).status, TuneStatus::kTuned);
+  }
+  ASSERT_EQ(testing::run_cli({"cache", "verify", path}).exit_code, 0);
+  nlohmann::json file = nlohmann::json::parse(testing::read_file(path));
+  const std::string good_tactic = file["entries"][0]["tactic"];
+  for (const Edited& e : edited)
+    file["entries"].push_back(entry_json(e.problem, e.bucket, e.tactic));
+  testing::write_file(path, file.dump(2));
+
+  const auto tuner = testing::load_cpu_tuner(path);
+  EXPECT_TRUE(tuner->warnings().empty()) << "well-formed entries load quietly; they are not served";
+  ASSERT_EQ(tuner->decisions().size(), 1U);
+  EXPECT_EQ(tuner->decisions()[0].tactic, good_tactic);
+  EXPECT_EQ(tuner->lookup(good, 8).source, SelectionSource::kTuned);
+  for (const Edited& e : edited) {
+    SCOPED_TRACE(e.tactic + " @" + std::to_string(e.bucket));
+    for (std::int64_t tokens : {e.bucket, e.bucket - 1, e.bucket + 1}) {
+      const Selection s = tuner->lookup(e.problem, tokens);
+      if (e.problem.op() == "no_such_op") {
+        EXPECT_EQ(s.source, SelectionSource::kUnknownOp);
+        EXPECT_EQ(s.tactic, nullptr);
+        continue;
+      }
+      ASSERT_NE(s.tactic, nullptr);
+      EXPECT_NE(s.tactic->id(), e.tactic);
+      EXPECT_EQ(s.source, SelectionSource::kDefault);
+      if (e.problem == zero_block) continue;  // no such linear exists to run
+      // The default runs correctly there (the op's own check against its reference).
+      const OpSpec* op = builtin_tactics().find_op(e.problem.op(), Backend::kCpu);
+      ASSERT_NE(op, nullptr);
+      const CheckResult check = op->make_workload(e.problem, tokens)->check(*s.tactic);
+      EXPECT_TRUE(check.ok) << s.tactic->id() << " at " << tokens << ": " << check.detail;
+    }
+  }
+
   const testing::ProcessResult verify = testing::run_cli({"cache", "verify", path});
   EXPECT_NE(verify.exit_code, 0);
   for (const Edited& e : edited) {
-    EXPECT_NE(verify.out.find(e.problem.canonical() + "@" + std::to_string(e.bucket)),
-              std::string::npos)
-        << verify.out;
+    EXPECT_NE(verify.out.find(key_of(e)), std::string::npos) << verify.out;
+    EXPECT_NE(verify.out.find("entry " + key_of(e) + ": "), std::string::npos) << verify.out;
     EXPECT_NE(verify.out.find(e.why), std::string::npos) << e.why << "\n" << verify.out;
   }
   EXPECT_NE(verify.out.find("1 of " + std::to_string(edited.size() + 1) + " servable"),
@@ -141,7 +243,7 @@ TEST(InvalidEntries, AreNeverServedAndVerifyAndPruneFindThem) {
   EXPECT_EQ(pruned.file.entries[0].problem, good);
 
   const testing::ProcessResult prune_op =
-      testing::run_cli({"cache", "prune", path, "--op", "toy_gemm"});
+      testing::run_cli({"cache", "prune", path, "--op", std::string(linear::kBlockFp8LinearOp)});
   ASSERT_EQ(prune_op.exit_code, 0) << prune_op.err;
   EXPECT_TRUE(read_cache_file(path).file.entries.empty());
 }

@@ -1,13 +1,14 @@
 // Test 1: a target pass then a draft pass into one file give the union of their entries, and a
-// new process serves both with zero tuning.
+// new process serves both with zero tuning. The passes tune tiny MoE expert GEMMs (a built-in op:
+// the `mxq` CLI serves, lists and merges their files).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "mxq/moe/tune.h"
 #include "mxq/tune/autotuner.h"
 #include "mxq/tune/presets.h"
-#include "mxq/tune/toy_gemm.h"
 #include "tune/tune_test_util.h"
 
 namespace mxq::tune {
@@ -23,11 +24,22 @@ AutotunerConfig tune_config(const std::string& path) {
   return config;
 }
 
-// Every (problem, bucket) key a preset's pass visits.
-std::set<std::string> keys_of(const std::string& preset) {
+// The passes of a deployment: a target model and its draft, as tiny MoE problems (a built-in op,
+// so that the `mxq` CLI serves their file). A is tiny-moe's CPU problem, B its TP=2 rank shape.
+Problem moe_problem(std::int64_t intermediate) {
+  return moe::moe_expert_gemm_problem({8, 8, 128, intermediate, 2, true});
+}
+using Pass = std::vector<PresetProblem>;
+Pass target_pass() { return {{moe_problem(128), {1, 2, 4}}}; }
+// Shares A with the target (as a draft model shares layer shapes with its target), at odd draft
+// token counts, and has B of its own.
+Pass draft_pass() { return {{moe_problem(128), {1, 7}}, {moe_problem(64), {1, 3}}}; }
+
+// Every (problem, bucket) key a pass visits.
+std::set<std::string> keys_of(const Pass& pass) {
   std::set<std::string> keys;
-  const OpSpec* op = builtin_tactics().find_op(kToyGemmOp, Backend::kCpu);
-  for (const PresetProblem& p : find_preset(preset).problems({})) {
+  const OpSpec* op = builtin_tactics().find_op(moe::kMoeExpertGemmOp, Backend::kCpu);
+  for (const PresetProblem& p : pass) {
     for (std::int64_t t : p.tokens) {
       CacheEntry e;
       e.problem = p.problem;
@@ -38,9 +50,9 @@ std::set<std::string> keys_of(const std::string& preset) {
   return keys;
 }
 
-void run_pass(Autotuner& tuner, const std::string& pass, const std::string& preset) {
-  TuningSession session(tuner, pass);
-  for (const PresetProblem& p : find_preset(preset).problems({})) {
+void run_pass(Autotuner& tuner, const std::string& name, const Pass& pass) {
+  TuningSession session(tuner, name);
+  for (const PresetProblem& p : pass) {
     session.tune_tokens(p.problem, p.tokens);
   }
 }
@@ -48,26 +60,35 @@ void run_pass(Autotuner& tuner, const std::string& pass, const std::string& pres
 TEST(MergePasses, TargetThenDraftGiveTheUnionAndANewProcessServesBothWithoutTuning) {
   TempDir dir;
   const std::string path = dir.file("deployment.json");
-  const std::set<std::string> target_keys = keys_of("toy");
-  const std::set<std::string> draft_keys = keys_of("toy-draft");
+  const std::set<std::string> target_keys = keys_of(target_pass());
+  const std::set<std::string> draft_keys = keys_of(draft_pass());
   std::set<std::string> all_keys = target_keys;
   all_keys.insert(draft_keys.begin(), draft_keys.end());
-  ASSERT_LT(all_keys.size(), target_keys.size() + draft_keys.size()) << "presets share a key";
+  ASSERT_LT(all_keys.size(), target_keys.size() + draft_keys.size()) << "passes share a key";
   ASSERT_GT(all_keys.size(), target_keys.size()) << "the draft has keys of its own";
+  // The CLI runs below tune tiny-moe's CPU problem under TP=1 (A) and TP=2 (B).
+  const auto cpu_problem_of_tiny_moe = [](int tp) {
+    for (const PresetProblem& p : find_preset("tiny-moe").problems({tp, 1})) {
+      if (p.problem.op() == moe::kMoeExpertGemmOp) return p.problem;
+    }
+    return Problem();
+  };
+  ASSERT_EQ(cpu_problem_of_tiny_moe(1), moe_problem(128));
+  ASSERT_EQ(cpu_problem_of_tiny_moe(2), moe_problem(64));
 
   // The draft's tuner exists (and has read the still-empty file) before the target pass runs,
   // as with one tuner per model: its save must merge, not replace.
   Autotuner target_tuner(tune_config(path));
   Autotuner draft_tuner(tune_config(path));
-  run_pass(target_tuner, "target", "toy");
+  run_pass(target_tuner, "target", target_pass());
   {
     const ReadResult after_target = read_cache_file(path);
     ASSERT_EQ(after_target.status, ReadStatus::kOk);
     EXPECT_EQ(after_target.file.entries.size(), target_keys.size());
   }
-  run_pass(draft_tuner, "draft", "toy-draft");
+  run_pass(draft_tuner, "draft", draft_pass());
   // A third pass in the first tuner (any order, any number): nothing it already has is lost.
-  run_pass(target_tuner, "target-again", "toy");
+  run_pass(target_tuner, "target-again", target_pass());
 
   const ReadResult merged = read_cache_file(path);
   ASSERT_EQ(merged.status, ReadStatus::kOk);
@@ -92,20 +113,32 @@ TEST(MergePasses, TargetThenDraftGiveTheUnionAndANewProcessServesBothWithoutTuni
     EXPECT_EQ(s.tactic->id(), e.tactic) << e.key();
   }
 
-  // A new process: the CLI tunes the same deployment from this file and measures nothing.
+  // New processes: the CLI tunes the deployment's keys from this file and measures nothing. A's
+  // buckets 1, 2, 4, 8 in a target and a draft pass (both served from the file), then B's (the
+  // TP=2 rank shape) at 1 and 4: every key of the file, each in at least one run.
   const std::string before = testing::read_file(path);
-  const testing::ProcessResult cli = testing::run_cli(
-      {"tune", "--preset", "toy", "--draft-preset", "toy-draft", "--cache", path, "--json"});
-  ASSERT_EQ(cli.exit_code, 0) << cli.err;
-  const nlohmann::json report = nlohmann::json::parse(cli.out);
-  EXPECT_EQ(report["summary"]["tuned"], 0);
-  EXPECT_EQ(report["summary"]["hit"], target_keys.size() + draft_keys.size());
   std::map<std::string, std::string> served;
-  for (const auto& r : report["records"]) {
-    EXPECT_EQ(r["status"], "hit") << r.dump();
-    served[r["problem"].get<std::string>() + "@" + std::to_string(r["bucket"].get<int>())] =
-        r["tactic"];
+  std::size_t records = 0;
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"--draft-preset", "tiny-moe", "--tokens", "1,2,4,8"},
+        std::vector<std::string>{"--tp", "2", "--tokens", "1,4"}}) {
+    std::vector<std::string> args = {"tune",    "--preset", "tiny-moe", "--ops", "moe_expert_gemm",
+                                     "--cache", path,       "--json"};
+    args.insert(args.end(), layout.begin(), layout.end());
+    const testing::ProcessResult cli = testing::run_cli(args);
+    ASSERT_EQ(cli.exit_code, 0) << cli.err;
+    const nlohmann::json report = nlohmann::json::parse(cli.out);
+    EXPECT_EQ(report["summary"]["tuned"], 0);
+    EXPECT_EQ(report["summary"]["hit"], report["records"].size());
+    for (const auto& r : report["records"]) {
+      EXPECT_EQ(r["status"], "hit") << r.dump();
+      served[r["problem"].get<std::string>() + "@" + std::to_string(r["bucket"].get<int>())] =
+          r["tactic"];
+      ++records;
+    }
   }
+  EXPECT_EQ(records, 2 * 4 + 2U);  // A: 4 buckets in 2 passes; B: 2 buckets
+  EXPECT_EQ(served.size(), all_keys.size());
   for (const CacheEntry& e : merged.file.entries) EXPECT_EQ(served[e.key()], e.tactic) << e.key();
   EXPECT_EQ(testing::read_file(path), before) << "a run without tuning must not rewrite the file";
 
@@ -114,9 +147,9 @@ TEST(MergePasses, TargetThenDraftGiveTheUnionAndANewProcessServesBothWithoutTuni
   const std::string draft_only = dir.file("draft.json");
   {
     Autotuner t(tune_config(target_only));
-    run_pass(t, "target", "toy");
+    run_pass(t, "target", target_pass());
     Autotuner d(tune_config(draft_only));
-    run_pass(d, "draft", "toy-draft");
+    run_pass(d, "draft", draft_pass());
   }
   const std::string union_path = dir.file("union.json");
   const testing::ProcessResult merge =
@@ -180,7 +213,7 @@ TEST(MergePasses, TargetThenDraftGiveTheUnionAndANewProcessServesBothWithoutTuni
 TEST(MergePasses, EachWinnerIsSavedAtOnceAndLeavingByAnExceptionSavesTheRest) {
   TempDir dir;
   const std::string path = dir.file("cache.json");
-  const Problem problem = toy_gemm_problem(64, 64);
+  const Problem problem = moe_problem(128);
   Autotuner tuner(tune_config(path));
   {
     TuningSession session(tuner, "target");

@@ -9,17 +9,39 @@
 #include <sstream>
 
 #include "mxq/io/npy.h"
+#include "mxq/linear/tune.h"
 #include "mxq/moe/synthetic.h"
+#include "mxq/moe/tune.h"
 #include "mxq/tune/autotuner.h"
-#include "mxq/tune/block_fp8_linear.h"
-#include "mxq/tune/moe_expert_gemm.h"
-#include "mxq/tune/moe_gpu_forward.h"
 #include "mxq/tune/presets.h"
 #include "mxq/tune/registry.h"
 #include "tune/tune_test_util.h"
 
 namespace mxq::tune {
 namespace {
+
+using linear::block_fp8_linear_problem;
+using linear::kBlockFp8LinearOp;
+using moe::kMoeExpertGemmOp;
+using moe::kMoeGpuForwardOp;
+using moe::moe_expert_gemm_problem;
+using moe::moe_gpu_forward_problem;
+using moe::MoeExpertGemmArgs;
+using moe::MoeGpuForwardShape;
+
+MoeGpuForwardShape gpu_shape(std::int64_t e, std::int64_t e_local, std::int64_t h,
+                             std::int64_t valid, std::int64_t after_pad, std::int64_t k) {
+  MoeGpuForwardShape shape;
+  shape.experts = e;
+  shape.experts_local = e_local;
+  shape.hidden = h;
+  shape.intermediate_valid = valid;
+  shape.intermediate_after_pad = after_pad;
+  shape.top_k = k;
+  shape.has_bias = true;
+  shape.activation = moe::Activation::kSwigluOai;
+  return shape;
+}
 
 const OpSpec& op_named(std::string_view name) {
   const OpSpec* op = builtin_tactics().find_op(name, Backend::kCpu);
@@ -132,11 +154,7 @@ TEST(Presets, MoePresetsHoldEveryRankShapeForTheCpuAndTheGpu) {
   };
   const auto gpu = [](std::int64_t e, std::int64_t e_local, std::int64_t h, std::int64_t i,
                       std::int64_t p, std::int64_t k) {
-    MoeGpuForwardShape shape;
-    shape.rank = {e, e_local, h, i, k, true};
-    shape.intermediate_padded = p;
-    shape.activation = moe::Activation::kSwigluOai;
-    return moe_gpu_forward_problem(shape);
+    return moe_gpu_forward_problem(gpu_shape(e, e_local, h, i, p, k));
   };
   EXPECT_EQ(problems_of("gpt-oss-20b"),
             (std::vector<Problem>{moe(32, 32, 2880, 2880, 4), gpu(32, 32, 2880, 2880, 2944, 4)}));
@@ -163,16 +181,23 @@ TEST(Presets, MoePresetsHoldEveryRankShapeForTheCpuAndTheGpu) {
             (std::vector<Problem>{moe(128, 128, 2880, 736, 4), gpu(128, 128, 2880, 736, 768, 4),
                                   gpu(128, 128, 2880, 672, 768, 4)}));
   EXPECT_THROW(problems_of("gpt-oss-20b", {1, 33}), Error);
+  // More TP ranks than 32-channel blocks can fill: I = 128 over 3 ranks stores 64 channels each,
+  // and rank 2 holds none. It runs its zero-filled shard on the CPU (the CPU key is the stored
+  // width) and no kernel on the GPU (an inactive rank): no GPU key of 0 channels.
+  EXPECT_EQ(problems_of("tiny-moe", {3, 1}),
+            (std::vector<Problem>{moe(8, 8, 128, 64, 2), gpu(8, 8, 128, 64, 128, 2)}));
 }
 
 TEST(Presets, MoeGpuForwardProblemsRefuseAWidthBelowTheValidChannels) {
-  MoeGpuForwardShape shape;
-  shape.rank = {8, 8, 128, 128, 2, true};
-  shape.intermediate_padded = 96;  // < I
+  MoeGpuForwardShape shape = gpu_shape(8, 8, 128, 128, 96, 2);  // P < I
   EXPECT_THROW((void)moe_gpu_forward_problem(shape), Error);
-  shape.intermediate_padded = 144;  // not a multiple of 32
+  shape.intermediate_after_pad = 144;  // not a multiple of 32
   EXPECT_THROW((void)moe_gpu_forward_problem(shape), Error);
-  shape.intermediate_padded = 256;
+  shape.intermediate_valid = 0;  // a rank without channels has no GPU problem
+  shape.intermediate_after_pad = 128;
+  EXPECT_THROW((void)moe_gpu_forward_problem(shape), Error);
+  shape.intermediate_valid = 128;
+  shape.intermediate_after_pad = 256;
   EXPECT_EQ(moe_gpu_forward_problem(shape).canonical(),
             "moe_gpu_forward[E=8,E_local=8,H=128,I=128,P=256,bias=1,top_k=2|act=swiglu_oai,"
             "out=bf16,w=mxfp4,x=bf16]");
@@ -189,7 +214,21 @@ TEST(Presets, DeepseekV3LinearHoldsTheSixShapesAndSplitsThemOverTp) {
             (std::vector<Problem>{linear(2112, 7168), linear(3072, 1536), linear(4096, 512),
                                   linear(7168, 2048), linear(512, 7168), linear(7168, 256)}));
   EXPECT_THROW(problems_of("deepseek-v3-linear", {3, 1}), Error);
-  for (const char* name : {"toy", "toy-draft"}) EXPECT_FALSE(problems_of(name).empty()) << name;
+}
+
+// The built-in presets are the ops' own (src/moe/moe_presets.cpp, src/linear/linear_presets.cpp);
+// the tuner's test op has none among them.
+TEST(Presets, TheBuiltInPresetsAreTheOpsOwn) {
+  std::set<std::string> names;
+  for (const DeploymentPreset& p : deployment_presets()) names.insert(p.name);
+  EXPECT_EQ(names, (std::set<std::string>{"deepseek-v3-linear", "gpt-oss-120b", "gpt-oss-20b",
+                                          "tiny-moe"}));
+  try {
+    (void)find_preset("toy");
+    ADD_FAILURE() << "toy is a test preset";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tiny-moe"), std::string::npos) << e.what();
+  }
 }
 
 TEST(TinyMoeCli, TunesEveryKeyThenServesAllFromTheCacheWithZeroTuning) {
@@ -260,8 +299,9 @@ TEST(TinyMoeCli, AnUnevenEpSplitTunesAndServesEveryRanksKey) {
 
 TEST(TuneCli, BudgetIsTheFlagForAllPassesElseTheVariableForEachPass) {
   testing::TempDir dir;
-  const std::vector<std::string> args = {"tune",    "--preset",           "toy",   "--tokens", "1",
-                                         "--cache", dir.file("toy.json"), "--json"};
+  const std::vector<std::string> args = {
+      "tune",  "--preset", "tiny-moe", "--tokens", "1", "--cache", dir.file("tiny-moe.json"),
+      "--json"};
   const auto budget_of = [&](const std::vector<std::string>& extra,
                              const std::vector<std::string>& env) {
     std::vector<std::string> argv = args;
@@ -284,18 +324,19 @@ TEST(TuneCli, BudgetIsTheFlagForAllPassesElseTheVariableForEachPass) {
 
 TEST(TuneCli, AnOpThePresetsDoNotTuneIsAnError) {
   testing::TempDir dir;
-  const testing::ProcessResult r = testing::run_cli(
-      {"tune", "--preset", "toy", "--ops", "toy_gemm,nope", "--cache", dir.file("c.json")});
+  const testing::ProcessResult r =
+      testing::run_cli({"tune", "--preset", "tiny-moe", "--ops", "moe_expert_gemm,nope", "--cache",
+                        dir.file("c.json")});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--ops: 'nope'"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("toy_gemm"), std::string::npos) << r.err;  // the ops it could be
+  EXPECT_NE(r.err.find("moe_expert_gemm"), std::string::npos) << r.err;  // the ops it could be
   EXPECT_FALSE(std::filesystem::exists(dir.file("c.json")));
 }
 
 TEST(TuneCli, DecisionsThatCannotBeSavedFailTheRun) {
   testing::TempDir dir;
   const std::string path = dir.file("c.json");
-  const std::vector<std::string> args = {"tune", "--preset", "toy", "--tokens",
+  const std::vector<std::string> args = {"tune", "--preset", "tiny-moe", "--tokens",
                                          "1",    "--cache",  path};
   ASSERT_EQ(testing::run_cli(args).exit_code, 0);
   // The same file as if tuned on another machine: not served, and not written into.
@@ -336,12 +377,14 @@ TEST(TuneCli, DecisionsThatCannotBeSavedFailTheRun) {
 TEST(TuneCli, PruneStaleRefusesAFileOfAnotherBuildUnlessForced) {
   testing::TempDir dir;
   const std::string path = dir.file("c.json");
-  ASSERT_EQ(
-      testing::run_cli({"tune", "--preset", "toy", "--tokens", "1", "--cache", path}).exit_code, 0);
+  ASSERT_EQ(testing::run_cli({"tune", "--preset", "tiny-moe", "--tokens", "1", "--cache", path})
+                .exit_code,
+            0);
   nlohmann::json file = nlohmann::json::parse(testing::read_file(path));
   file["fingerprint"]["registry_hash"] = "0123456789abcdef";
   ASSERT_FALSE(file["entries"].empty());
-  file["entries"][0]["tactic"] = "unrolled[lanes=32]";  // a tactic of that other build
+  file["entries"][0]["tactic"] =
+      "tiled[pairs=64,rows=8,threads=1]";  // a tactic of that other build
   testing::write_file(path, file.dump(2));
   const std::string theirs = testing::read_file(path);
   const testing::ProcessResult refused = testing::run_cli({"cache", "prune", path, "--stale"});
@@ -351,7 +394,7 @@ TEST(TuneCli, PruneStaleRefusesAFileOfAnotherBuildUnlessForced) {
   const testing::ProcessResult forced =
       testing::run_cli({"cache", "prune", path, "--stale", "--force"});
   ASSERT_EQ(forced.exit_code, 0) << forced.err;
-  EXPECT_NE(forced.out.find("unrolled[lanes=32]"), std::string::npos) << forced.out;
+  EXPECT_NE(forced.out.find("tiled[pairs=64,rows=8,threads=1]"), std::string::npos) << forced.out;
   EXPECT_EQ(nlohmann::json::parse(testing::read_file(path))["entries"].size(),
             file["entries"].size() - 1);
 }
@@ -359,19 +402,21 @@ TEST(TuneCli, PruneStaleRefusesAFileOfAnotherBuildUnlessForced) {
 TEST(TuneCli, CacheShowOrdersBucketsByValueAndPruneRefusesAnAbsentOp) {
   testing::TempDir dir;
   const std::string path = dir.file("c.json");
-  ASSERT_EQ(testing::run_cli({"tune", "--preset", "toy", "--tokens", "1,2,16", "--cache", path})
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      testing::run_cli({"tune", "--preset", "tiny-moe", "--tokens", "1,2,16", "--cache", path})
+          .exit_code,
+      0);
   const testing::ProcessResult show = testing::run_cli({"cache", "show", path});
   ASSERT_EQ(show.exit_code, 0) << show.err;
-  // Each toy problem's rows come in bucket order 1, 2, 16 (as text, 16 sorts before 2).
+  // Each tiny-moe problem's rows come in bucket order 1, 2, 16 (as text, 16 sorts before 2).
   std::vector<long long> buckets;
   std::istringstream lines(show.out);
   for (std::string line; std::getline(lines, line);) {
     std::istringstream words(line);
     std::string op, shape, dtypes;
     long long bucket = 0;
-    if (words >> op >> shape >> dtypes >> bucket && op == "toy_gemm") buckets.push_back(bucket);
+    if (words >> op >> shape >> dtypes >> bucket && op == "moe_expert_gemm")
+      buckets.push_back(bucket);
   }
   ASSERT_FALSE(buckets.empty()) << show.out;
   ASSERT_EQ(buckets.size() % 3, 0U) << show.out;
@@ -382,11 +427,12 @@ TEST(TuneCli, CacheShowOrdersBucketsByValueAndPruneRefusesAnAbsentOp) {
   }
 
   const std::string before = testing::read_file(path);
-  const testing::ProcessResult typo = testing::run_cli({"cache", "prune", path, "--op", "toy_gem"});
+  const testing::ProcessResult typo =
+      testing::run_cli({"cache", "prune", path, "--op", "moe_expert_gem"});
   EXPECT_EQ(typo.exit_code, 2);
-  EXPECT_NE(typo.err.find("its ops: toy_gemm"), std::string::npos) << typo.err;
+  EXPECT_NE(typo.err.find("its ops: moe_expert_gemm"), std::string::npos) << typo.err;
   EXPECT_EQ(testing::read_file(path), before);
-  EXPECT_EQ(testing::run_cli({"cache", "prune", path, "--op", "toy_gemm"}).exit_code, 0);
+  EXPECT_EQ(testing::run_cli({"cache", "prune", path, "--op", "moe_expert_gemm"}).exit_code, 0);
   EXPECT_TRUE(read_cache_file(path).file.entries.empty());
 }
 

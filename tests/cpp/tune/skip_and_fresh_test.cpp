@@ -8,9 +8,9 @@
 #include <regex>
 
 #include "mxq/core/error.h"
+#include "mxq/moe/tune.h"
 #include "mxq/tune/autotuner.h"
 #include "mxq/tune/presets.h"
-#include "mxq/tune/toy_gemm.h"
 #include "tune/tune_test_util.h"
 
 namespace mxq::tune {
@@ -27,6 +27,14 @@ class SkipAndFresh : public ::testing::Test {
     }
   }
 
+  // tiny-moe's CPU problem (moe_expert_gemm): the key `mxq tune --preset tiny-moe` tunes.
+  static Problem tiny_moe_problem() {
+    for (const PresetProblem& p : find_preset("tiny-moe").problems({})) {
+      if (p.problem.op() == moe::kMoeExpertGemmOp) return p.problem;
+    }
+    throw std::runtime_error("tiny-moe has no moe_expert_gemm problem");
+  }
+
   // A cache whose decisions differ from the defaults, as a tuned one would.
   static void write_cache(const std::string& path, const Problem& problem) {
     std::vector<CacheEntry> entries;
@@ -34,7 +42,7 @@ class SkipAndFresh : public ::testing::Test {
       CacheEntry e;
       e.problem = problem;
       e.bucket = bucket;
-      e.tactic = "unrolled[lanes=8]";
+      e.tactic = "tiled[pairs=8,rows=64,threads=1]";
       e.pass = "target";
       e.tuned_at = "2026-01-01T00:00:00Z";
       entries.push_back(e);
@@ -47,7 +55,7 @@ class SkipAndFresh : public ::testing::Test {
 TEST_F(SkipAndFresh, SkippedOpsRunTheirDefaultAndAreNeverTuned) {
   TempDir dir;
   const std::string path = dir.file("cache.json");
-  const Problem problem = toy_gemm_problem(64, 64);
+  const Problem problem = tiny_moe_problem();
   write_cache(path, problem);
   const std::string bytes = testing::read_file(path);
 
@@ -57,18 +65,19 @@ TEST_F(SkipAndFresh, SkippedOpsRunTheirDefaultAndAreNeverTuned) {
     AutotunerConfig config;
     config.options = AutotuneOptions::from_env();
     const Autotuner tuner(config);
-    EXPECT_EQ(tuner.lookup(problem, 8).tactic->id(), "unrolled[lanes=8]");
+    EXPECT_EQ(tuner.lookup(problem, 8).tactic->id(), "tiled[pairs=8,rows=64,threads=1]");
   }
-  setenv("MXQ_AUTOTUNE_SKIP_OPS", "some_other_op, toy_gemm", 1);
+  setenv("MXQ_AUTOTUNE_SKIP_OPS", "some_other_op, moe_expert_gemm", 1);
   AutotunerConfig config;
   config.options = AutotuneOptions::from_env();
   config.options.measure = testing::quick_measure();
-  ASSERT_EQ(config.options.skip_ops, (std::vector<std::string>{"some_other_op", "toy_gemm"}));
+  ASSERT_EQ(config.options.skip_ops,
+            (std::vector<std::string>{"some_other_op", "moe_expert_gemm"}));
   Autotuner tuner(config);
   for (std::int64_t tokens : {1, 5, 8, 64, 100}) {
     const Selection s = tuner.lookup(problem, tokens);
     EXPECT_EQ(s.source, SelectionSource::kSkipped);
-    EXPECT_EQ(s.tactic->id(), "rowwise");
+    EXPECT_EQ(s.tactic->id(), "reference");
   }
   {
     TuningSession session(tuner, "target");
@@ -91,15 +100,16 @@ TEST_F(SkipAndFresh, SkippedOpsRunTheirDefaultAndAreNeverTuned) {
   unsetenv("MXQ_AUTOTUNE_CACHE");
   unsetenv("MXQ_AUTOTUNE_SKIP_OPS");
   const testing::ProcessResult cli = testing::run_cli(
-      {"tune", "--preset", "toy", "--json"},
-      {"MXQ_AUTOTUNE_SKIP_OPS=toy_gemm", "MXQ_CACHE_DIR=" + dir.file("cache-dir")});
+      {"tune", "--preset", "tiny-moe", "--json"},
+      {"MXQ_AUTOTUNE_SKIP_OPS=moe_expert_gemm", "MXQ_CACHE_DIR=" + dir.file("cache-dir")});
   ASSERT_EQ(cli.exit_code, 0) << cli.err;
   const nlohmann::json report = nlohmann::json::parse(cli.out);
   EXPECT_EQ(report["summary"]["tuned"], 0);
+  EXPECT_FALSE(report["records"].empty());
   EXPECT_EQ(report["summary"]["skipped"], report["records"].size());
   EXPECT_FALSE(std::filesystem::exists(report["cache"].get<std::string>()));
   const testing::ProcessResult plain =
-      testing::run_cli({"tune", "--preset", "toy", "--tokens", "1", "--json"},
+      testing::run_cli({"tune", "--preset", "tiny-moe", "--tokens", "1", "--json"},
                        {"MXQ_CACHE_DIR=" + dir.file("cache-dir")});
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_EQ(nlohmann::json::parse(plain.out)["cache"], report["cache"]);
@@ -108,7 +118,7 @@ TEST_F(SkipAndFresh, SkippedOpsRunTheirDefaultAndAreNeverTuned) {
 TEST_F(SkipAndFresh, FreshRunReadsNothingAndWritesANewRunsFile) {
   TempDir dir;
   const std::string path = dir.file("main.json");
-  const Problem problem = toy_gemm_problem(64, 64);
+  const Problem problem = tiny_moe_problem();
   write_cache(path, problem);
   const std::string bytes = testing::read_file(path);
 
@@ -159,7 +169,7 @@ TEST_F(SkipAndFresh, FreshRunReadsNothingAndWritesANewRunsFile) {
   setenv("MXQ_AUTOTUNE", "load", 1);
   AutotunerConfig load;
   load.options = AutotuneOptions::from_env();
-  EXPECT_EQ(Autotuner(load).lookup(problem, 8).tactic->id(), "unrolled[lanes=8]");
+  EXPECT_EQ(Autotuner(load).lookup(problem, 8).tactic->id(), "tiled[pairs=8,rows=64,threads=1]");
   setenv("MXQ_AUTOTUNE", "sometimes", 1);
   try {
     (void)AutotuneOptions::from_env();
@@ -168,10 +178,11 @@ TEST_F(SkipAndFresh, FreshRunReadsNothingAndWritesANewRunsFile) {
     EXPECT_NE(std::string(e.what()).find("MXQ_AUTOTUNE"), std::string::npos) << e.what();
   }
 
-  // The CLI's --fresh does the same.
+  // The CLI's --fresh does the same (tiny-moe's CPU problem at buckets 1 and 2: the main cache
+  // holds the first, and is not read).
   unsetenv("MXQ_AUTOTUNE");
   const testing::ProcessResult cli = testing::run_cli(
-      {"tune", "--preset", "toy", "--tokens", "1", "--cache", path, "--fresh", "--json"});
+      {"tune", "--preset", "tiny-moe", "--tokens", "1,2", "--cache", path, "--fresh", "--json"});
   ASSERT_EQ(cli.exit_code, 0) << cli.err;
   const nlohmann::json report = nlohmann::json::parse(cli.out);
   EXPECT_EQ(report["mode"], "fresh");

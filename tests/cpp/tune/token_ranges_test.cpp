@@ -1,14 +1,14 @@
 // Test 7: a token count between buckets never gets a tactic outside its valid token range:
 // not from tuning (a bucket's winner must be valid for every count the bucket serves), not from
-// a hand-edited file, not beyond the last bucket. With the real toy_gemm op, every served tactic
-// also runs correctly at that count.
+// a hand-edited file, not beyond the last bucket. With the real toy_gemm op (the tuner's test op,
+// in toy_registry()), every served tactic also runs correctly at that count.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "mxq/tune/autotuner.h"
-#include "mxq/tune/toy_gemm.h"
+#include "tune/toy_gemm/toy_gemm.h"
 #include "tune/tune_test_util.h"
 
 namespace mxq::tune {
@@ -18,11 +18,7 @@ using testing::TempDir;
 
 TEST(TokenRanges, RealToyGemmServesOnlyValidTacticsAtEveryTokenCount) {
   TempDir dir;
-  AutotunerConfig config;
-  config.options.mode = AutotuneMode::kTune;
-  config.options.cache_path = dir.file("cache.json");
-  config.options.measure = testing::quick_measure();
-  Autotuner tuner(config);
+  Autotuner tuner(testing::tune_cpu_config(dir.file("cache.json"), &toy_registry()));
   const Problem problem = toy_gemm_problem(32, 64);
   const std::vector<std::int64_t> buckets = {1, 2, 4, 8, 16, 32};
   {
@@ -37,7 +33,7 @@ TEST(TokenRanges, RealToyGemmServesOnlyValidTacticsAtEveryTokenCount) {
     served.insert(s.tactic->id());
     // It really runs there: the output matches the double-precision reference.
     const std::unique_ptr<Workload> workload =
-        builtin_tactics().find_op(kToyGemmOp, Backend::kCpu)->make_workload(problem, tokens);
+        toy_registry().find_op(kToyGemmOp, Backend::kCpu)->make_workload(problem, tokens);
     const CheckResult check = workload->check(*s.tactic);
     ASSERT_TRUE(check.ok) << s.tactic->id() << " at " << tokens << ": " << check.detail;
   }

@@ -1,6 +1,11 @@
 // Shared helpers of the autotuner tests: temporary folders, files, child processes, and a
 // synthetic op whose tactics "run" by advancing a per-thread virtual clock (so tuning is
 // instant and its timings, noise included, are under the test's control).
+//
+// Helpers that build a tuner or fingerprint a file take the registry to use: the built-in one
+// (builtin_tactics(), what the `mxq` CLI knows) unless a test passes its own, e.g. toy_registry()
+// (tune/toy_gemm/toy_gemm.h: the built-in tactics plus the test op toy_gemm). A file the CLI must
+// verify, list as "this machine" or serve holds built-in ops and the built-in fingerprint.
 #pragma once
 
 #include <fcntl.h>
@@ -125,7 +130,8 @@ inline ProcessResult run_cli(const std::vector<std::string>& args,
   return run_process(argv, env);
 }
 
-// Quick measurement settings for tests that time the real toy_gemm op.
+// Quick measurement settings for tests that time real CPU ops (toy_gemm, and the small shapes of
+// the built-in moe_expert_gemm and block_fp8_linear that the tests use).
 inline MeasureSettings quick_measure() {
   MeasureSettings m;
   m.warmup_runs = 1;
@@ -244,6 +250,18 @@ inline void write_cpu_cache(const std::string& path, const TacticRegistry& regis
                             const std::vector<CacheEntry>& entries) {
   CacheStore store(path, cpu_fingerprint(registry));
   if (!store.save(entries).ok) fail(ErrorCode::kIo, "test cache file ", path, " not written");
+}
+
+// The config of a tune-mode CPU tuner that tunes into the cache file at `path` with quick
+// measurements (registry null: the built-in one).
+inline AutotunerConfig tune_cpu_config(const std::string& path,
+                                       const TacticRegistry* registry = nullptr) {
+  AutotunerConfig config;
+  config.options.mode = AutotuneMode::kTune;
+  config.options.cache_path = path;
+  config.options.measure = quick_measure();
+  config.registry = registry;
+  return config;
 }
 
 // A load-mode CPU tuner serving the cache file at `path` (registry null: the built-in one).

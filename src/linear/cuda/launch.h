@@ -1,0 +1,81 @@
+// Host launchers of the block-FP8 CUDA kernels (internal to mxq). Each checks the facts its
+// kernel relies on and throws mxq::Error(kInternal) when dispatch let through a problem it
+// cannot run; every CUDA call is checked.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "linear/cuda/kernel_params.h"
+
+namespace mxq::linear::gpu {
+
+// Tile shapes compiled for the mma.sync fallback: CTA tile kBm x kBn, K chunk kc bytes; f16_mma
+// selects the variant that unpacks the E4M3 fragments to f16 for m16n8k16 (see mma_sync_gemm.cuh).
+struct MmaSyncShape {
+  int bm;
+  int bn;
+  int kc;
+  int stages;
+  int threads;
+  bool f16_mma;
+};
+inline constexpr std::array<MmaSyncShape, 6> kMmaSyncShapes = {{
+    {16, 64, 64, 6, 128, false},    // decode: many CTAs along N; warps 1x4 of 16x16
+    {64, 128, 64, 4, 256, false},   // medium M; warps 2x4 of 32x32
+    {64, 128, 32, 4, 256, false},   // block K extents not a multiple of 64 (16, 32, 48, 96...)
+    {128, 128, 64, 4, 512, false},  // large M; warps 4x4 of 32x32
+    {64, 128, 64, 4, 256, true},    // as above, f16 m16n8k16 on unpacked fragments
+    {128, 128, 64, 4, 512, true},
+}};
+
+// Tile shapes compiled for the Hopper wgmma kernel; `overlap` selects the variant that promotes
+// each K-block while the next block's wgmma run (two accumulators). ptxas holds a 384-thread
+// kernel to 168 registers per thread, too few for two 64x128 accumulators plus the result, so
+// the overlapping variant has one consumer warpgroup (256 threads).
+struct WgmmaShape {
+  int bm;
+  int bn;
+  int stages;
+  bool overlap;
+};
+inline constexpr std::array<WgmmaShape, 4> kWgmmaShapes = {{
+    {64, 64, 8, false},
+    {64, 128, 8, false},
+    {128, 128, 5, false},
+    {64, 128, 8, true},  // one consumer warpgroup: 2 x 64 + 64 fp32 registers fit its 232
+}};
+
+// Tile shapes compiled for the wgmma kernel on other weight blocks (the wgmma fallback): block K
+// extent 64 or 128; block N extent a multiple of the tile width, or 64 with 128-wide tiles.
+inline constexpr std::array<WgmmaShape, 3> kWgmmaAnyBlockShapes = {{
+    {64, 64, 8, false},
+    {64, 128, 8, false},
+    {128, 128, 5, false},
+}};
+
+std::string to_string(const MmaSyncShape& shape);  // "m64n128k64"
+std::string to_string(const WgmmaShape& shape);    // "m128n128", "m128n128_overlap"
+
+// True when the mma.sync kernel can use 16-byte cp.async for both operands.
+bool mma_sync_vector_loads(const BlockFp8GemmArgs& args);
+
+void launch_mma_sync(const MmaSyncShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream);
+void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream);
+void launch_wgmma_any_block(const WgmmaShape& shape, const BlockFp8GemmArgs& args,
+                            cudaStream_t stream);
+
+void launch_quantize_activation(const QuantizeActivationArgs& args, cudaStream_t stream);
+// f32 [mn, groups] row-major -> [groups, out_ld] (rows past mn are 0).
+void launch_transpose_scales(const float* in, int mn, int groups, float* out, std::int64_t out_ld,
+                             cudaStream_t stream);
+// Packed UE8M0 [ceil(groups/4), round_up(mn,4)] -> out[m * stride_mn + g * stride_g] for
+// m < out_rows (rows past mn are 0).
+void launch_unpack_ue8m0(const std::int32_t* packed, int mn, int groups, std::int64_t out_rows,
+                         float* out, std::int64_t stride_mn, std::int64_t stride_g,
+                         cudaStream_t stream);
+
+}  // namespace mxq::linear::gpu

@@ -1,0 +1,155 @@
+// Host launcher of the Hopper (sm_90a) block-FP8 GEMM: builds the four TMA tensor maps
+// (cuda/tensor_map.h) and launches a persistent grid of one CTA per SM.
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "cuda_common/tensor_map.h"
+#include "linear/cuda/launch.h"
+#include "linear/cuda/wgmma_gemm.cuh"
+#include "mxq/core/cuda_check.h"
+#include "mxq/core/error.h"
+
+namespace mxq::linear::gpu {
+namespace {
+
+bool aligned(const void* pointer, std::uintptr_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0;
+}
+
+void require(bool condition, const char* what) {
+  if (!condition) {
+    fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: ", what,
+         " (dispatch should have refused this problem)");
+  }
+}
+
+template <typename Tile>
+void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
+  const int k_groups = (args.k + args.block_k - 1) / args.block_k;
+  const CUtensorMap map_a =
+      tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a, static_cast<std::uint64_t>(args.m),
+                   static_cast<std::uint64_t>(args.k), static_cast<std::uint64_t>(args.lda),
+                   Tile::kBm, 128, CU_TENSOR_MAP_SWIZZLE_128B, "activations");
+  const CUtensorMap map_w =
+      tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, args.w, static_cast<std::uint64_t>(args.n),
+                   static_cast<std::uint64_t>(args.k), static_cast<std::uint64_t>(args.ldw),
+                   Tile::kBn, 128, CU_TENSOR_MAP_SWIZZLE_128B, "weights");
+  const CUtensorMap map_a_scale = tma::make_2d(
+      CU_TENSOR_MAP_DATA_TYPE_FLOAT32, args.a_scale, static_cast<std::uint64_t>(k_groups),
+      static_cast<std::uint64_t>(args.m), static_cast<std::uint64_t>(args.a_scale_ld) * 4,
+      Tile::kKSplit, Tile::kBm, CU_TENSOR_MAP_SWIZZLE_NONE, "activation scales");
+  const CUtensorMap map_out =
+      tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.out, static_cast<std::uint64_t>(args.m),
+                   static_cast<std::uint64_t>(args.n), static_cast<std::uint64_t>(args.ldo) * 2, 64,
+                   64, CU_TENSOR_MAP_SWIZZLE_128B, "output");
+
+  WgmmaGemmArgs kernel_args;
+  kernel_args.m = args.m;
+  kernel_args.n = args.n;
+  kernel_args.k = args.k;
+  kernel_args.block_n = args.block_n;
+  kernel_args.block_k = args.block_k;
+  kernel_args.w_scale = args.w_scale;
+  kernel_args.w_scale_ld = args.w_scale_ld;
+  kernel_args.bias_f32 = args.bias_f32;
+  kernel_args.bias_bf16 = args.bias_bf16;
+
+  int device = 0;
+  int sms = 0;
+  MXQ_CUDA_CHECK(cudaGetDevice(&device));
+  MXQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const long long tiles = static_cast<long long>((args.m + Tile::kBm - 1) / Tile::kBm) *
+                          ((args.n + Tile::kBn - 1) / Tile::kBn);
+  const int grid = static_cast<int>(tiles < sms ? tiles : sms);
+
+  auto* kernel = &kernels::block_fp8_wgmma_kernel<Tile>;
+  MXQ_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map_a, map_w, map_a_scale, map_out,
+                                                             kernel_args);
+  MXQ_CUDA_CHECK_LAUNCH();
+}
+
+// Facts every instantiation relies on (dispatch checks them first; see device_ops.cpp).
+void require_common(const BlockFp8GemmArgs& args) {
+  require(args.out_bf16, "output must be bf16");
+  require(args.n % 16 == 0 && args.k % 16 == 0, "N % 16 == 0 and K % 16 == 0");
+  require(args.lda % 16 == 0 && args.ldw % 16 == 0 && args.ldo % 8 == 0,
+          "16-byte row strides of A, W and the output");
+  require(args.a_scale_ld % 4 == 0 && args.a_scale_ld >= args.m,
+          "activation scale rows padded to a multiple of 4");
+  require(aligned(args.a, 16) && aligned(args.w, 16) && aligned(args.out, 16) &&
+              aligned(args.a_scale, 16),
+          "16-byte aligned A, W, scales and output");
+}
+
+// One tile shape with the block-dependent template arguments chosen at run time.
+template <int kBm, int kBn, int kStages, bool kOverlap>
+void launch_any_block(const BlockFp8GemmArgs& args, cudaStream_t stream) {
+  const int n_split = args.block_n % kBn == 0 ? 1 : kBn / args.block_n;
+  require(n_split == 1 || (n_split == 2 && args.block_n * 2 == kBn),
+          "weight block N a multiple of the tile width or half of it");
+  if (args.block_k == 128) {
+    if (n_split == 1)
+      return launch_tile<kernels::WgmmaTile<kBm, kBn, kStages, kOverlap, 1, 1>>(args, stream);
+    if constexpr (kBn == 128) {
+      return launch_tile<kernels::WgmmaTile<kBm, kBn, kStages, kOverlap, 1, 2>>(args, stream);
+    }
+  }
+  if (args.block_k == 64) {
+    if (n_split == 1)
+      return launch_tile<kernels::WgmmaTile<kBm, kBn, kStages, kOverlap, 2, 1>>(args, stream);
+    if constexpr (kBn == 128) {
+      return launch_tile<kernels::WgmmaTile<kBm, kBn, kStages, kOverlap, 2, 2>>(args, stream);
+    }
+  }
+  fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: block ", args.block_n, "x", args.block_k,
+       " is not compiled for tile m", kBm, "n", kBn);
+}
+
+}  // namespace
+
+std::string to_string(const WgmmaShape& shape) {
+  return detail::concat('m', shape.bm, 'n', shape.bn, shape.overlap ? "_overlap" : "");
+}
+
+void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream) {
+  require_common(args);
+  require(args.block_n == 128 && args.block_k == 128, "block must be 128x128");
+  require(args.k % 128 == 0, "K % 128 == 0");
+  if (args.m <= 0 || args.n <= 0 || args.k <= 0) return;
+  if (shape.bm == 64 && shape.bn == 64 && !shape.overlap) {
+    return launch_tile<kernels::WgmmaTile<64, 64, 8>>(args, stream);
+  }
+  if (shape.bm == 64 && shape.bn == 128 && !shape.overlap) {
+    return launch_tile<kernels::WgmmaTile<64, 128, 8>>(args, stream);
+  }
+  if (shape.bm == 128 && shape.bn == 128 && !shape.overlap) {
+    return launch_tile<kernels::WgmmaTile<128, 128, 5>>(args, stream);
+  }
+  if (shape.bm == 64 && shape.bn == 128 && shape.overlap) {
+    return launch_tile<kernels::WgmmaTile<64, 128, 8, true>>(args, stream);
+  }
+  fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: tile ", to_string(shape),
+       " is not compiled");
+}
+
+void launch_wgmma_any_block(const WgmmaShape& shape, const BlockFp8GemmArgs& args,
+                            cudaStream_t stream) {
+  require_common(args);
+  if (args.m <= 0 || args.n <= 0 || args.k <= 0) return;
+  if (shape.bm == 64 && shape.bn == 64 && !shape.overlap) {
+    return launch_any_block<64, 64, 8, false>(args, stream);
+  }
+  if (shape.bm == 64 && shape.bn == 128 && !shape.overlap) {
+    return launch_any_block<64, 128, 8, false>(args, stream);
+  }
+  if (shape.bm == 128 && shape.bn == 128 && !shape.overlap) {
+    return launch_any_block<128, 128, 5, false>(args, stream);
+  }
+  fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM (any block): tile ", to_string(shape),
+       " is not compiled");
+}
+
+}  // namespace mxq::linear::gpu

@@ -1,0 +1,373 @@
+// The Hopper block-FP8 GEMM: the fast path for DeepSeek-V3 128x128 weight blocks with 1x128
+// activation groups, and (same kernel, other template arguments) the wgmma fallback for weight
+// blocks of 64 or 128 along K and 64 or a multiple of the tile width along N. bf16 out,
+// N % 16 == 0. Persistent, warp-specialised:
+//  * one producer warpgroup whose first thread streams A [kBm x 128], W [kBn x 128] and the
+//    activation scales of the tile's rows through a kStages-deep ring of shared-memory stages with
+//    TMA (cp.async.bulk.tensor, 128-byte swizzle), completion on "full" mbarriers;
+//  * kBm/64 consumer warpgroups, each owning 64 rows: per scale block of K (a "unit": the
+//    128-wide stage, or each of its kKSplit parts when the weight block is narrower along K)
+//    wgmma m64n{kBn}k32 e4m3 into a fresh fp32 accumulator, then the promotion
+//    result += accumulator * (a_scale[row] * w_scale[block]) on the CUDA cores (the fp32
+//    promotion per K-block that keeps the tensor cores' limited accumulation precision from
+//    growing with K), and after a stage's last unit an "empty" mbarrier arrival that hands the
+//    stage back;
+//  * epilogue: bias, bf16 rounding, a 128-byte-swizzled staging buffer and TMA stores that
+//    clip the ragged M and N edges.
+// Weight scales: with kNSplit == 1 a tile lies inside one weight block row (block_n % kBn == 0)
+// and needs one scale per unit; with kNSplit > 1 the tile spans kNSplit block rows of
+// kBn / kNSplit columns each, and each accumulator column takes the scale of its block row
+// (known at compile time from the fragment layout). Scales are read from global (L2) when the
+// unit's wgmma are issued, so the tensor-core time hides the load.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "cuda_common/mbarrier.cuh"
+#include "cuda_common/smem.cuh"
+#include "cuda_common/tma.cuh"
+#include "cuda_common/warp_specialization.cuh"
+#include "cuda_common/wgmma.cuh"
+
+namespace mxq::linear::gpu {
+
+struct WgmmaGemmArgs {
+  int m = 0;
+  int n = 0;
+  int k = 0;
+  int block_n = 128;
+  int block_k = 128;
+  const float* w_scale = nullptr;  // f32 [ceil(N/block_n), w_scale_ld]
+  std::int64_t w_scale_ld = 0;
+  const float* bias_f32 = nullptr;
+  const std::uint16_t* bias_bf16 = nullptr;
+};
+
+}  // namespace mxq::linear::gpu
+
+namespace mxq::linear::gpu::kernels {
+
+template <int kBm_, int kBn_, int kStages_, bool kOverlap_ = false, int kKSplit_ = 1,
+          int kNSplit_ = 1>
+struct WgmmaTile {
+  static constexpr int kBm = kBm_;
+  static constexpr int kBn = kBn_;
+  static constexpr int kBk = 128;  // K bytes per stage: the 128-byte swizzle span
+  static constexpr int kStages = kStages_;
+  // Scale blocks of K per stage (weight block K extent = 128 / kKSplit) and weight block rows
+  // per tile (weight block N extent = kBn / kNSplit, or a multiple of kBn when kNSplit == 1).
+  static constexpr int kKSplit = kKSplit_;
+  static constexpr int kNSplit = kNSplit_;
+  static constexpr int kUnitK = kBk / kKSplit;
+  static constexpr int kWgmmaPerUnit = kUnitK / 32;
+  // Overlap each K-block's promotion with the next block's wgmma (two accumulators).
+  static constexpr bool kOverlap = kOverlap_;
+  static constexpr int kConsumers = kBm / 64;  // consumer warpgroups
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kAccumulators = kBn / 2;  // fp32 per thread for a 64 x kBn wgmma tile
+  static constexpr int kGroupM = 8;              // m-tiles per rasterisation group (L2 reuse)
+
+  static constexpr int kABytes = kBm * kBk;
+  static constexpr int kBBytes = kBn * kBk;
+  static constexpr int kScaleBytes = kBm * 4 * kKSplit;  // [kKSplit][kBm] activation scales
+  static constexpr int kStoreBoxCols = 64;               // 128 bytes of bf16: the swizzle span
+  static constexpr int kStoreBoxBytes = 64 * 128;        // 64 rows x 128 bytes
+  static constexpr int kDBytes = kBm * kBn * 2;
+  static constexpr int kTxBytes = kABytes + kBBytes + kScaleBytes;
+
+  // Shared-memory layout (offsets from a 1024-byte aligned base).
+  static constexpr int kAOffset = 0;
+  static constexpr int kBOffset = kAOffset + kStages * kABytes;
+  static constexpr int kDOffset = kBOffset + kStages * kBBytes;
+  static constexpr int kScaleOffset = kDOffset + kDBytes;
+  static constexpr int kBarrierOffset = kScaleOffset + kStages * kScaleBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + alignment slack
+
+  static_assert(kBm == 64 || kBm == 128, "64 rows per consumer warpgroup, 1 or 2 of them");
+  static_assert(kBn == 64 || kBn == 128, "64- or 128-wide tiles");
+  static_assert(kKSplit == 1 || kKSplit == 2 || kKSplit == 4, "weight block K of 128, 64 or 32");
+  static_assert(kNSplit == 1 || kNSplit == 2, "a tile spans one or two weight block rows");
+  static_assert((kAccumulators / 4) % kNSplit == 0, "whole 8-column fragments per block row");
+  static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzle-128B atoms");
+  static_assert(kScaleBytes % 128 == 0, "TMA destination alignment");
+  static_assert(kSmemBytes <= 232448, "shared memory per block on sm_90");
+};
+
+// Tile index -> (m tile, n tile), grouping kGroupM m-tiles so that concurrently running CTAs
+// share both their A rows and their W rows in L2.
+template <typename Tile>
+__device__ __forceinline__ void tile_coordinates(int tile, int tiles_m, int tiles_n, int& m_tile,
+                                                 int& n_tile) {
+  const int per_group = Tile::kGroupM * tiles_n;
+  const int group = tile / per_group;
+  const int first_m = group * Tile::kGroupM;
+  const int group_m = min(tiles_m - first_m, Tile::kGroupM);
+  const int in_group = tile % per_group;
+  m_tile = first_m + in_group % group_m;
+  n_tile = in_group / group_m;
+}
+
+template <typename Tile>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    block_fp8_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
+                           const __grid_constant__ CUtensorMap map_w,
+                           const __grid_constant__ CUtensorMap map_a_scale,
+                           const __grid_constant__ CUtensorMap map_out,
+                           const gpu::WgmmaGemmArgs args) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) std::uint8_t smem_raw[];
+  // Swizzle-128B tiles need 1024-byte alignment of the shared-space address.
+  const std::uint32_t raw_addr = ptx::smem_addr(smem_raw);
+  std::uint8_t* smem = smem_raw + ((1024U - (raw_addr & 1023U)) & 1023U);
+  auto* full = reinterpret_cast<std::uint64_t*>(smem + Tile::kBarrierOffset);
+  std::uint64_t* empty = full + Tile::kStages;
+
+  const int warpgroup = static_cast<int>(threadIdx.x / 128);
+  const int thread_in_wg = static_cast<int>(threadIdx.x % 128);
+  const int tiles_m = (args.m + Tile::kBm - 1) / Tile::kBm;
+  const int tiles_n = (args.n + Tile::kBn - 1) / Tile::kBn;
+  const int tiles = tiles_m * tiles_n;
+  const int k_blocks = (args.k + Tile::kBk - 1) / Tile::kBk;  // TMA zero-fills a ragged K tail
+  const int k_units = k_blocks * Tile::kKSplit;
+  const int k_groups = (args.k + Tile::kUnitK - 1) / Tile::kUnitK;  // scale blocks along K
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < Tile::kStages; ++s) {
+      ptx::mbarrier_init(&full[s], 1);
+      ptx::mbarrier_init(&empty[s], Tile::kConsumers * 4);  // one arrival per consumer warp
+    }
+    ptx::fence_barrier_init();
+    ptx::fence_proxy_async_shared();
+  }
+  __syncthreads();
+
+  if (warpgroup == Tile::kConsumers) {
+    // ---- producer warpgroup: one thread issues every TMA load ----
+    ptx::setmaxnreg_dec<40>();
+    if (thread_in_wg == 0) {
+      ptx::prefetch_tensor_map(&map_a);
+      ptx::prefetch_tensor_map(&map_w);
+      ptx::prefetch_tensor_map(&map_a_scale);
+      int iteration = 0;
+      for (int tile = static_cast<int>(blockIdx.x); tile < tiles;
+           tile += static_cast<int>(gridDim.x)) {
+        int m_tile = 0;
+        int n_tile = 0;
+        tile_coordinates<Tile>(tile, tiles_m, tiles_n, m_tile, n_tile);
+        for (int kb = 0; kb < k_blocks; ++kb, ++iteration) {
+          const int s = iteration % Tile::kStages;
+          const std::uint32_t phase = static_cast<std::uint32_t>(iteration / Tile::kStages) & 1U;
+          ptx::mbarrier_wait(&empty[s], phase ^ 1U);
+          ptx::mbarrier_arrive_expect_tx(&full[s], Tile::kTxBytes);
+          ptx::tma_load_2d(smem + Tile::kAOffset + s * Tile::kABytes, &map_a, &full[s],
+                           kb * Tile::kBk, m_tile * Tile::kBm);
+          ptx::tma_load_2d(smem + Tile::kBOffset + s * Tile::kBBytes, &map_w, &full[s],
+                           kb * Tile::kBk, n_tile * Tile::kBn);
+          ptx::tma_load_2d(smem + Tile::kScaleOffset + s * Tile::kScaleBytes, &map_a_scale,
+                           &full[s], m_tile * Tile::kBm, kb * Tile::kKSplit);
+        }
+      }
+    }
+  } else {
+    // ---- consumer warpgroups: wgmma + promotion + epilogue ----
+    ptx::setmaxnreg_inc<232>();
+    const int warp_in_wg = thread_in_wg / 32;
+    const int lane = thread_in_wg % 32;
+    const int row_lo = warpgroup * 64 + warp_in_wg * 16 + lane / 4;  // row inside the tile
+    const int row_hi = row_lo + 8;
+    std::uint8_t* d_tile = smem + Tile::kDOffset + warpgroup * (64 * Tile::kBn * 2);
+    const bool is_store_thread = thread_in_wg == 0;
+    if (is_store_thread) ptx::prefetch_tensor_map(&map_out);
+
+    int iteration = 0;
+    for (int tile = static_cast<int>(blockIdx.x); tile < tiles;
+         tile += static_cast<int>(gridDim.x)) {
+      int m_tile = 0;
+      int n_tile = 0;
+      tile_coordinates<Tile>(tile, tiles_m, tiles_n, m_tile, n_tile);
+      // The weight block rows this tile's columns take their scales from (clamped for a
+      // ragged N edge, whose columns are never stored).
+      const int block_rows = (args.n + args.block_n - 1) / args.block_n;
+      const float* w_scale_rows[Tile::kNSplit];
+#pragma unroll
+      for (int c = 0; c < Tile::kNSplit; ++c) {
+        const int row = Tile::kNSplit == 1 ? n_tile * Tile::kBn / args.block_n
+                                           : min(n_tile * Tile::kNSplit + c, block_rows - 1);
+        w_scale_rows[c] = args.w_scale + static_cast<std::int64_t>(row) * args.w_scale_ld;
+      }
+
+      float result[Tile::kAccumulators];
+#pragma unroll
+      for (int i = 0; i < Tile::kAccumulators; ++i) result[i] = 0.0F;
+
+      // The scales of one unit (scale block of K): activation scales of this thread's two rows
+      // and the weight scale of each block row of the tile, multiplied once per unit.
+      struct UnitScales {
+        float lo[Tile::kNSplit];
+        float hi[Tile::kNSplit];
+      };
+      const int first = iteration;
+      // Waits for the stage of unit `u`, reads its scales (everything read from a stage is
+      // read before it is handed back) and issues the unit's wgmma into `acc` as one commit
+      // group (the first overwrites acc).
+      auto issue_unit = [&](float(&acc)[Tile::kAccumulators], int u, UnitScales& scales) {
+        const int it = first + u / Tile::kKSplit;
+        const int part = u % Tile::kKSplit;
+        const int s = it % Tile::kStages;
+        const std::uint32_t phase = static_cast<std::uint32_t>(it / Tile::kStages) & 1U;
+        const int group = u;  // == kb * kKSplit + part
+        float w[Tile::kNSplit];
+#pragma unroll
+        for (int c = 0; c < Tile::kNSplit; ++c) {
+          // A unit past K (ragged K, kKSplit > 1) has zero operands; its scale is not read.
+          w[c] = group < k_groups ? __ldg(w_scale_rows[c] + group) : 0.0F;
+        }
+        ptx::mbarrier_wait(&full[s], phase);
+        const float* a_scale = reinterpret_cast<const float*>(
+            smem + Tile::kScaleOffset + s * Tile::kScaleBytes + part * Tile::kBm * 4);
+        const float a_lo = a_scale[row_lo];
+        const float a_hi = a_scale[row_hi];
+#pragma unroll
+        for (int c = 0; c < Tile::kNSplit; ++c) {
+          scales.lo[c] = a_lo * w[c];
+          scales.hi[c] = a_hi * w[c];
+        }
+        const std::uint32_t a_base =
+            ptx::smem_addr(smem + Tile::kAOffset + s * Tile::kABytes) + warpgroup * 64 * Tile::kBk;
+        const std::uint32_t b_base = ptx::smem_addr(smem + Tile::kBOffset + s * Tile::kBBytes);
+        ptx::wgmma_fence_operands(acc);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < Tile::kWgmmaPerUnit; ++k) {
+          const int k_byte = part * Tile::kUnitK + k * 32;
+          ptx::wgmma_m64k32_e4m3<Tile::kBn>(acc, ptx::wgmma_desc_k128_sw128(a_base + k_byte),
+                                            ptx::wgmma_desc_k128_sw128(b_base + k_byte), k > 0);
+        }
+        ptx::wgmma_commit();
+      };
+      // After a stage's last unit completed: hands the stage back (one arrival per warp).
+      auto release_unit = [&](int u) {
+        if (u % Tile::kKSplit == Tile::kKSplit - 1 && lane == 0) {
+          ptx::mbarrier_arrive(&empty[(first + u / Tile::kKSplit) % Tile::kStages]);
+        }
+      };
+      // result += acc * (a_scale[row] * w_scale[block row]): the fp32 promotion of one unit.
+      auto promote = [&](float(&acc)[Tile::kAccumulators], const UnitScales& scales) {
+        ptx::wgmma_fence_operands(acc);
+        constexpr int kFragmentsPerRow = Tile::kAccumulators / 4 / Tile::kNSplit;
+#pragma unroll
+        for (int i = 0; i < Tile::kAccumulators / 4; ++i) {
+          const int c = i / kFragmentsPerRow;  // 8-column fragment i -> weight block row
+          result[4 * i + 0] += acc[4 * i + 0] * scales.lo[c];
+          result[4 * i + 1] += acc[4 * i + 1] * scales.lo[c];
+          result[4 * i + 2] += acc[4 * i + 2] * scales.hi[c];
+          result[4 * i + 3] += acc[4 * i + 3] * scales.hi[c];
+        }
+      };
+
+      if constexpr (!Tile::kOverlap) {
+        float accumulator[Tile::kAccumulators];
+        for (int u = 0; u < k_units; ++u) {
+          UnitScales scales;
+          issue_unit(accumulator, u, scales);
+          ptx::wgmma_wait<0>();
+          ptx::wgmma_fence_operands(accumulator);
+          release_unit(u);
+          promote(accumulator, scales);
+        }
+      } else {
+        // Software pipeline over two accumulators: unit u+1's wgmma run on the tensor cores
+        // while unit u is promoted on the CUDA cores. wgmma_wait<1> leaves the newer group in
+        // flight and guarantees the older one (the unit being promoted) is complete.
+        float acc_even[Tile::kAccumulators];
+        float acc_odd[Tile::kAccumulators];
+        UnitScales even_scales;
+        UnitScales odd_scales;
+        issue_unit(acc_even, 0, even_scales);
+        for (int u = 0; u < k_units; u += 2) {
+          // acc_even holds unit u.
+          if (u + 1 < k_units) {
+            issue_unit(acc_odd, u + 1, odd_scales);
+            ptx::wgmma_wait<1>();
+          } else {
+            ptx::wgmma_wait<0>();
+          }
+          ptx::wgmma_fence_operands(acc_even);
+          release_unit(u);
+          promote(acc_even, even_scales);
+          if (u + 1 >= k_units) break;
+          // acc_odd holds unit u + 1.
+          if (u + 2 < k_units) {
+            issue_unit(acc_even, u + 2, even_scales);
+            ptx::wgmma_wait<1>();
+          } else {
+            ptx::wgmma_wait<0>();
+          }
+          ptx::wgmma_fence_operands(acc_odd);
+          release_unit(u + 1);
+          promote(acc_odd, odd_scales);
+        }
+      }
+      iteration = first + k_blocks;
+
+      // ---- epilogue: this warpgroup's 64 x kBn block ----
+      const int named_barrier = 1 + warpgroup;
+      if (is_store_thread) ptx::tma_store_wait_read();  // the previous tile's stores left d_tile
+      ptx::named_barrier_sync(named_barrier, 128);
+      const int col_in_group = 2 * (lane % 4);
+#pragma unroll
+      for (int i = 0; i < Tile::kAccumulators / 4; ++i) {
+        const int col = i * 8 + col_in_group;  // column inside the tile
+        const int global_col = n_tile * Tile::kBn + col;
+        float bias0 = 0.0F;
+        float bias1 = 0.0F;
+        if (global_col < args.n) {  // N % 16 == 0: col and col + 1 are both in range or both out
+          if (args.bias_f32 != nullptr) {
+            bias0 = args.bias_f32[global_col];
+            bias1 = args.bias_f32[global_col + 1];
+          } else if (args.bias_bf16 != nullptr) {
+            bias0 = ptx::bf16_bits_to_float(args.bias_bf16[global_col]);
+            bias1 = ptx::bf16_bits_to_float(args.bias_bf16[global_col + 1]);
+          }
+        }
+        const __nv_bfloat162 lo =
+            __floats2bfloat162_rn(result[4 * i + 0] + bias0, result[4 * i + 1] + bias1);
+        const __nv_bfloat162 hi =
+            __floats2bfloat162_rn(result[4 * i + 2] + bias0, result[4 * i + 3] + bias1);
+        // Staging box b holds tile columns [64b, 64b + 64) as [64 rows][128 bytes], with the
+        // 16-byte unit u of row r stored at unit u ^ (r % 8) (TMA's 128-byte swizzle).
+        const int box = col / Tile::kStoreBoxCols;
+        const int unit = (col % Tile::kStoreBoxCols) / 8;
+        const int byte_in_unit = (col % 8) * 2;
+        const int r_lo = row_lo - warpgroup * 64;
+        const int r_hi = r_lo + 8;
+        std::uint8_t* box_base = d_tile + box * Tile::kStoreBoxBytes;
+        *reinterpret_cast<__nv_bfloat162*>(box_base + r_lo * 128 + ((unit ^ (r_lo % 8)) * 16) +
+                                           byte_in_unit) = lo;
+        *reinterpret_cast<__nv_bfloat162*>(box_base + r_hi * 128 + ((unit ^ (r_hi % 8)) * 16) +
+                                           byte_in_unit) = hi;
+      }
+      ptx::fence_proxy_async_shared();  // make the generic-proxy writes visible to TMA
+      ptx::named_barrier_sync(named_barrier, 128);
+      if (is_store_thread) {
+#pragma unroll
+        for (int box = 0; box < Tile::kBn / Tile::kStoreBoxCols; ++box) {
+          ptx::tma_store_2d(&map_out, d_tile + box * Tile::kStoreBoxBytes,
+                            n_tile * Tile::kBn + box * Tile::kStoreBoxCols,
+                            m_tile * Tile::kBm + warpgroup * 64);
+        }
+        ptx::tma_store_commit();
+      }
+    }
+    if (is_store_thread) ptx::tma_store_wait_all();
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // built without sm_90a features: never run silently as a no-op
+#endif
+}
+
+}  // namespace mxq::linear::gpu::kernels

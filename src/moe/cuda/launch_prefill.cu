@@ -1,0 +1,77 @@
+// The prefill_wgmma GEMMs' launches (GemmVariant::kPrefillWgmma, gemm_wgmma.cuh): the activations
+// gathered by slot in the wgmma K order, then GEMM1 and GEMM2 with their TMA tensor maps.
+#include <algorithm>
+
+#include "cuda_common/pdl.cuh"
+#include "cuda_common/tensor_map.h"
+#include "gemm_wgmma.cuh"
+#include "launch.h"
+#include "mxq/core/cuda_check.h"
+
+namespace mxq::moe::gpu::detail {
+namespace {
+
+// The TMA views of the wgmma GEMMs' operands (WgmmaMaps): the activations by slot ([T * k, H] for
+// GEMM1, [T * k, I] for GEMM2) in boxes of 64 slots x 64 values, the packed weights (w13 E * 2P
+// rows of H values, w2 E * H rows of P values) in their row groups.
+WgmmaMaps wgmma_maps(const GemmArgs& args, bool gemm1, int tokens) {
+  const MoeDeviceWeights& w = args.w;
+  const auto experts = static_cast<std::uint64_t>(w.num_local_experts);
+  const std::uint64_t slots = static_cast<std::uint64_t>(tokens) * args.top_k;
+  const std::uint64_t k = streamed_k(w, gemm1);
+  WgmmaMaps maps;
+  maps.x = tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                        gemm1 ? static_cast<const void*>(args.ws.x_wgmma) : args.ws.act, slots, k,
+                        k * 2, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B, "MoE wgmma activations");
+  // The weights' row groups (row_groups.h): full chunks as [groups][16 * chunks][64 B], the short
+  // last chunk as [groups][16][nb * 16 B] from its offset in every group.
+  const std::uint64_t groups =
+      (gemm1 ? experts * 2 * w.inter_padded : experts * w.hidden) / kGroupRows;
+  const int stored_k = stored_row_k(w, gemm1);
+  const std::uint64_t group_bytes = kGroupRows * static_cast<std::uint64_t>(stored_k / 2);
+  const std::uint64_t full_chunks = stored_k / kLayoutChunk;
+  const int short_blocks = chunk_blocks(stored_k, static_cast<int>(full_chunks));
+  const std::uint8_t* weights = gemm1 ? w.w13 : w.w2;
+  constexpr std::uint32_t kBoxGroups = kWgmmaWBoxGroups;
+  // With no full chunk (K < 128) the map is never read; it still needs a valid shape.
+  maps.w = tma::make_3d(CU_TENSOR_MAP_DATA_TYPE_UINT8, weights,
+                        {kChunkBytes, kGroupRows * std::max<std::uint64_t>(full_chunks, 1), groups},
+                        {kChunkBytes, group_bytes}, {kChunkBytes, kGroupRows, kBoxGroups},
+                        CU_TENSOR_MAP_SWIZZLE_64B, "MoE wgmma weights");
+  if (short_blocks > 0) {
+    const auto row_bytes = static_cast<std::uint32_t>(16 * short_blocks);
+    maps.w_short =
+        tma::make_3d(CU_TENSOR_MAP_DATA_TYPE_UINT8, weights + full_chunks * kGroupChunkBytes,
+                     {row_bytes, kGroupRows, groups}, {row_bytes, group_bytes},
+                     {row_bytes, kGroupRows, kBoxGroups}, CU_TENSOR_MAP_SWIZZLE_NONE,
+                     "MoE wgmma weights (short last chunk)");
+  }
+  return maps;
+}
+
+}  // namespace
+
+void launch_prefill_gather(const std::uint16_t* x, const Workspace& ws, int pairs, int top_k,
+                           int hidden, bool programmatic, cudaStream_t stream) {
+  // Grid-stride over 16-byte units: two waves of 8 resident 256-thread blocks per SM at most.
+  const std::size_t units = static_cast<std::size_t>(pairs) * (hidden / 8);
+  const int blocks = static_cast<int>(
+      std::min<std::size_t>((units + 255) / 256, static_cast<std::size_t>(sm_count()) * 16));
+  ptx::launch(gather_activations_kernel, dim3(blocks), dim3(256), 0, stream, programmatic,
+              reinterpret_cast<const std::uint32_t*>(x), static_cast<const int*>(ws.pair_slot),
+              pairs, top_k, hidden, reinterpret_cast<uint4*>(ws.x_wgmma));
+  MXQ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_prefill_gemm(bool gemm1, const GemmArgs& args, int tokens, int max_tiles,
+                         cudaStream_t stream) {
+  const auto kernel = gemm1 ? gemm_wgmma_kernel<true> : gemm_wgmma_kernel<false>;
+  MXQ_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgmmaSmemBytes));
+  ptx::launch(kernel, dim3(wgmma_row_blocks(args.w, gemm1), max_tiles), dim3(kWgmmaThreads),
+              static_cast<std::size_t>(kWgmmaSmemBytes), stream, args.p.programmatic_launch, args,
+              wgmma_maps(args, gemm1, tokens));
+  MXQ_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mxq::moe::gpu::detail
