@@ -1,6 +1,5 @@
 #include "mxq/tune/cache_file.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -20,12 +19,16 @@
 #include <optional>
 #include <utility>
 
+#include "core/unique_fd.h"
+#include "io/file_util.h"
 #include "mxq/core/error.h"
 #include "mxq/core/log.h"
 #include "tune/json_reader.h"
 
 namespace mxq::tune {
 namespace {
+
+using mxq::detail::UniqueFd;
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -369,29 +372,9 @@ bool stat_identity(const std::string& path, FileIdentity& id) {
   return true;
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  [[nodiscard]] int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
-
 std::string parent_dir(const std::string& path) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   return parent.empty() ? std::string(".") : parent.string();
-}
-
-void fsync_dir(const std::string& dir) {
-  const Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() >= 0) ::fsync(fd.get());
 }
 
 std::atomic<unsigned> temp_counter{0};
@@ -573,7 +556,7 @@ CacheFile parse_cache(std::string_view text) {
 
 ReadResult read_cache_file(const std::string& path) {
   ReadResult result;
-  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     if (errno == ENOENT) return result;  // kMissing
     result.status = ReadStatus::kCorrupt;
@@ -637,60 +620,19 @@ std::string move_aside(const std::string& path) {
 
 CacheLock::CacheLock(const std::string& path) {
   const std::string lock_path = path + ".lock";
-  fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail(ErrorCode::kIo, "cannot open the cache lock ", lock_path, ": ", errno_text());
-  while (::flock(fd_, LOCK_EX) != 0) {
-    if (errno == EINTR) continue;
-    const std::string why = errno_text();
-    ::close(fd_);
-    fd_ = -1;
-    fail(ErrorCode::kIo, "cannot lock ", lock_path, ": ", why);
+  UniqueFd fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666));
+  if (!fd.valid()) {
+    fail(ErrorCode::kIo, "cannot open the cache lock ", lock_path, ": ", errno_text());
   }
+  while (::flock(fd.get(), LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    fail(ErrorCode::kIo, "cannot lock ", lock_path, ": ", errno_text());
+  }
+  fd_ = fd.release();
 }
 
 CacheLock::~CacheLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing releases the flock
-}
-
-void write_file_atomically(const std::string& path, std::string_view text) {
-  const std::string dir = parent_dir(path);
-  const std::string base = std::filesystem::path(path).filename().string();
-  // Temp files of writers that died mid-save: nobody else writes while we hold the lock.
-  if (DIR* d = ::opendir(dir.c_str())) {
-    const std::string prefix = base + ".tmp.";
-    std::vector<std::string> stale;
-    while (const dirent* entry = ::readdir(d)) {
-      if (std::string_view(entry->d_name).starts_with(prefix)) stale.emplace_back(entry->d_name);
-    }
-    ::closedir(d);
-    for (const std::string& name : stale) ::unlink((dir + "/" + name).c_str());
-  }
-  const std::string temp =
-      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(temp_counter.fetch_add(1));
-  Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (fd.get() < 0) fail(ErrorCode::kIo, "cannot create ", temp, ": ", errno_text());
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = errno_text();
-      ::unlink(temp.c_str());
-      fail(ErrorCode::kIo, "cannot write ", temp, ": ", why);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd.get()) != 0 || ::close(fd.release()) != 0) {
-    const std::string why = errno_text();
-    ::unlink(temp.c_str());
-    fail(ErrorCode::kIo, "cannot flush ", temp, ": ", why);
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string why = errno_text();
-    ::unlink(temp.c_str());
-    fail(ErrorCode::kIo, "cannot rename ", temp, " to ", path, ": ", why);
-  }
-  fsync_dir(dir);
+  const UniqueFd lock(fd_);  // closing releases the flock
 }
 
 // ---- CacheStore --------------------------------------------------------------------------
@@ -883,11 +825,13 @@ CacheStore::Outcome CacheStore::rewrite(std::span<const CacheEntry> updates,
       snapshot_malformed_.push_back(text);
     }
   }
-  write_file_atomically(
+  io::detail::remove_stale_temporaries(target_);  // of writers that died mid-save
+  io::detail::write_file_atomically(
       target_,
       serialize_entries(
           fingerprint_, snapshot_,
-          [](const auto& item) -> const CacheEntry& { return item.second; }, snapshot_malformed_));
+          [](const auto& item) -> const CacheEntry& { return item.second; }, snapshot_malformed_),
+      "autotune cache");
   have_snapshot_ = stat_identity(target_, snapshot_identity_);
   return outcome;
 }

@@ -8,8 +8,10 @@
 //
 // Guarantees (docs/autotune.md says how each is tested):
 // - Writers never lose each other's entries: save = exclusive flock on "<file>.lock", re-read,
-//   merge (an update replaces only the entry with its own key), write "<file>.tmp.<pid>.<n>",
-//   fsync, rename over the file, fsync the directory. Readers never see a partial file.
+//   merge (an update replaces only the entry with its own key), write ".<name>.tmp-<pid>-..."
+//   next to it, fsync, rename over the file, fsync the directory (the library's one atomic
+//   writer). Readers never see a partial file. A new file gets 0666 & ~umask; a rewritten one
+//   keeps its permission bits.
 //   <file> is the cache path with symlinks followed, so a symlinked cache is saved into its
 //   target (the link stays) under the target's lock.
 // - A file that cannot be parsed (corrupt, truncated, empty, larger than kMaxCacheFileBytes,
@@ -123,10 +125,6 @@ class CacheLock {
  private:
   int fd_ = -1;
 };
-
-// Writes `text` to `path` atomically (temp file in the same directory, fsync, rename, fsync of
-// the directory). The caller holds the CacheLock. Removes temp files of dead writers first.
-void write_file_atomically(const std::string& path, std::string_view text);
 
 // One cache file as seen by one process: load, then save any number of times. The path is
 // resolved once, at construction: symlinks are followed (also to a target that does not exist
