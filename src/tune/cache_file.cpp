@@ -474,7 +474,9 @@ void read_entries(JsonReader& r, std::string_view text, CacheFile& file) {
 // What the top level of a cache file held, besides the entries.
 struct TopLevel {
   std::string format;
-  std::optional<std::int64_t> version;
+  bool have_version = false;
+  std::optional<std::int64_t> version;  // when given as an integer
+  std::string version_found;            // else what was there, for the message
   bool have_fingerprint = false;
   std::string fingerprint_problem;
   std::string entries_problem = "missing \"entries\"";
@@ -494,8 +496,10 @@ void judge(const TopLevel& top, Parsed& parsed) {
     verdict("not an mxq autotune cache (\"format\" is not \"" + std::string(kCacheFormat) + "\")",
             false);
   } else if (!top.version || *top.version != kCacheSchemaVersion) {
-    verdict("schema_version is " +
-                (top.version ? std::to_string(*top.version) : std::string("missing")) +
+    const std::string found = top.version        ? std::to_string(*top.version)
+                              : top.have_version ? top.version_found
+                                                 : std::string("missing");
+    verdict("schema_version is " + found +
                 (newer ? ", newer than this mxq's " : ", this mxq reads ") +
                 std::to_string(kCacheSchemaVersion),
             newer);
@@ -523,13 +527,38 @@ Parsed parse_text(std::string_view text) {
     if (key == "format" && r.peek() == Kind::kString) {
       top.format = r.read_string();
     } else if (key == "schema_version") {
-      std::int64_t v = -1;
-      if (r.peek() != Kind::kNumber) {
-        r.skip_value();
-      } else if (!r.try_read_int(v)) {
-        v = -1;
+      // Reported as found: `"1" (a string)`, `1.5 (not an integer)`.
+      top.have_version = true;
+      top.version.reset();
+      const std::size_t start = r.offset();
+      const Kind kind = r.peek();
+      std::int64_t v = 0;
+      if (kind == Kind::kNumber && r.try_read_int(v)) {
+        top.version = v;
+      } else {
+        if (kind != Kind::kNumber) r.skip_value();
+        const std::string raw(trim_whitespace(text.substr(start, r.offset() - start)));
+        switch (kind) {
+          case Kind::kObject:
+            top.version_found = "an object";
+            break;
+          case Kind::kArray:
+            top.version_found = "an array";
+            break;
+          case Kind::kString:
+            top.version_found = raw + " (a string)";
+            break;
+          case Kind::kBool:
+            top.version_found = raw + " (a boolean)";
+            break;
+          case Kind::kNumber:
+            top.version_found = raw + " (not an integer)";
+            break;
+          case Kind::kNull:
+            top.version_found = raw;
+            break;
+        }
       }
-      top.version = v;
     } else if (key == "fingerprint") {
       parsed.file.fingerprint = read_fingerprint(r, top.fingerprint_problem);
       top.have_fingerprint = true;

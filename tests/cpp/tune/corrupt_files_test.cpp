@@ -46,6 +46,13 @@ std::vector<Broken> broken_files() {
   // No mxq wrote schema 0 (the first one is 1): not a newer build's file but a broken one.
   std::string wrong_schema = valid;
   wrong_schema.replace(wrong_schema.find("\"schema_version\": 1"), 19, "\"schema_version\": 0");
+  // A version of the wrong type is reported as found (it used to read as "-1").
+  std::string string_schema = valid;
+  string_schema.replace(string_schema.find("\"schema_version\": 1"), 19,
+                        "\"schema_version\": \"1\"");
+  std::string fraction_schema = valid;
+  fraction_schema.replace(fraction_schema.find("\"schema_version\": 1"), 19,
+                          "\"schema_version\": 1.5");
   std::string no_schema = valid;
   no_schema.replace(no_schema.find("\"schema_version\""), 16, "\"schema_versio\"");
   std::string wrong_format = valid;
@@ -59,6 +66,10 @@ std::vector<Broken> broken_files() {
       {"huge", "", true, "more than the limit"},
       {"wrong schema version", wrong_schema, false, "schema_version is 0"},
       {"no schema version", no_schema, false, "schema_version is missing"},
+      {"schema version as a string", string_schema, false,
+       "schema_version is \"1\" (a string), this mxq reads 1"},
+      {"fractional schema version", fraction_schema, false,
+       "schema_version is 1.5 (not an integer)"},
       {"wrong format", wrong_format, false, "not an mxq autotune cache"},
       {"json array", "[1, 2, 3]", false, "not an object"},
       {"no entries", no_entries, false, "missing \"entries\""},
