@@ -19,9 +19,9 @@
 //   a warning, and the process continues with an empty cache.
 // - A file with another fingerprint, or written by another mxq build (newer schema, fingerprint
 //   fields this build does not know or lacks), is left byte-for-byte untouched and not served.
-// - Saves keep what this build cannot read: malformed entries (written back verbatim, never
-//   served) and an entry's unknown members (written back with it until its key gets a new
-//   winner).
+// - Saves keep what this build cannot read: malformed entries (written back as read: the same
+//   JSON value, members in their order, numbers as spelled; never served) and an entry's unknown
+//   members (written back with it until its key gets a new winner).
 #pragma once
 
 #include <sys/types.h>
@@ -76,7 +76,7 @@ struct CacheFile {
   std::vector<CacheEntry> entries;  // sorted by key(), unique keys
   // Entries of the file that could not be read (kept out of `entries`), one line each.
   std::vector<std::string> skipped;
-  // The malformed ones among them, as JSON text: never served, but written back verbatim
+  // The malformed ones among them, as JSON text: never served, but written back as read
   // (after `entries`) so that a save never erases what a user or another build may still fix.
   std::vector<std::string> malformed;
 };
@@ -154,8 +154,8 @@ class CacheStore {
   // Lock, re-read (skipped when the file is still the version this store last read or wrote),
   // merge `updates` over it, write atomically. A foreign file is not touched (ok = false; the
   // warning is given once per version of that file, so a caller may retry at every save).
-  // `malformed` (entries of other files, as JSON text: `cache merge`) are added verbatim unless
-  // the file holds the same text already.
+  // `malformed` (entries of other files, as JSON text: `cache merge`) are added as they are
+  // unless the file holds the same text already.
   Outcome save(std::span<const CacheEntry> updates, std::span<const std::string> malformed = {});
   // Same as save(), but first removes the entries for which `drop` is true (prune).
   Outcome rewrite(std::span<const CacheEntry> updates,
@@ -182,7 +182,7 @@ class CacheStore {
   bool have_snapshot_ = false;
   FileIdentity snapshot_identity_;
   std::map<std::string, CacheEntry> snapshot_;   // the file's entries at snapshot_identity_
-  std::vector<std::string> snapshot_malformed_;  // and its malformed entries, verbatim
+  std::vector<std::string> snapshot_malformed_;  // and its malformed entries, as read
 };
 
 }  // namespace mxq::tune

@@ -53,6 +53,10 @@ std::vector<Broken> broken_files() {
   std::string fraction_schema = valid;
   fraction_schema.replace(fraction_schema.find("\"schema_version\": 1"), 19,
                           "\"schema_version\": 1.5");
+  // A malformed entry nested deeper than the reader follows (it would be written back).
+  std::string deep = valid;
+  deep.replace(deep.find("\"entries\": [") + 12, 0,
+               std::string(100, '[') + std::string(100, ']') + ",");
   std::string no_schema = valid;
   no_schema.replace(no_schema.find("\"schema_version\""), 16, "\"schema_versio\"");
   std::string wrong_format = valid;
@@ -61,7 +65,10 @@ std::vector<Broken> broken_files() {
   no_entries.replace(no_entries.find("\"entries\""), 9, "\"entries_\"");
   return {
       {"garbage", "\x89PNG\r\n\x1a\n not json at all {{{", false, "not valid JSON"},
-      {"truncated", valid.substr(0, valid.size() / 2), false, "not valid JSON"},
+      {"truncated", valid.substr(0, valid.size() / 2), false,
+       "not valid JSON: parse error at line"},
+      {"a NUL byte", valid + std::string(1, '\0') + "{}", false, "not valid JSON: a NUL byte"},
+      {"too deep", deep, false, "nesting deeper than 64"},
       {"empty", "", false, "empty"},
       {"huge", "", true, "more than the limit"},
       {"wrong schema version", wrong_schema, false, "schema_version is 0"},
@@ -232,7 +239,7 @@ TEST(CorruptFiles, AMalformedEntryIsSkippedWithAWarningAndTheRestIsServed) {
   EXPECT_EQ(testing::read_file(path), text) << "load mode never writes";
 }
 
-// "Skipped" is for serving only: a malformed entry is written back verbatim by every save and
+// "Skipped" is for serving only: a malformed entry is written back as read by every save and
 // merge (it may be another build's, or a hand edit to fix), and an entry's members this build
 // does not know (a later minor version's) stay with the entry, until a new winner replaces it.
 TEST(CorruptFiles, MalformedEntriesAndUnknownFieldsSurviveSavesAndMerges) {
@@ -315,6 +322,20 @@ TEST(CorruptFiles, MalformedEntriesAndUnknownFieldsSurviveSavesAndMerges) {
   ASSERT_TRUE(store.save({&replacement, 1}).ok);
   EXPECT_EQ(testing::read_file(path).find("future_field"), std::string::npos);
   EXPECT_EQ(count(path, malformed), 1);
+}
+
+// JSON text is UTF-8: a name that is not (a pass name from a Latin-1 terminal) is saved with
+// U+FFFD in place of the bad bytes, so that the file reads back rather than being moved aside.
+TEST(CorruptFiles, ASaveOfTextThatIsNotUtf8WritesAFileThatReadsBack) {
+  TempDir dir;
+  const std::string path = dir.file("cache.json");
+  CacheEntry e = testing::hand_written_entry(toy_gemm_problem(64, 64), 4, "rowwise");
+  e.pass = "caf\xe9 \xc3\xa9t\xc3\xa9";
+  testing::write_cpu_cache(path, builtin_tactics(), {e});
+  const ReadResult read = read_cache_file(path);
+  ASSERT_EQ(read.status, ReadStatus::kOk) << read.problem;
+  ASSERT_EQ(read.file.entries.size(), 1U);
+  EXPECT_EQ(read.file.entries[0].pass, "caf\xef\xbf\xbd \xc3\xa9t\xc3\xa9");
 }
 
 }  // namespace
