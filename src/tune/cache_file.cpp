@@ -330,18 +330,32 @@ CacheStore::Outcome CacheStore::rewrite(std::span<const CacheEntry> updates,
   if (!refresh_locked(outcome)) return outcome;
   foreign_ = false;
   refused_.reset();
-  if (drop) std::erase_if(snapshot_, [&](const auto& item) { return drop(item.second); });
-  for (const CacheEntry& e : updates) snapshot_.insert_or_assign(e.key(), e);
+  // A missing file (or one just moved aside) is written even when empty.
+  bool changed = !have_snapshot_;
+  if (drop) {
+    changed |= std::erase_if(snapshot_, [&](const auto& item) { return drop(item.second); }) > 0;
+  }
+  for (const CacheEntry& e : updates) {
+    const auto [it, inserted] = snapshot_.try_emplace(e.key(), e);
+    if (!inserted && !(it->second == e)) {
+      it->second = e;
+      changed = true;
+    }
+    changed |= inserted;
+  }
   for (const std::string& text : malformed) {
     if (std::find(snapshot_malformed_.begin(), snapshot_malformed_.end(), text) ==
         snapshot_malformed_.end()) {
       snapshot_malformed_.push_back(text);
+      changed = true;
     }
   }
+  // Temp files of writers that died mid-save (no other writer runs while the lock is held).
+  io::detail::remove_stale_temporaries(target_);
+  if (!changed) return outcome;            // the file holds all of it already: it is left as it is
   std::vector<const CacheEntry*> entries;  // in key order
   entries.reserve(snapshot_.size());
   for (const auto& item : snapshot_) entries.push_back(&item.second);
-  io::detail::remove_stale_temporaries(target_);  // of writers that died mid-save
   io::detail::write_file_atomically(
       target_, detail::serialize_cache_text(fingerprint_, entries, snapshot_malformed_),
       "autotune cache");

@@ -155,9 +155,11 @@ class CacheStore {
   // merge `updates` over it, write atomically. A foreign file is not touched (ok = false; the
   // warning is given once per version of that file, so a caller may retry at every save).
   // `malformed` (entries of other files, as JSON text: `cache merge`) are added as they are
-  // unless the file holds the same text already.
+  // unless the file holds the same text already. A save that changes nothing (every update and
+  // malformed text is in the file already) leaves an existing file as it is.
   Outcome save(std::span<const CacheEntry> updates, std::span<const std::string> malformed = {});
-  // Same as save(), but first removes the entries for which `drop` is true (prune).
+  // Same as save(), but first removes the entries for which `drop` is true (prune); a prune that
+  // removes nothing does not touch the file.
   Outcome rewrite(std::span<const CacheEntry> updates,
                   const std::function<bool(const CacheEntry&)>& drop,
                   std::span<const std::string> malformed = {});
