@@ -94,11 +94,8 @@ struct Fixture {
     std::filesystem::remove_all(dir, ignored);
   }
   void write() const {
-    CacheFile file;
-    file.fingerprint = fingerprint;
-    file.entries = entries;
-    const CacheLock lock(path);
-    write_file_atomically(path, serialize_cache(file));
+    CacheStore store(path, fingerprint);
+    if (!store.save(entries).ok) std::abort();
   }
 };
 

@@ -19,7 +19,9 @@ constexpr std::array<EnvVarSpec, 13> kRegistry = {{
     {"MXQ_CACHE_DIR", EnvType::kPath, "",
      "cache directory (default: $XDG_CACHE_HOME/mxq, else ~/.cache/mxq)", ""},
     {"MXQ_NUM_THREADS", EnvType::kInt, "0",
-     "worker threads for CPU loops; 0 means one per hardware thread", ""},
+     "threads for CPU loops (the caller and a pool of N-1 workers, made once); 0 means one per "
+     "hardware thread",
+     ""},
     {"MXQ_AUTOTUNE", EnvType::kChoice, "load",
      "autotuner mode: off (default tactics), load (serve the cache), tune (tune what the cache "
      "lacks, save into it), fresh (read nothing, tune everything into a new runs/ file)",

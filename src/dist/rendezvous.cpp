@@ -1,10 +1,8 @@
 #include "mxq/dist/rendezvous.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -13,9 +11,11 @@
 #include <iterator>
 #include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <thread>
 
+#include "io/file_util.h"
 #include "mxq/core/env.h"
 #include "mxq/core/error.h"
 
@@ -138,30 +138,10 @@ std::optional<Bytes> read_file(const std::string& path) {
   return Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-// Temp file + rename: readers see the old file, no file, or the whole new one.
+// Readers see the old file, no file, or the whole new one (the library's one atomic writer).
 void write_atomically(const std::string& path, const Bytes& bytes) {
-  static std::atomic<unsigned> counter{0};
-  const std::string temp =
-      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(ErrorCode::kIo, "rendezvous: cannot create ", temp, ": ", std::strerror(errno));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = errno;
-      ::close(fd);
-      ::unlink(temp.c_str());
-      fail(ErrorCode::kIo, "rendezvous: cannot write ", temp, ": ", std::strerror(error));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0 || ::rename(temp.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(temp.c_str());
-    fail(ErrorCode::kIo, "rendezvous: cannot write ", path, ": ", std::strerror(error));
-  }
+  const std::span<const std::byte> piece = std::as_bytes(std::span(bytes));
+  io::detail::write_file_atomically(path, std::span(&piece, 1), "rendezvous file");
 }
 
 void remove_quietly(const std::string& path) {

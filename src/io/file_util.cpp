@@ -1,5 +1,6 @@
 #include "io/file_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,34 +11,17 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <vector>
 
+#include "core/unique_fd.h"
 #include "mxq/core/error.h"
 
 namespace mxq::io::detail {
 namespace {
 
+using mxq::detail::UniqueFd;
+
 std::string errno_text(int error) { return std::strerror(error); }
-
-// Closes a descriptor on scope exit unless released.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  [[nodiscard]] int get() const { return fd_; }
-  // Closes now and reports close()'s error (a delayed write error can surface only here).
-  int close_checked() {
-    const int result = ::close(fd_);
-    fd_ = -1;
-    return result == 0 ? 0 : errno;
-  }
-
- private:
-  int fd_;
-};
 
 std::string directory_of(const std::string& path) {
   const std::size_t slash = path.rfind('/');
@@ -51,14 +35,32 @@ std::string base_name_of(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// Temporary files of `path` start with this: hidden, in the destination's directory.
+std::string temporary_prefix(const std::string& path) {
+  std::string prefix = ".";  // (built by appending: GCC 12 warns wrongly on "." + string)
+  prefix += base_name_of(path);
+  prefix += ".tmp-";
+  return prefix;
+}
+
 // A name in the destination's directory that no other writer (thread or process) picks.
 std::string temporary_name_for(const std::string& path) {
   static std::atomic<unsigned> counter{0};
   std::random_device entropy;
   const std::string dir = directory_of(path);
-  return (dir == "/" ? std::string("/") : dir + "/") + "." + base_name_of(path) + ".tmp-" +
+  return (dir == "/" ? std::string("/") : dir + "/") + temporary_prefix(path) +
          std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)) + "-" +
          std::to_string(entropy());
+}
+
+// Gives the temporary file the permission bits of the file it replaces, if there is one (a new
+// file keeps the 0666 & ~umask it was created with).
+void keep_permissions(int fd, const std::string& path, std::string_view what) {
+  struct stat existing {};
+  if (::stat(path.c_str(), &existing) != 0 || !S_ISREG(existing.st_mode)) return;
+  if (::fchmod(fd, existing.st_mode & 0777) != 0)
+    fail(ErrorCode::kIo, what, " '", path, "': cannot give the new version the permissions of the ",
+         "old one: ", errno_text(errno));
 }
 
 void write_all(int fd, std::span<const std::byte> piece, const std::string& path,
@@ -81,7 +83,7 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path, std:
     fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) fail(ErrorCode::kIo, what, " '", path, "': cannot open: ", errno_text(errno));
-  FileDescriptor file(fd);
+  UniqueFd file(fd);
   struct stat status {};
   if (::fstat(file.get(), &status) != 0)
     fail(ErrorCode::kIo, what, " '", path, "': cannot stat: ", errno_text(errno));
@@ -117,9 +119,10 @@ void write_file_atomically(const std::string& path,
   if (fd < 0)
     fail(ErrorCode::kIo, what, " '", path, "': cannot create a temporary file in '",
          directory_of(path), "': ", errno_text(errno));
-  FileDescriptor file(fd);
+  UniqueFd file(fd);
   try {
     for (const auto& piece : pieces) write_all(file.get(), piece, path, what);
+    keep_permissions(file.get(), path, what);
     if (::fsync(file.get()) != 0)
       fail(ErrorCode::kIo, what, " '", path, "': fsync failed: ", errno_text(errno));
     if (const int error = file.close_checked(); error != 0)
@@ -133,11 +136,26 @@ void write_file_atomically(const std::string& path,
   }
   // Makes the rename durable. The file is complete and in place already, so a failure here is
   // not reported: the caller's data is written, only its survival of a power loss is less sure.
-  const int dir_fd = ::open(directory_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
+  const UniqueFd dir(::open(directory_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.valid()) ::fsync(dir.get());
+}
+
+void write_file_atomically(const std::string& path, std::string_view text, std::string_view what) {
+  const std::span<const std::byte> piece = std::as_bytes(std::span(text.data(), text.size()));
+  write_file_atomically(path, std::span(&piece, 1), what);
+}
+
+void remove_stale_temporaries(const std::string& path) {
+  const std::string dir = directory_of(path);
+  const std::string prefix = temporary_prefix(path);
+  std::vector<std::string> stale;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* entry = ::readdir(d)) {
+      if (std::string_view(entry->d_name).starts_with(prefix)) stale.emplace_back(entry->d_name);
+    }
+    ::closedir(d);
   }
+  for (const std::string& name : stale) ::unlink((dir + "/" + name).c_str());
 }
 
 std::optional<std::uint64_t> dense_nbytes(const Shape& shape, DType dtype) {

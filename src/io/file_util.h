@@ -34,12 +34,24 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
-// Writes the concatenation of `pieces` to `path` atomically: a temporary file in the same
-// directory (created with mode 0666 & ~umask), fsync, rename over `path`, fsync of the directory.
-// On any error the temporary file is removed, `path` is left as it was, and kIo is thrown.
+// Writes the concatenation of `pieces` to `path` atomically, the one atomic writer of mxq (npy and
+// safetensors files, the autotune cache, the rendezvous files): a temporary file in the same
+// directory (".<name>.tmp-<pid>-<n>-<random>"), fsync, rename over `path`, fsync of the directory.
+// Readers see the old file or the whole new one, also after a crash or a kill at any point.
+// Permissions are those the file would have if it were written in place: a new file gets 0666 &
+// ~umask, as any file a program creates; a file that is replaced keeps its permission bits (a
+// cache a team made group-writable stays so, a private one stays private). `what` names the kind
+// of file in error messages ("npy file"). On any error the temporary file is removed, `path` is
+// left as it was, and kIo is thrown.
 void write_file_atomically(const std::string& path,
                            std::span<const std::span<const std::byte>> pieces,
                            std::string_view what);
+void write_file_atomically(const std::string& path, std::string_view text, std::string_view what);
+
+// Removes the temporary files that write_file_atomically(path, ...) leaves behind when its process
+// dies mid-write. Only safe while no other process writes `path`: the caller holds a lock that
+// every writer of `path` takes (the autotune cache's lock).
+void remove_stale_temporaries(const std::string& path);
 
 // Bytes of a dense array of `shape` and `dtype`, or nullopt when the non-zero extents and the
 // element size multiply to more than 2^63 - 1. Such a shape is refused even when it holds no

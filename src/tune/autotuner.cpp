@@ -105,6 +105,33 @@ std::string entry_problem(const CacheEntry& entry, const TacticRegistry& registr
   return {};
 }
 
+namespace {
+
+// Entries that load but are never served (an unknown tactic or op, a bucket the op or tactic
+// does not have, a shape the tactic does not support) run the default without a warning:
+// serving stays quiet, and `mxq cache verify` names each. One line per file at info level says
+// how many there are, for whoever asks why a tuned key runs its default (ops in the skip list
+// are not served by request and are not counted).
+void note_unserved(const std::string& path, const std::vector<CacheEntry>& loaded,
+                   const TacticRegistry& registry, Backend backend,
+                   const std::vector<std::string>& skip_ops) {
+  if (!log_enabled(LogLevel::kInfo)) return;  // judging 10,000 entries costs start-up time
+  std::size_t unserved = 0;
+  std::string first;
+  for (const CacheEntry& e : loaded) {
+    if (std::find(skip_ops.begin(), skip_ops.end(), e.problem.op()) != skip_ops.end()) continue;
+    const std::string why = entry_problem(e, registry, backend);
+    if (why.empty()) continue;
+    if (unserved++ == 0) first = e.key() + ": " + why;
+  }
+  if (unserved == 0) return;
+  log_info("autotune cache ", path, ": ", unserved, " of ", loaded.size(),
+           " entries are not served, their keys run the default tactic (", first,
+           unserved > 1 ? "; ..." : "", "); `mxq cache verify ", path, "` names each");
+}
+
+}  // namespace
+
 // ---- Autotuner ---------------------------------------------------------------------------
 
 Autotuner::Autotuner(AutotunerConfig config)
@@ -142,6 +169,7 @@ Autotuner::Autotuner(AutotunerConfig config)
         store_->load(loaded, mode() == AutotuneMode::kTune ? CacheStore::Unreadable::kMoveAside
                                                            : CacheStore::Unreadable::kLeave);
     for (const std::string& w : outcome.warnings) warnings_.push_back(w);
+    note_unserved(store_->path(), loaded, *registry_, backend(), config_.options.skip_ops);
     for (CacheEntry& e : loaded) {
       std::string key = e.key();
       if (dirty_.count(key) == 0) entries_.insert_or_assign(std::move(key), std::move(e));

@@ -295,7 +295,7 @@ void run_merge(const std::vector<std::string>& inputs, const std::string& out) {
   }
   std::vector<CacheEntry> entries;
   for (auto& [key, e] : merged) entries.push_back(std::move(e));
-  // The inputs' unreadable entries go along verbatim (never served; kept for a fix, as saves do).
+  // The inputs' unreadable entries go along as read (never served; kept for a fix, as saves do).
   std::vector<std::string> malformed;
   for (const CacheFile& file : files) {
     malformed.insert(malformed.end(), file.malformed.begin(), file.malformed.end());
@@ -310,7 +310,7 @@ void run_merge(const std::vector<std::string>& inputs, const std::string& out) {
   std::printf("merged %zu file(s), %zu entries (%d conflicting, later file wins) into %s\n",
               files.size(), entries.size(), conflicts, out.c_str());
   if (!malformed.empty()) {
-    std::printf("carried %zu unreadable entr%s verbatim (never served; `mxq cache verify %s`)\n",
+    std::printf("carried %zu unreadable entr%s as read (never served; `mxq cache verify %s`)\n",
                 malformed.size(), malformed.size() == 1 ? "y" : "ies", out.c_str());
   }
 }

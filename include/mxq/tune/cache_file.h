@@ -8,8 +8,10 @@
 //
 // Guarantees (docs/autotune.md says how each is tested):
 // - Writers never lose each other's entries: save = exclusive flock on "<file>.lock", re-read,
-//   merge (an update replaces only the entry with its own key), write "<file>.tmp.<pid>.<n>",
-//   fsync, rename over the file, fsync the directory. Readers never see a partial file.
+//   merge (an update replaces only the entry with its own key), write ".<name>.tmp-<pid>-..."
+//   next to it, fsync, rename over the file, fsync the directory (the library's one atomic
+//   writer). Readers never see a partial file. A new file gets 0666 & ~umask; a rewritten one
+//   keeps its permission bits.
 //   <file> is the cache path with symlinks followed, so a symlinked cache is saved into its
 //   target (the link stays) under the target's lock.
 // - A file that cannot be parsed (corrupt, truncated, empty, larger than kMaxCacheFileBytes,
@@ -17,9 +19,9 @@
 //   a warning, and the process continues with an empty cache.
 // - A file with another fingerprint, or written by another mxq build (newer schema, fingerprint
 //   fields this build does not know or lacks), is left byte-for-byte untouched and not served.
-// - Saves keep what this build cannot read: malformed entries (written back verbatim, never
-//   served) and an entry's unknown members (written back with it until its key gets a new
-//   winner).
+// - Saves keep what this build cannot read: malformed entries (written back as read: the same
+//   JSON value, members in their order, numbers as spelled; never served) and an entry's unknown
+//   members (written back with it until its key gets a new winner).
 #pragma once
 
 #include <sys/types.h>
@@ -74,7 +76,7 @@ struct CacheFile {
   std::vector<CacheEntry> entries;  // sorted by key(), unique keys
   // Entries of the file that could not be read (kept out of `entries`), one line each.
   std::vector<std::string> skipped;
-  // The malformed ones among them, as JSON text: never served, but written back verbatim
+  // The malformed ones among them, as JSON text: never served, but written back as read
   // (after `entries`) so that a save never erases what a user or another build may still fix.
   std::vector<std::string> malformed;
 };
@@ -124,10 +126,6 @@ class CacheLock {
   int fd_ = -1;
 };
 
-// Writes `text` to `path` atomically (temp file in the same directory, fsync, rename, fsync of
-// the directory). The caller holds the CacheLock. Removes temp files of dead writers first.
-void write_file_atomically(const std::string& path, std::string_view text);
-
 // One cache file as seen by one process: load, then save any number of times. The path is
 // resolved once, at construction: symlinks are followed (also to a target that does not exist
 // yet) and every file operation (read, lock, temp file, rename, move aside) uses the target,
@@ -156,10 +154,12 @@ class CacheStore {
   // Lock, re-read (skipped when the file is still the version this store last read or wrote),
   // merge `updates` over it, write atomically. A foreign file is not touched (ok = false; the
   // warning is given once per version of that file, so a caller may retry at every save).
-  // `malformed` (entries of other files, as JSON text: `cache merge`) are added verbatim unless
-  // the file holds the same text already.
+  // `malformed` (entries of other files, as JSON text: `cache merge`) are added as they are
+  // unless the file holds the same text already. A save that changes nothing (every update and
+  // malformed text is in the file already) leaves an existing file as it is.
   Outcome save(std::span<const CacheEntry> updates, std::span<const std::string> malformed = {});
-  // Same as save(), but first removes the entries for which `drop` is true (prune).
+  // Same as save(), but first removes the entries for which `drop` is true (prune); a prune that
+  // removes nothing does not touch the file.
   Outcome rewrite(std::span<const CacheEntry> updates,
                   const std::function<bool(const CacheEntry&)>& drop,
                   std::span<const std::string> malformed = {});
@@ -184,7 +184,7 @@ class CacheStore {
   bool have_snapshot_ = false;
   FileIdentity snapshot_identity_;
   std::map<std::string, CacheEntry> snapshot_;   // the file's entries at snapshot_identity_
-  std::vector<std::string> snapshot_malformed_;  // and its malformed entries, verbatim
+  std::vector<std::string> snapshot_malformed_;  // and its malformed entries, as read
 };
 
 }  // namespace mxq::tune

@@ -1,6 +1,7 @@
 #include "mxq/io/npy.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <random>
@@ -276,6 +277,30 @@ TEST(NpyTest, WriterRefusesAndLeavesNothingBehind) {
                {"temporary file"});
 
   EXPECT_EQ(testing::read_file(path), before);
+  EXPECT_EQ(dir.listing(), std::vector<std::string>{"out.npy"});
+}
+
+// Permissions are what writing in place would give: a new file 0666 & ~umask, a replaced file
+// its own permission bits (the atomic writer's temporary file must not impose its mode).
+TEST(NpyTest, WriterGivesANewFileTheUmaskAndAReplacedFileItsOwnPermissions) {
+  TempDir dir;
+  const std::string path = dir.file("out.npy");
+  const Tensor tensor = random_tensor(DType::kF32, Shape{4}, 3);
+  const auto mode_of = [&] {
+    struct stat st {};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0);
+    return st.st_mode & 07777;
+  };
+  const mode_t umask_before = ::umask(027);
+  write_npy(path, tensor);
+  EXPECT_EQ(mode_of(), 0640U);
+  ASSERT_EQ(::chmod(path.c_str(), 0604), 0);
+  write_npy(path, tensor);
+  EXPECT_EQ(mode_of(), 0604U);
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  write_npy(path, tensor);
+  EXPECT_EQ(mode_of(), 0600U);
+  ::umask(umask_before);
   EXPECT_EQ(dir.listing(), std::vector<std::string>{"out.npy"});
 }
 

@@ -1,6 +1,7 @@
 // Test 2: eight processes tuning different ops into one cache file at the same time lose
 // nothing: every entry of every process is in the file at the end.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -96,7 +97,7 @@ TEST(ConcurrentWriters, EightProcessesTuningDifferentOpsIntoOneFileLoseNothing) 
     }
     EXPECT_EQ(keys.size(), static_cast<std::size_t>(kProcesses) * kBuckets.size())
         << "round " << round << ": entries were lost";
-    EXPECT_TRUE(testing::files_starting_with(dir.path(), "shared.json.tmp.").empty());
+    EXPECT_TRUE(testing::files_starting_with(dir.path(), ".shared.json.tmp-").empty());
     EXPECT_TRUE(testing::files_starting_with(dir.path(), "shared.json.corrupt").empty());
   }
 }
@@ -177,6 +178,34 @@ TEST(ConcurrentWriters, WritersThroughASymlinkAndThroughItsTargetShareOneFileAnd
   EXPECT_EQ(entries_in_target(), 1U);
   EXPECT_EQ(testing::files_starting_with(dir.path() / "shared", "real.json.corrupt-").size(), 1U);
   EXPECT_EQ(testing::files_starting_with(dir.path(), "link.json"), std::vector<std::string>{link});
+}
+
+// The cache is created as any file (0666 & ~umask, its lock too), so a team that shares a cache
+// folder with umask 002 can all write it; a save keeps the permissions the file has (a cache
+// made private stays private).
+TEST(ConcurrentWriters, ANewCacheHonoursTheUmaskAndASavedOneKeepsItsPermissions) {
+  TempDir dir;
+  const std::string path = dir.file("cache.json");
+  const auto mode_of = [](const std::string& file) {
+    struct stat st {};
+    EXPECT_EQ(::stat(file.c_str(), &st), 0) << file;
+    return st.st_mode & 07777;
+  };
+  CacheEntry e;
+  e.problem = testing::synthetic_problem("op0", 100);
+  e.bucket = 1;
+  e.tactic = "fast";
+  const mode_t umask_before = ::umask(002);
+  CacheStore store(path, cpu_fingerprint(eight_op_registry()));
+  ASSERT_TRUE(store.save({&e, 1}).ok);
+  EXPECT_EQ(mode_of(path), 0664U);
+  EXPECT_EQ(mode_of(path + ".lock"), 0664U);
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  e.bucket = 2;
+  ASSERT_TRUE(store.save({&e, 1}).ok);
+  ::umask(umask_before);
+  EXPECT_EQ(mode_of(path), 0600U);
+  EXPECT_EQ(read_cache_file(path).file.entries.size(), 2U);
 }
 
 }  // namespace

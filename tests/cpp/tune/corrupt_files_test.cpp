@@ -51,6 +51,17 @@ std::vector<Broken> broken_files() {
   // No mxq wrote schema 0 (the first one is 1): not a newer build's file but a broken one.
   std::string wrong_schema = valid;
   wrong_schema.replace(wrong_schema.find("\"schema_version\": 1"), 19, "\"schema_version\": 0");
+  // A version of the wrong type is reported as found (it used to read as "-1").
+  std::string string_schema = valid;
+  string_schema.replace(string_schema.find("\"schema_version\": 1"), 19,
+                        "\"schema_version\": \"1\"");
+  std::string fraction_schema = valid;
+  fraction_schema.replace(fraction_schema.find("\"schema_version\": 1"), 19,
+                          "\"schema_version\": 1.5");
+  // A malformed entry nested deeper than the reader follows (it would be written back).
+  std::string deep = valid;
+  deep.replace(deep.find("\"entries\": [") + 12, 0,
+               std::string(100, '[') + std::string(100, ']') + ",");
   std::string no_schema = valid;
   no_schema.replace(no_schema.find("\"schema_version\""), 16, "\"schema_versio\"");
   std::string wrong_format = valid;
@@ -59,11 +70,18 @@ std::vector<Broken> broken_files() {
   no_entries.replace(no_entries.find("\"entries\""), 9, "\"entries_\"");
   return {
       {"garbage", "\x89PNG\r\n\x1a\n not json at all {{{", false, "not valid JSON"},
-      {"truncated", valid.substr(0, valid.size() / 2), false, "not valid JSON"},
+      {"truncated", valid.substr(0, valid.size() / 2), false,
+       "not valid JSON: parse error at line"},
+      {"a NUL byte", valid + std::string(1, '\0') + "{}", false, "not valid JSON: a NUL byte"},
+      {"too deep", deep, false, "nesting deeper than 64"},
       {"empty", "", false, "empty"},
       {"huge", "", true, "more than the limit"},
       {"wrong schema version", wrong_schema, false, "schema_version is 0"},
       {"no schema version", no_schema, false, "schema_version is missing"},
+      {"schema version as a string", string_schema, false,
+       "schema_version is \"1\" (a string), this mxq reads 1"},
+      {"fractional schema version", fraction_schema, false,
+       "schema_version is 1.5 (not an integer)"},
       {"wrong format", wrong_format, false, "not an mxq autotune cache"},
       {"json array", "[1, 2, 3]", false, "not an object"},
       {"no entries", no_entries, false, "missing \"entries\""},
@@ -226,7 +244,7 @@ TEST(CorruptFiles, AMalformedEntryIsSkippedWithAWarningAndTheRestIsServed) {
   EXPECT_EQ(testing::read_file(path), text) << "load mode never writes";
 }
 
-// "Skipped" is for serving only: a malformed entry is written back verbatim by every save and
+// "Skipped" is for serving only: a malformed entry is written back as read by every save and
 // merge (it may be another build's, or a hand edit to fix), and an entry's members this build
 // does not know (a later minor version's) stay with the entry, until a new winner replaces it.
 TEST(CorruptFiles, MalformedEntriesAndUnknownFieldsSurviveSavesAndMerges) {
@@ -311,6 +329,20 @@ TEST(CorruptFiles, MalformedEntriesAndUnknownFieldsSurviveSavesAndMerges) {
   ASSERT_TRUE(store.save({&replacement, 1}).ok);
   EXPECT_EQ(testing::read_file(path).find("future_field"), std::string::npos);
   EXPECT_EQ(count(path, malformed), 1);
+}
+
+// JSON text is UTF-8: a name that is not (a pass name from a Latin-1 terminal) is saved with
+// U+FFFD in place of the bad bytes, so that the file reads back rather than being moved aside.
+TEST(CorruptFiles, ASaveOfTextThatIsNotUtf8WritesAFileThatReadsBack) {
+  TempDir dir;
+  const std::string path = dir.file("cache.json");
+  CacheEntry e = testing::hand_written_entry(toy_gemm_problem(64, 64), 4, "rowwise");
+  e.pass = "caf\xe9 \xc3\xa9t\xc3\xa9";
+  testing::write_cpu_cache(path, builtin_tactics(), {e});
+  const ReadResult read = read_cache_file(path);
+  ASSERT_EQ(read.status, ReadStatus::kOk) << read.problem;
+  ASSERT_EQ(read.file.entries.size(), 1U);
+  EXPECT_EQ(read.file.entries[0].pass, "caf\xef\xbf\xbd \xc3\xa9t\xc3\xa9");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // tactics have no token ranges: its verify and prune run on a file of built-in ops with every
 // kind those can have.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -246,6 +247,36 @@ TEST(InvalidEntries, VerifyNamesEachAndPruneStaleRemovesExactlyThem) {
       testing::run_cli({"cache", "prune", path, "--op", std::string(linear::kBlockFp8LinearOp)});
   ASSERT_EQ(prune_op.exit_code, 0) << prune_op.err;
   EXPECT_TRUE(read_cache_file(path).file.entries.empty());
+}
+
+// `prune --stale` that finds nothing to prune leaves the file as it is (same bytes, same inode):
+// a hand-formatted file is not rewritten, nor one tuned on another machine.
+TEST(InvalidEntries, PruningNothingLeavesTheFileUntouched) {
+  for (const bool foreign : {false, true}) {
+    SCOPED_TRACE(foreign ? "another machine's file" : "this machine's file");
+    TempDir dir;
+    const std::string path = dir.file("cache.json");
+    Fingerprint fingerprint = cpu_fingerprint(builtin_tactics());
+    if (foreign) fingerprint.device = "Some Other CPU @ 5 GHz";
+    {
+      CacheStore store(path, fingerprint);
+      const CacheEntry e = testing::hand_written_entry(toy_gemm_problem(64, 64), 8, "rowwise");
+      ASSERT_TRUE(store.save({&e, 1}).ok);
+    }
+    // Formatted by hand (as a user's editor would): a rewrite would change the bytes.
+    testing::write_file(path, nlohmann::json::parse(testing::read_file(path)).dump(2));
+    const std::string bytes = testing::read_file(path);
+    struct stat before {};
+    ASSERT_EQ(::stat(path.c_str(), &before), 0);
+
+    const testing::ProcessResult prune = testing::run_cli({"cache", "prune", path, "--stale"});
+    ASSERT_EQ(prune.exit_code, 0) << prune.err;
+    EXPECT_NE(prune.out.find("pruned 0 entries"), std::string::npos) << prune.out;
+    struct stat after {};
+    ASSERT_EQ(::stat(path.c_str(), &after), 0);
+    EXPECT_EQ(after.st_ino, before.st_ino) << "the file was replaced";
+    EXPECT_EQ(testing::read_file(path), bytes);
+  }
 }
 
 }  // namespace
