@@ -336,7 +336,8 @@ TEST(CorruptFiles, MalformedEntriesAndUnknownFieldsSurviveSavesAndMerges) {
 TEST(CorruptFiles, ASaveOfTextThatIsNotUtf8WritesAFileThatReadsBack) {
   TempDir dir;
   const std::string path = dir.file("cache.json");
-  CacheEntry e = testing::hand_written_entry(toy_gemm_problem(64, 64), 4, "rowwise");
+  CacheEntry e = testing::hand_written_entry(linear::block_fp8_linear_problem(64, 64, {64, 64}), 4,
+                                             "reference");
   e.pass = "caf\xe9 \xc3\xa9t\xc3\xa9";
   testing::write_cpu_cache(path, builtin_tactics(), {e});
   const ReadResult read = read_cache_file(path);

@@ -260,7 +260,8 @@ TEST(InvalidEntries, PruningNothingLeavesTheFileUntouched) {
     if (foreign) fingerprint.device = "Some Other CPU @ 5 GHz";
     {
       CacheStore store(path, fingerprint);
-      const CacheEntry e = testing::hand_written_entry(toy_gemm_problem(64, 64), 8, "rowwise");
+      const CacheEntry e = testing::hand_written_entry(
+          linear::block_fp8_linear_problem(64, 64, {64, 64}), 8, "reference");
       ASSERT_TRUE(store.save({&e, 1}).ok);
     }
     // Formatted by hand (as a user's editor would): a rewrite would change the bytes.

@@ -10,7 +10,7 @@
 
 #include "mxq/core/log.h"
 #include "mxq/tune/autotuner.h"
-#include "mxq/tune/toy_gemm.h"
+#include "tune/toy_gemm/toy_gemm.h"
 #include "tune/tune_test_util.h"
 
 namespace mxq::tune {
@@ -46,13 +46,14 @@ TEST(UnservedEntries, AreSaidOncePerFileAtInfoLevel) {
   TempDir dir;
   const std::string path = dir.file("cache.json");
   testing::write_cpu_cache(
-      path, builtin_tactics(),
+      path, toy_registry(),
       {testing::hand_written_entry(toy_gemm_problem(64, 64), 8, "rowwise"),
        testing::hand_written_entry(toy_gemm_problem(96, 64), 8, "warp_specialized[stages=4]"),
        testing::hand_written_entry(toy_gemm_problem(80, 64), 48, "unrolled[lanes=8]")});
 
   std::unique_ptr<Autotuner> tuner;
-  const std::string err = stderr_of(dir, [&] { tuner = testing::load_cpu_tuner(path); });
+  const std::string err =
+      stderr_of(dir, [&] { tuner = testing::load_cpu_tuner(path, &toy_registry()); });
   EXPECT_EQ(tuner->decisions().size(), 1U);
   EXPECT_TRUE(tuner->warnings().empty()) << "not a warning: serving stays quiet";
   EXPECT_EQ(count_of(err, "[mxq info] autotune cache " + path), 1U) << err;
@@ -62,9 +63,10 @@ TEST(UnservedEntries, AreSaidOncePerFileAtInfoLevel) {
 
   // A file whose entries all serve says nothing.
   const std::string clean = dir.file("clean.json");
-  testing::write_cpu_cache(clean, builtin_tactics(),
+  testing::write_cpu_cache(clean, toy_registry(),
                            {testing::hand_written_entry(toy_gemm_problem(64, 64), 8, "rowwise")});
-  const std::string quiet = stderr_of(dir, [&] { tuner = testing::load_cpu_tuner(clean); });
+  const std::string quiet =
+      stderr_of(dir, [&] { tuner = testing::load_cpu_tuner(clean, &toy_registry()); });
   EXPECT_EQ(quiet.find(clean), std::string::npos) << quiet;
 }
 
