@@ -17,18 +17,23 @@ struct UnitRange {
 };
 
 constexpr int kReadThreads = 512;
-constexpr int kReadBatch = 8;  // loads in flight a thread
-constexpr int kMaxRanges = 1024;
+constexpr int kReadBatch = 8;        // loads in flight a thread
+constexpr int kSharedRanges = 1024;  // a pass of at most this many ranges reads its table from smem
 
 // Reads every 16-byte unit of `ranges` once: thread i takes units i, i + N, ... of the ranges
 // laid end to end (so a warp's loads are 512 contiguous bytes), kReadBatch of them in flight, and
 // folds them into one word stored only when it equals an arbitrary constant (no load is dead).
+// The range table is staged in shared memory when it fits, else read from global memory (L1).
 __global__ void __launch_bounds__(kReadThreads)
     read_ranges_kernel(const UnitRange* ranges, int count, std::uint64_t total_units,
                        unsigned* sink) {
-  __shared__ UnitRange shared[kMaxRanges];
-  for (int r = static_cast<int>(threadIdx.x); r < count; r += blockDim.x) shared[r] = ranges[r];
-  __syncthreads();
+  __shared__ UnitRange staged[kSharedRanges];
+  const UnitRange* shared = ranges;
+  if (count <= kSharedRanges) {  // uniform over the block
+    for (int r = static_cast<int>(threadIdx.x); r < count; r += blockDim.x) staged[r] = ranges[r];
+    __syncthreads();
+    shared = staged;
+  }
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   std::uint64_t u = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int r = 0;
@@ -53,6 +58,25 @@ __global__ void __launch_bounds__(kReadThreads)
   if (fold == 0x9E3779B9U) *sink = fold;
 }
 
+// A pass's ranges sorted by address, adjoining ones merged (the touched experts' rows of one
+// tensor are one range where the experts are consecutive): the same bytes in fewer ranges.
+std::vector<DeviceRange> coalesce(std::vector<DeviceRange> ranges) {
+  std::sort(ranges.begin(), ranges.end(), [](const DeviceRange& a, const DeviceRange& b) {
+    return static_cast<const char*>(a.begin) < static_cast<const char*>(b.begin);
+  });
+  std::vector<DeviceRange> out;
+  for (const DeviceRange& range : ranges) {
+    if (range.bytes == 0) continue;
+    if (!out.empty() &&
+        static_cast<const char*>(out.back().begin) + out.back().bytes == range.begin) {
+      out.back().bytes += range.bytes;
+    } else {
+      out.push_back(range);
+    }
+  }
+  return out;
+}
+
 struct DevicePass {
   const UnitRange* ranges;
   int count;
@@ -68,15 +92,21 @@ ReadFloor time_read_floor(const std::vector<ReadPasses>& sets, int repeats, cuda
   std::vector<UnitRange> host;
   std::vector<std::vector<DevicePass>> passes(sets.size());
   double bytes = 0;
-  for (const ReadPasses& set : sets) {
-    for (const auto& pass : set) {
-      MXQ_CHECK(pass.size() <= kMaxRanges, ErrorCode::kInvalidArgument, "read floor: ", pass.size(),
-                " ranges in a pass, at most ", kMaxRanges);
+  std::vector<ReadPasses> coalesced(sets.size());
+  for (std::size_t s = 0; s < sets.size(); ++s) {
+    for (const auto& pass : sets[s]) {
       for (const DeviceRange& range : pass) {
         MXQ_CHECK(reinterpret_cast<std::uintptr_t>(range.begin) % 16 == 0 && range.bytes % 16 == 0,
                   ErrorCode::kInvalidArgument, "read floor: ranges must be 16-byte aligned");
-        host.push_back({static_cast<const uint4*>(range.begin), range.bytes / 16});
         bytes += static_cast<double>(range.bytes);
+      }
+      coalesced[s].push_back(coalesce(pass));
+    }
+  }
+  for (const ReadPasses& set : coalesced) {
+    for (const auto& pass : set) {
+      for (const DeviceRange& range : pass) {
+        host.push_back({static_cast<const uint4*>(range.begin), range.bytes / 16});
       }
     }
   }
@@ -90,7 +120,7 @@ ReadFloor time_read_floor(const std::vector<ReadPasses>& sets, int repeats, cuda
   std::vector<DevicePass> merged(sets.size());  // a set's passes as one (their ranges adjoin)
   for (std::size_t s = 0; s < sets.size(); ++s) {
     merged[s] = {device + at, 0, 0};
-    for (const auto& pass : sets[s]) {
+    for (const auto& pass : coalesced[s]) {
       std::uint64_t units = 0;
       for (std::size_t r = 0; r < pass.size(); ++r) units += host[at + r].units;
       passes[s].push_back({device + at, static_cast<int>(pass.size()), units});
@@ -98,8 +128,6 @@ ReadFloor time_read_floor(const std::vector<ReadPasses>& sets, int repeats, cuda
       merged[s].units += units;
       at += pass.size();
     }
-    MXQ_CHECK(merged[s].count <= kMaxRanges, ErrorCode::kInvalidArgument,
-              "read floor: ", merged[s].count, " ranges in a set, at most ", kMaxRanges);
   }
 
   int device_id = 0;
