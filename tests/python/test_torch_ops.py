@@ -647,7 +647,7 @@ def test_block_fp8_linear_runs_the_tuned_tactic(tmp_path, monkeypatch):
         BlockFp8Weight=types.SimpleNamespace(
             borrow=lambda *args: SpyWeight(_mxq.BlockFp8Weight.borrow(*args))))
     q, s = quantized_weight(256, 512, (128, 128))
-    monkeypatch.setattr(ops, "_mxq", spy)
+    monkeypatch.setattr(ops.linear_ops, "_mxq", spy)
     x = torch.randn(8, 512).bfloat16()
     outside = torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128)
     with mxq.autotune(cache=str(tmp_path / "tactics.json")) as tuner:

@@ -25,14 +25,27 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
-#include <string_view>
 
 #include "mxq/core/macros.h"
+#include "mxq/moe/config.h"
+#include "mxq/moe/gemm_variant.h"
 
 namespace mxq::moe::gpu {
 
 enum class GpuActivation : int { kSwigluOai = 0, kSwigluClamp = 1, kSwiglu = 2 };
+
+// The layer's activation as the kernels name it.
+constexpr GpuActivation gpu_activation(Activation activation) {
+  switch (activation) {
+    case Activation::kSwigluOai:
+      return GpuActivation::kSwigluOai;
+    case Activation::kSwigluClamp:
+      return GpuActivation::kSwigluClamp;
+    case Activation::kSwiglu:
+      return GpuActivation::kSwiglu;
+  }
+  return GpuActivation::kSwiglu;
+}
 
 // What the expert GEMMs multiply the weights with (MoeConfig's ActivationQuant): bf16 (W4A16), or
 // E4M3 in groups of 128 along K with scale max(amax, 1e-4) / 448 (W4A8, kFp8Group128). W4A8 reads
@@ -68,30 +81,6 @@ struct MoeDeviceWeights {
   int inter = 0;                            // I valid channels, a multiple of 32
   int inter_padded = 0;                     // P >= I: row offset of the up half, w2 row length
 };
-
-// The grouped GEMMs' variants (measured in docs/perf-log/moe-decode.md and moe-prefill.md):
-//   kDecodeMma:    decode (few slots per expert): each lane loads its 16-byte MX blocks straight
-//                  into registers, one 128-wide K chunk ahead of the tensor-core work, and feeds
-//                  the decoded bf16 fragments to mma.sync m16n8k16 in 8-slot work tiles (W4A8:
-//                  E4M3 fragments to mma.sync m16n8k32); split-K over the block's warps.
-//   kPrefillWgmma: prefill: 128-slot work tiles, the decoded weights the register A operand of
-//                  Hopper's wgmma (64 rows x up to 128 slots x 16 per instruction), the
-//                  activations and weights brought by a TMA producer warp (the fastest from ~12
-//                  slots per expert on; the default there). W4A16 only.
-//   kAuto:         the dispatch rule (resolve_gemm_variant): prefill_wgmma from
-//                  kPrefillMinSlotsPerExpert expected slots per expert (T * top_k / E), else
-//                  decode_mma — the crossover measured on an H200.
-// (The numbers are kept from the variants' first definition; they are not part of any file.)
-enum class GemmVariant : int {
-  kDecodeMma = 0,
-  kAuto = 3,
-  kPrefillWgmma = 4,
-};
-// "decode_mma", "prefill_wgmma", "auto"; gemm_variant_from_string is its inverse (nullopt for
-// any other text).
-const char* to_string(GemmVariant variant);
-std::optional<GemmVariant> gemm_variant_from_string(std::string_view text);
-inline constexpr int kPrefillMinSlotsPerExpert = 12;
 
 struct MoeParams {
   GemmVariant gemm = GemmVariant::kAuto;
@@ -136,12 +125,12 @@ GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, 
 // Converts packed FP4 weights (w13 or w2 as prepared: `rows` rows of k values, rows a multiple of
 // 16, k a multiple of 32 and at most 29056; w13: E * 2P rows of H, w2: E * H rows of P) to the
 // W4A16 device layout in place, on `stream`: each 32-bit word's bits permuted
-// (src/moe/cuda/mxfp4_device_layout.h), rows stored in groups of 16, chunk-major
-// (src/moe/cuda/row_groups.h). Apply once per upload; the kernels read nothing else.
+// (src/moe/layout/mxfp4_device_layout.h), rows stored in groups of 16, chunk-major
+// (src/moe/layout/row_groups.h). Apply once per upload; the kernels read nothing else.
 void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t rows, int k,
                                   cudaStream_t stream);
 
-// The W4A8 device layout instead (src/moe/cuda/w4a8_layout.h: words that decode to E4M3 by bit
+// The W4A8 device layout instead (src/moe/layout/w4a8_layout.h: words that decode to E4M3 by bit
 // placement, each lane's words of a 128-wide K chunk contiguous, rows in the same groups), same
 // arguments.
 void moe_weights_to_w4a8_layout(std::uint8_t* packed, std::size_t rows, int k, cudaStream_t stream);

@@ -40,13 +40,13 @@ struct ExpertGroups {
   std::vector<std::int64_t> pair_of;  // token * top_k + slot -> pair, or -1
 };
 
-ExpertGroups group_pairs(const MoeRankShape& shape, const RankForwardInput& input) {
-  const std::int64_t experts = shape.experts_local();
+ExpertGroups group_pairs(const RankWeightsView& weights, const RankForwardInput& input) {
+  const std::int64_t experts = weights.experts_local;
   const std::int64_t slots = input.tokens * input.top_k;
   ExpertGroups groups;
   groups.begin.assign(static_cast<std::size_t>(experts + 1), 0);
   groups.pair_of.assign(static_cast<std::size_t>(slots), -1);
-  const auto local = [&](std::int64_t s) { return input.ids[s] - shape.ep.begin; };
+  const auto local = [&](std::int64_t s) { return input.ids[s] - weights.first_expert; };
   for (std::int64_t s = 0; s < slots; ++s) {
     const std::int64_t e = local(s);
     if (input.ids[s] >= 0 && e >= 0 && e < experts) ++groups.begin[static_cast<std::size_t>(e + 1)];
@@ -92,7 +92,25 @@ double bf16_bits_to_double(const std::uint16_t* bits, std::int64_t i) {
 
 }  // namespace
 
-void rank_expert_forward(const MoeRankWeights& weights, const MoeConfig& config,
+RankWeightsView view_of(const MoeRankWeights& weights) {
+  const MoeRankShape& shape = weights.shape();
+  RankWeightsView view;
+  view.hidden = shape.hidden;
+  view.width = shape.intermediate_size_per_partition_after_pad;  // I_rank (padded or not)
+  view.experts_local = shape.experts_local();
+  view.first_expert = shape.ep.begin;
+  view.w13 = static_cast<const std::uint8_t*>(weights.w13().data());
+  view.w13_scale = static_cast<const std::uint8_t*>(weights.w13_scale().data());
+  view.w2 = static_cast<const std::uint8_t*>(weights.w2().data());
+  view.w2_scale = static_cast<const std::uint8_t*>(weights.w2_scale().data());
+  if (shape.has_bias) {
+    view.w13_bias = static_cast<const std::uint16_t*>(weights.w13_bias().data());
+    view.w2_bias = static_cast<const std::uint16_t*>(weights.w2_bias().data());
+  }
+  return view;
+}
+
+void rank_expert_forward(const RankWeightsView& weights, const MoeConfig& config,
                          const RankForwardInput& input, float* partial, float* magnitude,
                          const ExpertTiling& tiling) {
   MXQ_CHECK(tiling.pair_tile >= 1 && tiling.row_tile >= 1 && tiling.threads >= 0,
@@ -101,21 +119,17 @@ void rank_expert_forward(const MoeRankWeights& weights, const MoeConfig& config,
             " (expected >= 1, >= 1, >= 0)");
   const std::int64_t pair_tile = tiling.pair_tile;
   const std::int64_t row_tile = tiling.row_tile;
-  const MoeRankShape& shape = weights.shape();
-  const std::int64_t hidden = shape.hidden;
-  const std::int64_t width =
-      shape.intermediate_size_per_partition_after_pad;  // I_rank (padded or not)
-  const ExpertGroups groups = group_pairs(shape, input);
+  const std::int64_t hidden = weights.hidden;
+  const std::int64_t width = weights.width;
+  const ExpertGroups groups = group_pairs(weights, input);
   const std::int64_t pairs = groups.begin.back();
 
-  const auto* w13 = static_cast<const std::uint8_t*>(weights.w13().data());
-  const auto* w13_scale = static_cast<const std::uint8_t*>(weights.w13_scale().data());
-  const auto* w2 = static_cast<const std::uint8_t*>(weights.w2().data());
-  const auto* w2_scale = static_cast<const std::uint8_t*>(weights.w2_scale().data());
-  const std::uint16_t* w13_bias =
-      shape.has_bias ? static_cast<const std::uint16_t*>(weights.w13_bias().data()) : nullptr;
-  const std::uint16_t* w2_bias =
-      shape.has_bias ? static_cast<const std::uint16_t*>(weights.w2_bias().data()) : nullptr;
+  const std::uint8_t* w13 = weights.w13;
+  const std::uint8_t* w13_scale = weights.w13_scale;
+  const std::uint8_t* w2 = weights.w2;
+  const std::uint8_t* w2_scale = weights.w2_scale;
+  const std::uint16_t* w13_bias = weights.w13_bias;
+  const std::uint16_t* w2_bias = weights.w2_bias;
 
   // W4A8: every token's x replaced by its E4M3 groups (once per token, shared by its slots).
   const bool fp8 = config.activation_quant == ActivationQuant::kFp8Group128;

@@ -35,10 +35,33 @@ struct ExpertTiling {
   int threads = 0;
 };
 
+// One rank's expert weights as the reference reads them, in the checkpoint layout (natural
+// packed FP4 rows, E8M0 scales [rows, K/32]), I_rank = width (padded or not): w13 [E_local,
+// 2 width, H/2] with the gate rows at [0, width) and the up rows at [width, 2 width) of each
+// expert, w2 [E_local, H, width/2]; a null bias adds nothing.
+struct RankWeightsView {
+  std::int64_t hidden = 0;
+  std::int64_t width = 0;
+  std::int64_t experts_local = 0;
+  std::int64_t first_expert = 0;  // global id of local expert 0
+  const std::uint8_t* w13 = nullptr;
+  const std::uint8_t* w13_scale = nullptr;
+  const std::uint16_t* w13_bias = nullptr;
+  const std::uint8_t* w2 = nullptr;
+  const std::uint8_t* w2_scale = nullptr;
+  const std::uint16_t* w2_bias = nullptr;
+};
+RankWeightsView view_of(const MoeRankWeights& weights);
+
 // Overwrites partial [tokens, H] with this rank's fp32 partial output and adds the magnitude of
 // every contribution, |fp32(weight_k * y_k)|, to magnitude [tokens, H].
-void rank_expert_forward(const MoeRankWeights& weights, const MoeConfig& config,
+void rank_expert_forward(const RankWeightsView& weights, const MoeConfig& config,
                          const RankForwardInput& input, float* partial, float* magnitude,
                          const ExpertTiling& tiling = {});
+inline void rank_expert_forward(const MoeRankWeights& weights, const MoeConfig& config,
+                                const RankForwardInput& input, float* partial, float* magnitude,
+                                const ExpertTiling& tiling = {}) {
+  rank_expert_forward(view_of(weights), config, input, partial, magnitude, tiling);
+}
 
 }  // namespace mxq::moe::cpu

@@ -12,7 +12,6 @@
 
 #include "launch.h"
 #include "mxq/core/cuda_check.h"
-#include "mxq/core/enum_names.h"
 #include "mxq/core/error.h"
 #include "mxq/moe/cuda_moe.h"
 #include "mxq/moe/cuda_moe_trace.h"
@@ -153,22 +152,6 @@ GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, 
   const double slots_per_expert = static_cast<double>(tokens) * p.top_k / experts;
   return slots_per_expert >= kPrefillMinSlotsPerExpert ? GemmVariant::kPrefillWgmma
                                                        : GemmVariant::kDecodeMma;
-}
-
-namespace {
-constexpr EnumNames<GemmVariant, 3> kGemmVariantNames{
-    {{{GemmVariant::kAuto, "auto"},
-      {GemmVariant::kDecodeMma, "decode_mma"},
-      {GemmVariant::kPrefillWgmma, "prefill_wgmma"}}}};
-}  // namespace
-
-const char* to_string(GemmVariant variant) {
-  // The table's names are literals: null-terminated.
-  return kGemmVariantNames.name(variant).data();
-}
-
-std::optional<GemmVariant> gemm_variant_from_string(std::string_view text) {
-  return kGemmVariantNames.find(text);
 }
 
 MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens,

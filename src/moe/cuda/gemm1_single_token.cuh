@@ -12,7 +12,7 @@
 #include "mxq/moe/cuda_moe.h"
 #include "mxq/moe/cuda_moe_trace.h"
 #include "routing.cuh"
-#include "row_groups.h"
+#include "moe/layout/row_groups.h"
 #include "workspace.cuh"
 
 namespace mxq::moe::gpu::detail {

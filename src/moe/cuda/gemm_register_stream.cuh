@@ -23,8 +23,8 @@
 #include "mxfp4_mma.cuh"
 #include "mxq/moe/cuda_moe.h"
 #include "mxq/moe/cuda_moe_trace.h"
-#include "row_groups.h"
-#include "w4a8_layout.h"
+#include "moe/layout/row_groups.h"
+#include "moe/layout/w4a8_layout.h"
 #include "w4a8_mma.cuh"
 #include "workspace.cuh"
 

@@ -49,7 +49,7 @@
 #include "cuda_common/wgmma.cuh"
 #include "gemm_common.cuh"
 #include "mxfp4_mma.cuh"
-#include "row_groups.h"
+#include "moe/layout/row_groups.h"
 #include "wgmma_k_order.h"
 
 namespace mxq::moe::gpu::detail {

@@ -40,18 +40,6 @@ struct MoeGpuLayer::State {
 
 namespace {
 
-gpu::GpuActivation to_gpu(Activation a) {
-  switch (a) {
-    case Activation::kSwigluOai:
-      return gpu::GpuActivation::kSwigluOai;
-    case Activation::kSwigluClamp:
-      return gpu::GpuActivation::kSwigluClamp;
-    case Activation::kSwiglu:
-      return gpu::GpuActivation::kSwiglu;
-  }
-  return gpu::GpuActivation::kSwiglu;
-}
-
 Tensor upload_view(const TensorView& view, Device device) {
   Tensor out = Tensor::empty(view.dtype(), view.shape(), device);
   MXQ_CUDA_CHECK(cudaMemcpy(out.data(), view.data(), view.nbytes(), cudaMemcpyHostToDevice));
@@ -112,7 +100,7 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
   state->max_tokens = max_tokens;
   state->params.gemm = gemm;
   state->params.top_k = static_cast<int>(config.top_k);
-  state->params.activation = to_gpu(config.activation);
+  state->params.activation = gpu::gpu_activation(config.activation);
   state->params.swiglu_alpha = static_cast<float>(config.swiglu_alpha);
   state->params.swiglu_limit = static_cast<float>(config.swiglu_limit);
   state->params.add_down_bias = true;  // only TP rank 0 holds a non-zero down bias

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "moe/cpu/expert_forward.h"
-#include "mxfp4_device_layout.h"
+#include "moe/layout/mxfp4_device_layout.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
 #include "mxq/core/prng.h"
@@ -56,18 +56,6 @@ struct MoeGpuForwardArgs {
   int max_tokens = 0;
 };
 
-moe::gpu::GpuActivation to_gpu(moe::Activation activation) {
-  switch (activation) {
-    case moe::Activation::kSwigluOai:
-      return moe::gpu::GpuActivation::kSwigluOai;
-    case moe::Activation::kSwigluClamp:
-      return moe::gpu::GpuActivation::kSwigluClamp;
-    case moe::Activation::kSwiglu:
-      return moe::gpu::GpuActivation::kSwiglu;
-  }
-  return moe::gpu::GpuActivation::kSwiglu;
-}
-
 moe::Activation activation_of(const Problem& problem) {
   return moe::parse_activation(problem.dtype("act"), "moe_gpu_forward act");
 }
@@ -87,7 +75,7 @@ moe::gpu::MoeDeviceWeights device_shape(const Problem& problem) {
 moe::gpu::MoeParams params_of(const Problem& problem, const moe::MoeConfig& config) {
   moe::gpu::MoeParams p;
   p.top_k = static_cast<int>(problem.dim("top_k"));
-  p.activation = to_gpu(config.activation);
+  p.activation = moe::gpu::gpu_activation(config.activation);
   p.swiglu_alpha = static_cast<float>(config.swiglu_alpha);
   p.swiglu_limit = static_cast<float>(config.swiglu_limit);
   p.add_down_bias = true;

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "cuda_common/mma.cuh"
-#include "mxfp4_device_layout.h"
+#include "moe/layout/mxfp4_device_layout.h"
 
 namespace mxq::moe::gpu::detail {
 

@@ -7,7 +7,7 @@
 #include "cuda_common/pdl.cuh"
 #include "mxq/formats/e4m3.h"
 #include "mxq/formats/fp8_block_scale.h"
-#include "w4a8_layout.h"
+#include "moe/layout/w4a8_layout.h"
 
 namespace mxq::moe::gpu::detail {
 

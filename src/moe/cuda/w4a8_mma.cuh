@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "cuda_common/mma.cuh"
-#include "w4a8_layout.h"
+#include "moe/layout/w4a8_layout.h"
 
 namespace mxq::moe::gpu::detail {
 

@@ -3,12 +3,12 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "mxfp4_device_layout.h"
+#include "moe/layout/mxfp4_device_layout.h"
+#include "moe/layout/row_groups.h"
+#include "moe/layout/w4a8_layout.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
 #include "mxq/moe/cuda_moe.h"
-#include "row_groups.h"
-#include "w4a8_layout.h"
 
 namespace mxq::moe::gpu {
 namespace {

@@ -17,7 +17,7 @@
 #include <cstdint>
 
 #include "mxq/moe/cuda_moe.h"
-#include "w4a8_layout.h"
+#include "moe/layout/w4a8_layout.h"
 
 namespace mxq::moe::gpu::detail {
 

@@ -1,4 +1,4 @@
-// The device layout of packed MXFP4 words (src/moe/cuda/mxfp4_device_layout.h), on the host: the
+// The device layout of packed MXFP4 words (src/moe/layout/mxfp4_device_layout.h), on the host: the
 // bit map is a permutation, conversion round-trips, and the kernels' register extraction gives
 // every code of every natural pair (e_{2i}, e_{2i+1}) at the bf16 bits the scale factors expect
 // (magnitude at bits 6..8, sign at bit 15 of each half), and rows land in their row groups
@@ -12,7 +12,7 @@
 #include <set>
 #include <vector>
 
-#include "moe/cuda/mxfp4_device_layout.h"
+#include "moe/layout/mxfp4_device_layout.h"
 
 namespace mxq::moe::gpu::detail {
 namespace {

@@ -1,4 +1,4 @@
-// The W4A8 device layouts (src/moe/cuda/w4a8_layout.h) on the host: the word's bit map is a
+// The W4A8 device layouts (src/moe/layout/w4a8_layout.h) on the host: the word's bit map is a
 // permutation that round-trips, registers A and B hold every code of every position as the E4M3
 // byte worth exactly e2m1 * 2^-6, the word order puts lane c's words of a chunk together (full
 // and short chunks), the activation offsets are a permutation of each chunk, and the scale
@@ -13,7 +13,7 @@
 #include <set>
 #include <vector>
 
-#include "moe/cuda/w4a8_layout.h"
+#include "moe/layout/w4a8_layout.h"
 #include "mxq/formats/e2m1.h"
 #include "mxq/formats/e4m3.h"
 #include "mxq/formats/e8m0.h"

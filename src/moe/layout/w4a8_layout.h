@@ -31,8 +31,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "moe/layout/row_groups.h"
 #include "mxq/core/macros.h"
-#include "row_groups.h"
 
 namespace mxq::moe::gpu::detail {
 
@@ -81,6 +81,18 @@ MXQ_HD_INLINE void w4a8_convert_chunk(const std::uint32_t* in, int nb, std::uint
 // 32) in place: words placed by w4a8_convert_chunk, rows in groups (row_groups.h).
 inline void to_w4a8_layout_host(std::uint8_t* packed, std::size_t rows, int k) {
   to_row_groups_host(packed, rows, k, w4a8_convert_chunk);
+}
+
+// The inverse of w4a8_convert_chunk: checkpoint-layout words in their order.
+MXQ_HD_INLINE void w4a8_unconvert_chunk(const std::uint32_t* in, int nb, std::uint32_t* out) {
+  for (int b = 0; b < nb; ++b)
+    for (int c = 0; c < 4; ++c) out[4 * b + c] = from_w4a8_word(in[w4a8_word_position(b, c, nb)]);
+}
+
+// The checkpoint layout of `rows` rows in the W4A8 device layout, out of place.
+inline void from_w4a8_layout_host(const std::uint8_t* device, std::uint8_t* natural,
+                                  std::size_t rows, int k) {
+  from_row_groups_host(device, natural, rows, k, w4a8_unconvert_chunk);
 }
 
 // ---- activations

@@ -73,4 +73,25 @@ void to_row_groups_host(std::uint8_t* packed, std::size_t rows, int k, ConvertCh
   }
 }
 
+// The inverse: `rows` rows of the grouped layout `grouped` into natural rows `natural` (out of
+// place), calling convert_back(in, nb, out) on each row chunk to restore its words.
+template <typename ConvertChunk>
+void from_row_groups_host(const std::uint8_t* grouped, std::uint8_t* natural, std::size_t rows,
+                          int k, ConvertChunk convert_back) {
+  const std::size_t row_bytes = static_cast<std::size_t>(k) / 2;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::uint8_t* group = grouped + (r / kGroupRows) * kGroupRows * row_bytes;
+    const int i = static_cast<int>(r % kGroupRows);
+    for (int q = 0; q * kLayoutChunk < k; ++q) {
+      const int nb = chunk_blocks(k, q);
+      std::uint32_t in[16];
+      std::uint32_t out[16];
+      std::memcpy(in, group + group_offset(k, q, i), static_cast<std::size_t>(nb) * 16);
+      convert_back(in, nb, out);
+      std::memcpy(natural + r * row_bytes + static_cast<std::size_t>(q) * kChunkBytes, out,
+                  static_cast<std::size_t>(nb) * 16);
+    }
+  }
+}
+
 }  // namespace mxq::moe::gpu::detail

@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "moe/layout/row_groups.h"
 #include "mxq/core/macros.h"
-#include "row_groups.h"
 
 namespace mxq::moe::gpu::detail {
 
@@ -119,6 +119,17 @@ MXQ_HD_INLINE void device_convert_chunk(const std::uint32_t* in, int nb, std::ui
 // 32), in place: device words, rows in groups (row_groups.h).
 inline void to_device_layout_host(std::uint8_t* packed, std::size_t rows, int k) {
   to_row_groups_host(packed, rows, k, device_convert_chunk);
+}
+
+// The inverse of device_convert_chunk: checkpoint-layout words.
+MXQ_HD_INLINE void device_unconvert_chunk(const std::uint32_t* in, int nb, std::uint32_t* out) {
+  for (int j = 0; j < 4 * nb; ++j) out[j] = from_device_word(in[j]);
+}
+
+// The checkpoint layout of `rows` rows in the W4A16 device layout, out of place.
+inline void from_device_layout_host(const std::uint8_t* device, std::uint8_t* natural,
+                                    std::size_t rows, int k) {
+  from_row_groups_host(device, natural, rows, k, device_unconvert_chunk);
 }
 
 }  // namespace mxq::moe::gpu::detail
