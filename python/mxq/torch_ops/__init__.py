@@ -54,10 +54,11 @@ without float8 inputs.
 from __future__ import annotations
 
 from ._common import _from_numpy  # noqa: F401  (tests)
-from .formats import (dequantize_fp8_block, dequantize_mxfp4, e4m3_decode, e4m3_encode,
+from .format_ops import (dequantize_fp8_block, dequantize_mxfp4, e4m3_decode, e4m3_encode,
                       quantize_fp8_block, quantize_fp8_groups, quantize_mxfp4)
-from .linear import BlockFp8Linear, _unpack_ue8m0, block_fp8_linear  # noqa: F401
-from .moe import MoE, moe_forward
+from . import format_ops, linear_ops, moe_ops  # noqa: F401  (the ops' modules)
+from .linear_ops import BlockFp8Linear, _unpack_ue8m0, block_fp8_linear  # noqa: F401
+from .moe_ops import MoE, moe_forward
 
 __all__ = [
     "BlockFp8Linear",

@@ -27,7 +27,7 @@ from ._common import (
     _no_scope,
     _stream,
 )
-from .formats import _check_block
+from .format_ops import _check_block
 
 
 # --- block-FP8 linear -----------------------------------------------------------------------
