@@ -2,11 +2,16 @@
 // dispatch to the CPU or CUDA backend (mxfp4_moe_backend.h).
 #include "mxq/moe/mxfp4_moe.h"
 
+#include <cmath>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "moe/mxfp4_moe_backend.h"
 #include "mxq/core/error.h"
+#include "mxq/formats/bf16.h"
 #include "mxq/moe/prepare.h"
+#include "mxq/moe/routing.h"
 
 namespace mxq::moe {
 namespace {
@@ -264,6 +269,76 @@ void mxfp4_moe(const TensorView& x, const PreparedMoe& prepared, const MoeLayerS
   } else {
     detail::run_prepared_on_device(plan, stream);
   }
+}
+
+std::size_t moe_route_workspace_bytes(std::int64_t num_experts, std::int64_t hidden,
+                                      std::int64_t top_k, std::int64_t max_tokens, Device device) {
+  if (device.is_cpu()) return 0;
+  if (max_tokens < 1) {
+    fail_argument(ErrorCode::kInvalidArgument, "max_tokens", ">= 1", max_tokens);
+  }
+  return detail::device_route_workspace_bytes(num_experts, hidden, top_k, max_tokens);
+}
+
+void moe_route(const TensorView& x, const TensorView& router_weight, const TensorView& router_bias,
+               std::int64_t top_k, const TensorView& topk_ids, const TensorView& topk_weights,
+               const TensorView& workspace, std::int64_t max_tokens, void* stream) {
+  const Device device = x.device();
+  require_rank(x, "x", 2);
+  require_rank(router_weight, "router_weight", 2);
+  const std::int64_t t = x.size(0);
+  const std::int64_t h = x.size(1);
+  const std::int64_t e = router_weight.size(0);
+  if (device.is_cuda()) {
+    require_dtype(x, "x", DType::kBF16);
+  } else if (x.dtype() != DType::kBF16 && x.dtype() != DType::kF32) {
+    fail_argument(ErrorCode::kDtypeMismatch, "x", "bf16 (or f32 holding bf16 values, CPU)",
+                  x.dtype());
+  }
+  (void)checked<void>(x, "x", x.dtype(), device, {t, h});
+  (void)checked<void>(router_weight, "router_weight", DType::kBF16, device, {e, h});
+  const bool has_bias = detail::is_given(router_bias);
+  if (has_bias) (void)checked<void>(router_bias, "router_bias", DType::kBF16, device, {e});
+  if (top_k < 1 || top_k > e) {
+    fail_argument(ErrorCode::kInvalidArgument, "top_k",
+                  mxq::detail::concat("1 .. the router's experts (", e, ")"), top_k);
+  }
+  (void)checked<void>(topk_ids, "topk_ids", DType::kI32, device, {t, top_k});
+  (void)checked<void>(topk_weights, "topk_weights", DType::kF32, device, {t, top_k});
+  if (device.is_cpu()) {
+    // The forward's reference router, on bf16 values; a row that is not finite routes nowhere.
+    Tensor xs = Tensor::empty(DType::kF32, {t, h});
+    std::vector<std::uint8_t> finite(static_cast<std::size_t>(t), 1);
+    for (std::int64_t i = 0; i < t * h; ++i) {
+      const float v = x.dtype() == DType::kF32
+                          ? round_to_bf16(static_cast<const float*>(x.data())[i])
+                          : bf16_to_float(static_cast<const std::uint16_t*>(x.data())[i]);
+      xs.data_as<float>()[i] = v;
+      if (!std::isfinite(v)) finite[static_cast<std::size_t>(i / h)] = 0;
+    }
+    const Routing routing = route_topk_softmax(xs, finite.data(), router_weight,
+                                               has_bias ? router_bias : TensorView(), top_k);
+    std::memcpy(topk_ids.data(), routing.ids.data(), routing.ids.nbytes());
+    std::memcpy(topk_weights.data(), routing.weights.data(), routing.weights.nbytes());
+    return;
+  }
+  detail::RoutePlan plan{x,        router_weight, has_bias ? router_bias : TensorView(),
+                         e,        top_k,         max_tokens == 0 ? t : max_tokens,
+                         topk_ids, topk_weights,  workspace};
+  if (t > plan.max_tokens) {
+    fail_argument(ErrorCode::kOutOfRange, "x",
+                  mxq::detail::concat("at most max_tokens = ", plan.max_tokens, " tokens"), t);
+  }
+  const std::size_t need = detail::device_route_workspace_bytes(e, h, top_k, plan.max_tokens);
+  require_dtype(workspace, "workspace", DType::kU8);
+  require_device(workspace, "workspace", device);
+  if (workspace.nbytes() < need) {
+    fail_argument(ErrorCode::kInvalidArgument, "workspace",
+                  mxq::detail::concat("at least moe_route_workspace_bytes = ", need, " bytes"),
+                  mxq::detail::concat(workspace.nbytes(), " bytes"));
+  }
+  if (t == 0) return;
+  detail::route_on_device(plan, stream);
 }
 
 }  // namespace mxq::moe

@@ -68,6 +68,22 @@ std::size_t device_workspace_bytes(const PreparedMoeShapes& shapes, std::int64_t
                                    std::int64_t hidden, ActivationQuant activation_quant,
                                    std::int64_t top_k, std::int64_t max_tokens);
 
+// The router alone on the device (checked arguments; mxfp4_moe.h).
+struct RoutePlan {
+  TensorView x;
+  TensorView router_weight;
+  TensorView router_bias;
+  std::int64_t num_experts = 0;
+  std::int64_t top_k = 0;
+  std::int64_t max_tokens = 0;
+  TensorView topk_ids;
+  TensorView topk_weights;
+  TensorView workspace;
+};
+void route_on_device(const RoutePlan& plan, void* stream);
+std::size_t device_route_workspace_bytes(std::int64_t num_experts, std::int64_t hidden,
+                                         std::int64_t top_k, std::int64_t max_tokens);
+
 // Whether an optional view was given: a default TensorView (no shape, no data) is absent.
 inline bool is_given(const TensorView& t) { return t.data() != nullptr || t.rank() > 0; }
 

@@ -15,6 +15,10 @@ namespace {
 
 void prepare_on_device(const PreparePlan&, void*) { no_cuda(); }
 void run_prepared_on_device(const ForwardPlan&, void*) { no_cuda(); }
+void route_on_device(const RoutePlan&, void*) { no_cuda(); }
+std::size_t device_route_workspace_bytes(std::int64_t, std::int64_t, std::int64_t, std::int64_t) {
+  no_cuda();
+}
 std::size_t device_workspace_bytes(const PreparedMoeShapes&, std::int64_t, std::int64_t,
                                    ActivationQuant, std::int64_t, std::int64_t) {
   no_cuda();

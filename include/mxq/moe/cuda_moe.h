@@ -117,6 +117,13 @@ struct MoeRoutingView {
 MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens,
                                 void* workspace);
 
+// The routing kernel alone (w.router_w given): run.tokens tokens of run.x routed, the top-k ids
+// and weights copied to `ids` i32 [T, k] and `weights` f32 [T, k] (device memory), on `stream`;
+// the workspace as for moe_forward (it also holds the expert lists, which are then unused).
+void moe_route(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& run, int* ids,
+               float* weights, void* workspace, std::size_t workspace_bytes, int max_tokens,
+               cudaStream_t stream);
+
 // The variant a forward of `tokens` tokens runs: p.gemm, or for kAuto the dispatch rule above
 // (expected slots per expert from the router width, or the local experts without one); W4A8
 // resolves kAuto to kDecodeMma, its only variant.

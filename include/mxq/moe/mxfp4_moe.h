@@ -151,4 +151,15 @@ void mxfp4_moe(const TensorView& x, const PreparedMoe& prepared, const MoeLayerS
                const MoeRank& rank, const MoeRouting& routing, const Mxfp4MoeOptions& options,
                const TensorView& out, const TensorView& workspace, void* stream = nullptr);
 
+// The router alone, as the forward routes (gpt-oss: top-k of x . Wr^T + br, softmax over the
+// k): x bf16 [T, H] (CPU: or f32 holding bf16 values), router_weight bf16 [E, H], router_bias
+// bf16 [E] or empty; writes topk_ids i32 [T, top_k] (global ids) and topk_weights f32
+// [T, top_k]. CUDA: a workspace of moe_route_workspace_bytes(..., max_tokens), zeroed once, as
+// the forward's; CPU: the reference router (mxq/moe/routing.h), no workspace.
+std::size_t moe_route_workspace_bytes(std::int64_t num_experts, std::int64_t hidden,
+                                      std::int64_t top_k, std::int64_t max_tokens, Device device);
+void moe_route(const TensorView& x, const TensorView& router_weight, const TensorView& router_bias,
+               std::int64_t top_k, const TensorView& topk_ids, const TensorView& topk_weights,
+               const TensorView& workspace, std::int64_t max_tokens = 0, void* stream = nullptr);
+
 }  // namespace mxq::moe

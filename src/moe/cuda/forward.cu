@@ -144,6 +144,40 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   mark(4);
 }
 
+void moe_route(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& run, int* ids,
+               float* weights, void* workspace, std::size_t workspace_bytes, int max_tokens,
+               cudaStream_t stream) {
+  MXQ_CHECK(w.router_w != nullptr, ErrorCode::kInvalidArgument, "moe_route: no router weights");
+  if (const char* reason = moe_forward_unsupported_reason(w, p)) {
+    fail(ErrorCode::kUnsupported, "CUDA MoE routing: ", reason);
+  }
+  MXQ_CHECK(run.tokens >= 0 && run.tokens <= max_tokens, ErrorCode::kOutOfRange,
+            "moe_route: tokens: expected 0..", max_tokens, ", found ", run.tokens);
+  MXQ_CHECK(workspace_bytes >= moe_workspace_bytes(w, p, max_tokens), ErrorCode::kInvalidArgument,
+            "moe_route: workspace: expected at least ", moe_workspace_bytes(w, p, max_tokens),
+            " bytes, found ", workspace_bytes);
+  if (run.tokens == 0) return;
+  const detail::Workspace ws = detail::carve_workspace(w, p, max_tokens, workspace, nullptr);
+  detail::RouteArgs route{run.x,
+                          w.router_w,
+                          w.router_b,
+                          nullptr,
+                          w.hidden,
+                          w.num_global_experts,
+                          p.top_k,
+                          run.tokens,
+                          w.first_local_expert,
+                          w.num_local_experts,
+                          detail::tile_tokens_for(GemmVariant::kDecodeMma),
+                          ws};
+  detail::launch_routing(route, true, stream);
+  const std::size_t pairs = static_cast<std::size_t>(run.tokens) * p.top_k;
+  MXQ_CUDA_CHECK(
+      cudaMemcpyAsync(ids, ws.topk_ids, pairs * sizeof(int), cudaMemcpyDeviceToDevice, stream));
+  MXQ_CUDA_CHECK(
+      cudaMemcpyAsync(weights, ws.topk_w, pairs * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+}
+
 GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, int tokens) {
   if (p.gemm != GemmVariant::kAuto) return p.gemm;
   if (detail::w4a8(p)) return GemmVariant::kDecodeMma;

@@ -91,4 +91,41 @@ void run_prepared_on_device(const ForwardPlan& plan, void* stream) {
                    static_cast<int>(plan.max_tokens), cuda_stream);
 }
 
+namespace {
+// The router-only forward's weights: every expert is "local" (the lists are unused).
+gpu::MoeDeviceWeights router_weights(std::int64_t num_experts, std::int64_t hidden) {
+  gpu::MoeDeviceWeights w;
+  w.num_local_experts = static_cast<int>(num_experts);
+  w.num_global_experts = static_cast<int>(num_experts);
+  w.hidden = static_cast<int>(hidden);
+  w.inter = 32;
+  w.inter_padded = 32;
+  return w;
+}
+}  // namespace
+
+std::size_t device_route_workspace_bytes(std::int64_t num_experts, std::int64_t hidden,
+                                         std::int64_t top_k, std::int64_t max_tokens) {
+  gpu::MoeParams p;
+  p.top_k = static_cast<int>(top_k);
+  return gpu::moe_workspace_bytes(router_weights(num_experts, hidden), p,
+                                  static_cast<int>(max_tokens));
+}
+
+void route_on_device(const RoutePlan& plan, void* stream) {
+  const mxq::detail::DeviceScope on_device(plan.x.device());
+  gpu::MoeDeviceWeights w = router_weights(plan.num_experts, plan.x.size(1));
+  w.router_w = static_cast<const std::uint16_t*>(plan.router_weight.data());
+  w.router_b = static_cast<const std::uint16_t*>(plan.router_bias.data());
+  gpu::MoeParams p;
+  p.top_k = static_cast<int>(plan.top_k);
+  gpu::MoeRun run;
+  run.x = static_cast<const std::uint16_t*>(plan.x.data());
+  run.tokens = static_cast<int>(plan.x.size(0));
+  gpu::moe_route(w, p, run, static_cast<int*>(plan.topk_ids.data()),
+                 static_cast<float*>(plan.topk_weights.data()), plan.workspace.data(),
+                 plan.workspace.nbytes(), static_cast<int>(plan.max_tokens),
+                 static_cast<cudaStream_t>(stream));
+}
+
 }  // namespace mxq::moe::detail

@@ -224,6 +224,33 @@ TEST_F(Mxfp4MoeOpGpu, AGraphReplayEqualsEagerAndTheForwardAllocatesNothing) {
   }
 }
 
+TEST_F(Mxfp4MoeOpGpu, TheRouterAloneOnTheDeviceRoutesAsTheCpu) {
+  const std::int64_t h = config_.hidden_size;
+  for (const std::int64_t tokens : {1, 33, 1000}) {
+    const Tensor x = synthetic_tokens(tokens, h, 4);
+    Tensor ids = Tensor::empty(DType::kI32, {tokens, config_.top_k});
+    Tensor weights = Tensor::empty(DType::kF32, {tokens, config_.top_k});
+    moe_route(x, router_, router_bias_, config_.top_k, ids, weights, {});
+    const Tensor x_dev = bf16_of(x).to(Device::cuda());
+    Tensor ids_dev = Tensor::empty(DType::kI32, {tokens, config_.top_k}, Device::cuda());
+    Tensor weights_dev = Tensor::empty(DType::kF32, {tokens, config_.top_k}, Device::cuda());
+    Tensor workspace =
+        Tensor::zeros(DType::kU8,
+                      {static_cast<std::int64_t>(moe_route_workspace_bytes(
+                          config_.num_experts, h, config_.top_k, tokens, Device::cuda()))},
+                      Device::cuda());
+    moe_route(x_dev, router_.to(Device::cuda()), router_bias_.to(Device::cuda()), config_.top_k,
+              ids_dev, weights_dev, workspace, tokens, stream_);
+    MXQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const Tensor got_ids = ids_dev.to(Device::cpu());
+    const Tensor got_weights = weights_dev.to(Device::cpu());
+    EXPECT_EQ(std::memcmp(got_ids.data(), ids.data(), ids.nbytes()), 0) << "T " << tokens;
+    for (std::int64_t i = 0; i < weights.numel(); ++i) {
+      ASSERT_NEAR(got_weights.data_as<float>()[i], weights.data_as<float>()[i], 1e-5) << i;
+    }
+  }
+}
+
 TEST_F(Mxfp4MoeOpGpu, ATooSmallWorkspaceIsRefusedBeforeAnyLaunch) {
   const MoeRank rank{};
   const Set dev = allocate(prepared_moe_shapes(layer_, rank), Device::cuda());

@@ -294,6 +294,23 @@ TEST_F(Mxfp4MoeOp, OneRankPerCallSumsToTheLayerBitForBit) {
   }
 }
 
+TEST_F(Mxfp4MoeOp, TheRouterAloneRoutesAsTheLayer) {
+  const MoeLayer layer = prepared_layer(1, 1);
+  const Tensor x = synthetic_tokens(11, config_.hidden_size, 8);
+  const MoeForwardResult want = layer.forward(x);
+  Tensor ids = Tensor::empty(DType::kI32, {11, config_.top_k});
+  Tensor weights = Tensor::empty(DType::kF32, {11, config_.top_k});
+  moe_route(x, layer.router_weight(), layer.router_bias(), config_.top_k, ids, weights, {});
+  EXPECT_EQ(std::memcmp(ids.data(), want.routing.ids.data(), ids.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(weights.data(), want.routing.weights.data(), weights.nbytes()), 0);
+  Tensor short_ids = Tensor::empty(DType::kI32, {11, config_.top_k - 1});
+  EXPECT_NE(testing::error_of([&] {
+              moe_route(x, layer.router_weight(), layer.router_bias(), config_.top_k, short_ids,
+                        weights, {});
+            }).find("topk_ids: expected"),
+            std::string::npos);
+}
+
 TEST_F(Mxfp4MoeOp, PreparingAgainIsBitIdenticalToAFreshPreparation) {
   const MoeRank rank{1, 2, 0, 1};
   Prepared fresh = allocate(prepared_moe_shapes(layer_shape_, rank));
