@@ -12,6 +12,7 @@ void bind_formats(nb::module_& m);
 void bind_moe(nb::module_& m);
 void bind_linear(nb::module_& m);
 void bind_moe_cuda(nb::module_& m);  // MoeGpuLayer, in CUDA builds only
+void bind_moe_op(nb::module_& m);    // the engine-facing MoE op (mxq/moe/mxfp4_moe.h)
 void bind_tune(nb::module_& m);
 
 }  // namespace mxq::python

@@ -18,4 +18,5 @@ NB_MODULE(_mxq, m) {
   mxq::python::bind_moe(m);
   mxq::python::bind_linear(m);
   mxq::python::bind_moe_cuda(m);
+  mxq::python::bind_moe_op(m);
 }

@@ -338,3 +338,73 @@ def test_autotune_cuda_linear_and_moe(moe_checkpoint, tmp_path, monkeypatch):
     assert normalized_error(ym.float().cpu().numpy(), moe.forward(xm.float().cpu().numpy())) <= 4e-3
     with mxq.autotune(cache=cache, mode="load", device="cuda:0") as served:
         assert lin.explain(16)["from_tuner"] and served.records == []
+
+
+# --- the engine-facing MoE ops (torch.ops.mxq.mxfp4_moe*, Mxfp4MoE) ----------------------------
+
+def _experts(checkpoint, layer=0):
+    from test_mxfp4_moe_ops import experts_of
+
+    return experts_of(checkpoint, layer)
+
+
+def test_mxfp4_moe_cuda_matches_the_cpu_op_and_moves_with_the_module(moe_checkpoint):
+    from test_mxfp4_moe_ops import H, module_of
+
+    ex = _experts(moe_checkpoint)
+    cpu = module_of(ex)
+    gpu = module_of({k: v.to(DEV) for k, v in ex.items()})
+    # Prepared on the device: the host's bytes; the same module moved: the same bytes too.
+    for name in ("w13", "w13_scale", "w13_bias", "w2", "w2_scale", "w2_bias"):
+        assert torch.equal(getattr(gpu, name).cpu(), getattr(cpu, name)), name
+    moved = module_of(ex).to(DEV)
+    for tokens in (1, 5, 300):
+        x = torch.randn(tokens, H, generator=torch.Generator().manual_seed(tokens)).bfloat16()
+        want = cpu(x).float().numpy()
+        for module in (gpu, moved):
+            got = module(x.to(DEV)).float().cpu().numpy()
+            assert normalized_error(got, want) <= 4e-3, tokens
+    # TP = 2 x EP = 2 as four calls: fp32 partials summed, against the CPU sum.
+    x = torch.randn(9, H).bfloat16()
+    total_cpu, total_gpu = torch.zeros(9, H), torch.zeros(9, H, device=DEV)
+    for ep in range(2):
+        for tp in range(2):
+            kwargs = dict(tp_rank=tp, tp_size=2, ep_rank=ep, ep_size=2, out_dtype=torch.float32)
+            total_cpu += module_of(ex, **kwargs)(x)
+            total_gpu += module_of({k: v.to(DEV) for k, v in ex.items()}, **kwargs)(x.to(DEV))
+    assert normalized_error(total_gpu.cpu().numpy(), total_cpu.numpy()) <= 4e-3
+
+
+def test_mxfp4_moe_graph_replay_equals_eager_and_allocates_nothing(moe_checkpoint):
+    from test_mxfp4_moe_ops import H, module_of
+
+    module = module_of({k: v.to(DEV) for k, v in _experts(moe_checkpoint).items()},
+                       max_tokens=64)
+    x = torch.randn(16, H, device=DEV).bfloat16()
+    eager = module(x)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        module(x)  # warm-up outside capture (the workspace exists from the eager call)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    allocated = torch.cuda.memory_allocated()
+    with torch.cuda.graph(graph):
+        out = module(x)
+    assert torch.cuda.memory_allocated() - allocated <= out.numel() * out.element_size()
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+
+
+def test_moe_route_cuda_equals_cpu(moe_checkpoint):
+    from test_mxfp4_moe_ops import H, TOP_K
+
+    ex = _experts(moe_checkpoint)
+    x = torch.randn(40, H).bfloat16()
+    ids, weights = torch.ops.mxq.moe_route(x, ex["router_weight"], ex["router_bias"], TOP_K)
+    ids_d, weights_d = torch.ops.mxq.moe_route(x.to(DEV), ex["router_weight"].to(DEV),
+                                               ex["router_bias"].to(DEV), TOP_K)
+    assert torch.equal(ids_d.cpu(), ids)
+    torch.testing.assert_close(weights_d.cpu(), weights, rtol=1e-5, atol=1e-6)

@@ -56,19 +56,28 @@ from __future__ import annotations
 from ._common import _from_numpy  # noqa: F401  (tests)
 from .format_ops import (dequantize_fp8_block, dequantize_mxfp4, e4m3_decode, e4m3_encode,
                       quantize_fp8_block, quantize_fp8_groups, quantize_mxfp4)
-from . import format_ops, linear_ops, moe_ops  # noqa: F401  (the ops' modules)
+from . import format_ops, linear_ops, moe_ops, mxfp4_moe_ops  # noqa: F401  (the ops' modules)
 from .linear_ops import BlockFp8Linear, _unpack_ue8m0, block_fp8_linear  # noqa: F401
 from .moe_ops import MoE, moe_forward
+from .mxfp4_moe_ops import (Mxfp4MoE, moe_route, mxfp4_moe, mxfp4_moe_into, mxfp4_moe_prepare,
+                            mxfp4_moe_workspace_bytes, prepared_shapes)
 
 __all__ = [
     "BlockFp8Linear",
     "MoE",
+    "Mxfp4MoE",
     "block_fp8_linear",
     "dequantize_fp8_block",
     "dequantize_mxfp4",
     "e4m3_decode",
     "e4m3_encode",
     "moe_forward",
+    "moe_route",
+    "mxfp4_moe",
+    "mxfp4_moe_into",
+    "mxfp4_moe_prepare",
+    "mxfp4_moe_workspace_bytes",
+    "prepared_shapes",
     "quantize_fp8_block",
     "quantize_fp8_groups",
     "quantize_mxfp4",
