@@ -16,11 +16,13 @@
 #include <vector>
 
 #include "moe_bench_layer.h"
+#include "moe_bench_op.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
 #include "mxq/core/statistics.h"
 #include "mxq/moe/cuda_moe.h"
 #include "mxq/moe/cuda_moe_trace.h"
+#include "mxq/moe/mxfp4_moe.h"
 #include "read_floor.h"
 
 namespace mxq::bench {
@@ -247,6 +249,35 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
   w_w4a8.w13 = w13_w4a8;
   w_w4a8.w2 = w2_w4a8;
 
+  // The same prepared buffers as the engine-facing op sees them (TP rank 0 of options.tp), with
+  // its own workspace, zeroed once.
+  const moe::MoeLayerShape op_layer{experts, hidden, preset->inter, true};
+  moe::MoeRank op_rank{0, options.tp, 0, 1};
+  op_rank.alignment = options.align;
+  const moe::PreparedMoeShapes op_shapes = moe::prepared_moe_shapes(op_layer, op_rank);
+  MXQ_CHECK(op_shapes.intermediate_size_per_partition_after_pad == padded, ErrorCode::kInternal,
+            "bench moe: the op's padded I_rank ", op_shapes.intermediate_size_per_partition_after_pad,
+            " differs from the bench's ", padded);
+  const Device gpu = Device::cuda();
+  const moe::PreparedMoe op_prepared{
+      TensorView(w13, DType::kU8, op_shapes.w13, gpu),
+      TensorView(w13s_device, DType::kU8, op_shapes.w13_scale, gpu),
+      TensorView(b13, DType::kBF16, op_shapes.w13_bias, gpu),
+      TensorView(w2, DType::kU8, op_shapes.w2, gpu),
+      TensorView(w2s_device, DType::kU8, op_shapes.w2_scale, gpu),
+      TensorView(b2, DType::kBF16, op_shapes.w2_bias, gpu)};
+  const moe::MoeRouting op_routing{{}, {}, TensorView(router, DType::kBF16, {experts, hidden}, gpu),
+                                   {}};
+  moe::Mxfp4MoeOptions op_options;
+  op_options.top_k = k;
+  op_options.max_tokens = max_tokens;
+  const Tensor op_workspace = Tensor::zeros(
+      DType::kU8,
+      {static_cast<std::int64_t>(moe::mxfp4_moe_workspace_bytes(op_layer, op_rank, op_options, gpu))},
+      gpu);
+  const double prepare_ms =
+      time_device_prepare_ms(experts, hidden, preset->inter, options.tp, options.align, 5, stream);
+
   std::vector<cudaEvent_t> events(5);
   for (auto& e : events) MXQ_CUDA_CHECK(cudaEventCreate(&e));
   cudaEvent_t start, stop;
@@ -405,6 +436,31 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
         {"tokens", tokens},
         {"mxq", measure(moe::gpu::GemmVariant::kAuto, true, w, params,
                         options.block_trace_path.empty() ? nullptr : &trace_replays)}};
+    {
+      // The tensor-in op against the layer path's launcher, same buffers, timed back to back.
+      const auto x_of = [&](int s) {
+        return TensorView(inputs[static_cast<std::size_t>(s)], DType::kBF16, {tokens, hidden}, gpu);
+      };
+      const TensorView op_out(out, DType::kBF16, {tokens, hidden}, gpu);
+      const ForwardTiming layer_path = time_forward(
+          [&](int s) {
+            run.x = reinterpret_cast<const std::uint16_t*>(inputs[static_cast<std::size_t>(s)]);
+            moe::gpu::moe_forward(w, params, run, workspace, ws_bytes, max_tokens, stream);
+          },
+          kInputSets, options.repeats, stream, flush_l2);
+      const ForwardTiming op = time_forward(
+          [&](int s) {
+            moe::mxfp4_moe(x_of(s), op_prepared, op_layer, op_rank, op_routing, op_options, op_out,
+                           op_workspace, stream);
+          },
+          kInputSets, options.repeats, stream, flush_l2);
+      point["op"] = {{"graph_us", op.graph_us},
+                     {"eager_us", op.eager_us},
+                     {"layer_path_graph_us", layer_path.graph_us},
+                     {"layer_path_eager_us", layer_path.eager_us},
+                     {"graph_ratio", op.graph_us / layer_path.graph_us},
+                     {"eager_ratio", op.eager_us / layer_path.eager_us}};
+    }
     if (options.read_floor) {
       // What the layer must read, with nothing else to do: each input set's experts' GEMM1
       // rows, scales and biases in one pass, then their GEMM2 rows, scales and biases.
@@ -512,6 +568,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
           {"tp", options.tp},
           {"copy_ceiling_gbps", copy_gbps},
           {"cold_l2", options.cold_l2},
+          {"device_prepare_ms", prepare_ms},
           {"points", points}};
 }
 

@@ -12,6 +12,7 @@
 #include "moe/moe_test_util.h"
 #include "mxq/formats/bf16.h"
 #include "mxq/moe/checkpoint.h"
+#include "mxq/moe/checkpoint_experts.h"
 #include "mxq/moe/layer.h"
 #include "mxq/moe/mxfp4_moe.h"
 #include "mxq/moe/synthetic.h"
@@ -253,6 +254,38 @@ TEST_F(Mxfp4MoeOp, PreparationEqualsTheLayersFromEitherLayoutAndFromSlicedInputs
       }
     }
   }
+}
+
+TEST_F(Mxfp4MoeOp, CheckpointExpertsOfEitherLayoutPrepareAsTheLayer) {
+  // The same synthetic layer written in the native layout (the same bytes, per expert).
+  testing::TempDir native_dir{"native"};
+  SyntheticSpec spec = testing::small_spec();
+  spec.layout = CheckpointLayout::kNative;
+  write_synthetic_checkpoint(native_dir.path(), spec);
+  const MoeCheckpoint native = MoeCheckpoint::open(native_dir.path());
+  const MoeLayer layer = prepared_layer(2, 2);
+  for (const MoeCheckpoint* source : {static_cast<const MoeCheckpoint*>(&checkpoint_), &native}) {
+    const CheckpointExperts read = read_checkpoint_experts(*source, 1);
+    EXPECT_EQ(read.layout, source->layout(1));
+    EXPECT_EQ(read.config, source->resolve_config(1));
+    ASSERT_EQ(read.router_weight.shape(), (Shape{config_.num_experts, config_.hidden_size}));
+    EXPECT_EQ(testing::bytes_of(read.router_weight),
+              testing::bytes_of(source->view("model.layers.1.mlp.router.weight")));
+  }
+  // Layer 0 from each layout prepares into the layer's bytes on every rank.
+  for (const MoeCheckpoint* source : {static_cast<const MoeCheckpoint*>(&checkpoint_), &native}) {
+    const CheckpointExperts read = read_checkpoint_experts(*source, 0);
+    for (int r = 0; r < layer.num_ranks(); ++r) {
+      const MoeRankShape& shape = layer.rank(r).shape();
+      const MoeRank rank{shape.tp.rank, 2, shape.ep.rank, 2};
+      Prepared got = allocate(prepared_moe_shapes(read.layer_shape(), rank));
+      prepare_mxfp4_moe(read.expert_tensors(), read.layer_shape(), rank, got.view());
+      expect_same_bytes(got, expected_from_layer(layer.rank(r), ActivationQuant::kBf16),
+                        std::string(to_string(read.layout)) + " rank " + std::to_string(r));
+    }
+  }
+  EXPECT_NE(testing::error_of([&] { (void)read_checkpoint_experts(checkpoint_, 5); }).find("5"),
+            std::string::npos);
 }
 
 TEST_F(Mxfp4MoeOp, OneRankPerCallSumsToTheLayerBitForBit) {

@@ -1,0 +1,28 @@
+// The engine-facing MoE op in `mxq bench moe`: the tensor-in op (mxq::moe::mxfp4_moe) timed
+// beside the layer path's launcher on the same prepared buffers, and the device preparation of a
+// whole layer (prepare_mxfp4_moe from gpt-oss-layout tensors).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+
+namespace mxq::bench {
+
+// Median microseconds of one forward: graph replays (one graph per input set, round-robin), and
+// eager launches (no graph: the host's per-call work shows).
+struct ForwardTiming {
+  double graph_us = 0;
+  double eager_us = 0;
+};
+// `enqueue(set)` enqueues one forward on input set `set` on `stream`; `flush` runs before each
+// timed graph replay (outside the timing).
+ForwardTiming time_forward(const std::function<void(int set)>& enqueue, int sets, int repeats,
+                           cudaStream_t stream, const std::function<void()>& flush);
+
+// Median milliseconds of prepare_mxfp4_moe for TP rank 0 of `tp` (alignment `align`) of an
+// E x H x I layer from gpt-oss-layout device tensors (every expert, the whole I), on `stream`.
+double time_device_prepare_ms(int experts, int hidden, int intermediate, int tp, int align,
+                              int repeats, cudaStream_t stream);
+
+}  // namespace mxq::bench
