@@ -3,20 +3,19 @@
 The C++ ``MoeLayer`` holds *every* rank of a TP x EP grid in one object (rank id =
 ``ep_rank * tp_size + tp_rank``) and its forward pass sums the ranks, as a distributed run would
 after its all-reduce. :meth:`MoELayer.from_checkpoint` therefore loads the whole simulated grid;
-:meth:`MoELayer.rank` gives one rank's shard facts and weights. Loading a single rank per process
-needs the distributed runtime, which mxq does not have yet.
+:meth:`MoELayer.rank` gives one rank's shard facts and weights. One rank per process: the
+engine-facing op (below).
 
 On a GPU, :meth:`MoELayer.forward` runs CUDA arrays (torch, CuPy, any DLPack exporter) on a copy
 of the layer uploaded to that device (:meth:`MoELayer.cuda`), on the caller's stream.
 
-:attr:`MoELayer.handle` names a layer with an integer, for ops that take tensors and a layer id
-(``torch.ops.mxq.moe_forward``); :func:`layer_from_handle` resolves it while the layer lives.
+An inference engine (one rank per process, its own tensors, CUDA graphs) uses the engine-facing
+op instead: ``mxq.torch_ops.Mxfp4MoE`` / ``torch.ops.mxq.mxfp4_moe`` (docs/engines.md).
 """
 
 from __future__ import annotations
 
 import atexit
-import itertools
 import threading
 import weakref
 from dataclasses import dataclass
@@ -30,14 +29,7 @@ from . import tune as _tune
 
 ArrayLike = Any
 
-__all__ = ["MoELayer", "MoERank", "MoEUpdate", "ForwardResult", "PARAMS", "layer_from_handle"]
-
-# Layers by handle. Weak: a handle never keeps its layer alive, and a freed layer's handle is
-# never reused (the counter only grows), so a stale handle fails clearly instead of running
-# another layer.
-_HANDLES: "weakref.WeakValueDictionary[int, MoELayer]" = weakref.WeakValueDictionary()
-_NEXT_HANDLE = itertools.count(1)
-_HANDLES_LOCK = threading.Lock()
+__all__ = ["MoELayer", "MoERank", "MoEUpdate", "ForwardResult", "PARAMS"]
 
 # Every live layer, weakly, so that the ones still alive when the interpreter exits can be
 # released first (_release_layers_at_exit).
@@ -59,21 +51,12 @@ def _release_layers_at_exit() -> None:
     exits, while CUDA and the extension are still up. A layer can outlive the program's last
     reference to it in a reference cycle that Python's collector cannot see through — with
     torch 2.11, the guards in torch.compile's per-code cache hold a compiled module, whose class
-    holds that code, so an mxq.torch_ops.MoE and its layer stay alive — and nanobind would then
+    holds that code, so a module holding a layer stays alive — and nanobind would then
     report the layer's C++ object as leaked. An exit handler registered before mxq was imported
     runs after this one: a layer it uses raises mxq.InvalidArgumentError."""
     for layer in list(_LIVE_LAYERS):
         layer._release()
 
-
-def layer_from_handle(handle: int) -> "MoELayer":
-    """The live :class:`MoELayer` registered under ``handle`` (see :attr:`MoELayer.handle`)."""
-    layer = _HANDLES.get(int(handle))
-    if layer is None:
-        raise InvalidArgumentError(f"layer: expected the handle of a live mxq.MoELayer, found "
-                                   f"{handle} (the layer was freed, or the handle comes from "
-                                   "another process)")
-    return layer
 
 PARAMS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
 
@@ -169,7 +152,6 @@ class MoELayer:
 
     def __init__(self, core: "_mxq.MoeLayer") -> None:
         self._core = core
-        self._handle: Optional[int] = None
         # CUDA device index -> (_mxq.MoeGpuLayer, the mxq.autotune() context it consults or None)
         self._device_copies: Dict[int, Any] = {}
         # Bumped (under _device_lock) after every change of the weights: an upload that raced a
@@ -268,19 +250,6 @@ class MoELayer:
     @property
     def ranks(self) -> List[MoERank]:
         return [MoERank(self, r) for r in range(self.num_ranks)]
-
-    @property
-    def handle(self) -> int:
-        """An integer naming this layer (registered on first use) for ops that take a layer id,
-        e.g. ``torch.ops.mxq.moe_forward(x, layer.handle)``. The registry holds the layer weakly:
-        keep the layer alive as long as the handle is used."""
-        if self._handle is None:
-            with _HANDLES_LOCK:
-                if self._handle is None:
-                    handle = next(_NEXT_HANDLE)
-                    _HANDLES[handle] = self
-                    self._handle = handle
-        return self._handle
 
     # --- actions ---
     def prepare(self, align: int = 128) -> Dict[str, Any]:

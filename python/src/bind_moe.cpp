@@ -21,21 +21,6 @@ namespace {
 
 using moe::MoeLayer;
 
-nb::dict config_dict(const moe::MoeConfig& c) {
-  nb::dict d;
-  d["hidden_size"] = c.hidden_size;
-  d["intermediate_size"] = c.intermediate_size;
-  d["num_experts"] = c.num_experts;
-  d["top_k"] = c.top_k;
-  d["swiglu_limit"] = c.swiglu_limit;
-  d["swiglu_alpha"] = c.swiglu_alpha;
-  d["activation"] = std::string(moe::to_string(c.activation));
-  d["activation_quant"] = std::string(moe::to_string(c.activation_quant));
-  d["has_bias"] = c.has_bias;
-  d["router"] = std::string(moe::to_string(c.router));
-  d["num_layers"] = c.num_layers;
-  return d;
-}
 
 nb::dict padding_dict(const moe::PaddingSummary& s) {
   nb::dict d;
@@ -66,6 +51,22 @@ moe::MoeParam param_from_name(const std::string& text) {
 }
 
 }  // namespace
+
+nb::dict config_dict(const moe::MoeConfig& c) {
+  nb::dict d;
+  d["hidden_size"] = c.hidden_size;
+  d["intermediate_size"] = c.intermediate_size;
+  d["num_experts"] = c.num_experts;
+  d["top_k"] = c.top_k;
+  d["swiglu_limit"] = c.swiglu_limit;
+  d["swiglu_alpha"] = c.swiglu_alpha;
+  d["activation"] = std::string(moe::to_string(c.activation));
+  d["activation_quant"] = std::string(moe::to_string(c.activation_quant));
+  d["has_bias"] = c.has_bias;
+  d["router"] = std::string(moe::to_string(c.router));
+  d["num_layers"] = c.num_layers;
+  return d;
+}
 
 void bind_moe(nb::module_& m) {
   nb::class_<MoeLayer>(m, "MoeLayer", "mxq::moe::MoeLayer (all ranks of a TP x EP grid)")

@@ -2,15 +2,19 @@
 // caller's arrays (torch tensors through DLPack, host or CUDA), no copies; the layer's shape, the
 // rank and the options as plain values.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 
 #include "array_bridge.h"
 #include "bindings.h"
+#include "mxq/moe/checkpoint.h"
+#include "mxq/moe/checkpoint_experts.h"
 #include "mxq/moe/mxfp4_moe.h"
 
 namespace mxq::python {
@@ -200,6 +204,35 @@ void bind_moe_op(nb::module_& m) {
       nb::arg("x"), nb::arg("router_weight"), nb::arg("router_bias").none(), nb::arg("top_k"),
       nb::arg("topk_ids"), nb::arg("topk_weights"), nb::arg("workspace").none(),
       nb::arg("max_tokens") = 0, nb::arg("stream") = 0, "mxq::moe::moe_route into the arrays.");
+  m.def(
+      "moe_checkpoint_experts",
+      [](const std::string& path, std::int64_t layer, std::optional<std::int64_t> top_k) {
+        moe::CheckpointExperts read;
+        {
+          const nb::gil_scoped_release release;
+          moe::MoeConfigOverrides overrides;
+          overrides.top_k = top_k;
+          read = moe::read_checkpoint_experts(moe::MoeCheckpoint::open(path), layer, overrides);
+        }
+        nb::dict d;
+        d["config"] = config_dict(read.config);
+        d["layout"] = std::string(moe::to_string(read.layout));
+        const auto put = [&](const char* name, const Tensor& t) {
+          d[name] = t.data() == nullptr ? nb::none() : to_numpy(t);
+        };
+        put("w13", read.w13);
+        put("w13_scale", read.w13_scale);
+        put("w13_bias", read.w13_bias);
+        put("w2", read.w2);
+        put("w2_scale", read.w2_scale);
+        put("w2_bias", read.w2_bias);
+        put("router_weight", read.router_weight);
+        put("router_bias", read.router_bias);
+        return d;
+      },
+      nb::arg("path"), nb::arg("layer") = 0, nb::arg("top_k") = nb::none(),
+      "One layer's expert and router tensors (host NumPy arrays) and its config "
+      "(mxq::moe::read_checkpoint_experts).");
 }
 
 }  // namespace mxq::python

@@ -3,6 +3,8 @@
 
 #include <nanobind/nanobind.h>
 
+#include "mxq/moe/config.h"
+
 namespace mxq::python {
 
 namespace nb = nanobind;
@@ -14,5 +16,8 @@ void bind_linear(nb::module_& m);
 void bind_moe_cuda(nb::module_& m);  // MoeGpuLayer, in CUDA builds only
 void bind_moe_op(nb::module_& m);    // the engine-facing MoE op (mxq/moe/mxfp4_moe.h)
 void bind_tune(nb::module_& m);
+
+// A MoeConfig as the dict mxq.MoELayer.config returns (bind_moe.cpp).
+nb::dict config_dict(const moe::MoeConfig& c);
 
 }  // namespace mxq::python

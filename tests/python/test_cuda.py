@@ -58,14 +58,20 @@ def test_moe_forward_cuda_equals_cli(moe_checkpoint, tmp_path, layer, tp, ep, al
                                        align=align)
     moe.cuda(0, max_tokens=9)  # as the CLI uploads it
     xb = torch.from_numpy(x).to(DEV).bfloat16()
-    y = torch.ops.mxq.moe_forward(xb, moe.handle)
+    y = moe.forward(xb)
     assert y.device == xb.device and y.dtype == torch.bfloat16 and y.shape == (9, 128)
     assert np.array_equal(bits(y.float()), cli.view(np.int32))
     # the GPU kernels against the CPU reference (docs/moe.md: <= 4e-3 for bf16 outputs)
     ref = moe.forward(x)
     assert normalized_error(y.float().cpu().numpy(), ref) <= 4e-3
-    # the plain API with a torch CUDA tensor gives the same tensor
-    assert torch.equal(moe.forward(xb), y)
+    # one engine-facing module per rank (as one process per rank), fp32 partials summed
+    total = torch.zeros(9, 128, device=DEV)
+    for e in range(ep):
+        for t in range(tp):
+            total += ops.Mxfp4MoE.from_checkpoint(
+                moe_checkpoint, layer, tp_rank=t, tp_size=tp, ep_rank=e, ep_size=ep,
+                alignment=align, out_dtype=torch.float32, device=DEV)(xb)
+    assert normalized_error(total.cpu().numpy(), ref) <= 4e-3
 
 
 @pytest.mark.parametrize("tp,align", [(1, 128), (3, 0)])
@@ -79,7 +85,7 @@ def test_moe_w4a8_forward_cuda_equals_cli_and_reference(moe_checkpoint, tmp_path
     moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=tp, align=align,
                                        activation_quant="fp8_g128")
     moe.cuda(0, max_tokens=9)
-    y = torch.ops.mxq.moe_forward(torch.from_numpy(x).to(DEV).bfloat16(), moe.handle)
+    y = moe.forward(torch.from_numpy(x).to(DEV).bfloat16())
     assert np.array_equal(bits(y.float()), cli.view(np.int32))
     # against the CPU's W4A8 reference (and not equal to the W4A16 one: the quantization shows)
     ref = moe.forward(x)
@@ -91,17 +97,17 @@ def test_moe_w4a8_forward_cuda_equals_cli_and_reference(moe_checkpoint, tmp_path
 def test_moe_forward_cuda_upload_size_and_routing(moe_checkpoint):
     moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2)
     x = torch.from_numpy(tokens(5, 128, seed=3)).to(DEV).bfloat16()
-    small = torch.ops.mxq.moe_forward(x, moe.handle)  # uploads lazily (1024 tokens)
+    small = moe.forward(x)  # uploads lazily (1024 tokens)
     moe.cuda(0, max_tokens=5)
-    assert torch.equal(torch.ops.mxq.moe_forward(x, moe.handle), small)
+    assert torch.equal(moe.forward(x), small)
     big = torch.from_numpy(tokens(2000, 128, seed=4)).to(DEV).bfloat16()
-    assert torch.ops.mxq.moe_forward(big, moe.handle).shape == (2000, 128)  # re-uploads, larger
+    assert moe.forward(big).shape == (2000, 128)  # re-uploads, larger
     details = moe.forward_details(x.float().cpu().numpy())
     ids = torch.from_numpy(details.expert_ids).to(DEV)
     weights = torch.from_numpy(details.expert_weights).to(DEV)
-    routed = torch.ops.mxq.moe_forward(x, moe.handle, ids, weights)
+    routed = moe.forward(x, ids, weights)
     assert normalized_error(routed.float().cpu().numpy(), details.output) <= 4e-3
-    assert not torch.equal(torch.ops.mxq.moe_forward(x, moe.handle, (ids + 1) % 8, weights), routed)
+    assert not torch.equal(moe.forward(x, (ids + 1) % 8, weights), routed)
 
 
 def test_moe_weight_update_reaches_the_gpu(moe_checkpoint):
@@ -109,7 +115,7 @@ def test_moe_weight_update_reaches_the_gpu(moe_checkpoint):
 
     moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, layer=0)
     x = torch.from_numpy(tokens(4, 128, seed=5)).to(DEV).bfloat16()
-    before = torch.ops.mxq.moe_forward(x, moe.handle)
+    before = moe.forward(x)
     other = {}
     for f in sorted(moe_checkpoint.glob("*.safetensors")):
         other.update({k.replace(".layers.1.", ".layers.0."): v
@@ -117,7 +123,7 @@ def test_moe_weight_update_reaches_the_gpu(moe_checkpoint):
     with moe.update() as u:
         for name, value in other.items():
             u.load(name, value)
-    after = torch.ops.mxq.moe_forward(x, moe.handle)
+    after = moe.forward(x)
     assert not torch.equal(after, before)
     assert normalized_error(after.float().cpu().numpy(), moe.forward(x.float().cpu().numpy())) <= 4e-3
 
@@ -175,11 +181,14 @@ def run_behind_a_busy_stream(fn, x):
 
 
 def test_ops_run_on_the_current_stream(moe_checkpoint):
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2).cuda(0, max_tokens=64)
+    moe = ops.Mxfp4MoE.from_checkpoint(moe_checkpoint, tp_rank=1, tp_size=2, device=DEV)
     x = torch.from_numpy(tokens(16, 128, seed=6)).to(DEV).bfloat16()
-    want = torch.ops.mxq.moe_forward(x, moe.handle)
-    got = run_behind_a_busy_stream(lambda t: torch.ops.mxq.moe_forward(t, moe.handle), x)
+    want = moe(x)
+    got = run_behind_a_busy_stream(moe, x)
     assert torch.equal(got, want)
+    layer = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2).cuda(0, max_tokens=64)
+    want = layer.forward(x)
+    assert torch.equal(run_behind_a_busy_stream(layer.forward, x), want)
 
     q, s = torch.ops.mxq.quantize_fp8_block(torch.randn(256, 512), 128, 128)
     q, s = q.to(DEV), s.to(DEV)
@@ -189,22 +198,23 @@ def test_ops_run_on_the_current_stream(moe_checkpoint):
     assert torch.equal(got, want)
 
 
-def test_moe_forward_in_a_cuda_graph(moe_checkpoint):
+def test_moe_layer_in_a_cuda_graph(moe_checkpoint):
+    """The simulated layer on the GPU is capturable too, once uploaded."""
     moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2).cuda(0, max_tokens=8)
     x = torch.from_numpy(tokens(8, 128, seed=7)).to(DEV).bfloat16()
-    want = torch.ops.mxq.moe_forward(x, moe.handle)
+    want = moe.forward(x)
     static_x = x.clone()
     graph = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        torch.ops.mxq.moe_forward(static_x, moe.handle)  # warm-up on the capture stream
+        moe.forward(static_x)  # warm-up on the capture stream
     torch.cuda.current_stream().wait_stream(side)
     with torch.cuda.graph(graph):
-        static_y = torch.ops.mxq.moe_forward(static_x, moe.handle)
+        static_y = moe.forward(static_x)
     static_x.copy_(torch.from_numpy(tokens(8, 128, seed=8)).to(DEV).bfloat16())
     graph.replay()
-    other = torch.ops.mxq.moe_forward(static_x, moe.handle)
+    other = moe.forward(static_x)
     torch.cuda.synchronize()
     assert torch.equal(static_y, other) and not torch.equal(static_y, want)
     static_x.copy_(x)
@@ -258,13 +268,25 @@ def test_cupy_arrays_in_and_out(moe_checkpoint):
 # --- opcheck and torch.compile on the GPU ---------------------------------------------------
 
 def test_opcheck_cuda(moe_checkpoint):
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    moe = ops.Mxfp4MoE.from_checkpoint(moe_checkpoint, device=DEV)
+    prepared = (moe.w13, moe.w13_scale, moe.w13_bias, moe.w2, moe.w2_scale, moe.w2_bias)
+    xm = torch.randn(5, 128, device=DEV).bfloat16()
+    ids = torch.randint(0, 8, (5, 2), dtype=torch.int32, device=DEV)
+    workspace = torch.zeros(ops.mxfp4_moe_workspace_bytes(8, 128, 96, 2, 5), dtype=torch.uint8,
+                            device=DEV)
     q, s = torch.ops.mxq.quantize_fp8_block(torch.randn(128, 256), 128, 128)
     xb = torch.randn(3, 256, device=DEV).bfloat16()
     cases = [
         (torch.ops.mxq.block_fp8_linear, (xb, q.view(torch.uint8).to(DEV), s.to(DEV), 128, 128)),
         (torch.ops.mxq.quantize_fp8_groups, (xb, 128, "ue8m0")),
-        (torch.ops.mxq.moe_forward, (torch.randn(5, 128, device=DEV).bfloat16(), moe.handle)),
+        (torch.ops.mxq.mxfp4_moe, (xm, *prepared, None, None, moe.router_weight,
+                                   moe.router_bias, 8, 96, 2)),
+        (torch.ops.mxq.mxfp4_moe, (xm, *prepared, ids, torch.rand(5, 2, device=DEV), None, None,
+                                   8, 96, 2)),
+        (torch.ops.mxq.mxfp4_moe_into, (xm, *prepared, ids, torch.rand(5, 2, device=DEV), None,
+                                        None, torch.empty(5, 128, device=DEV), workspace, 8, 96,
+                                        2, 5)),
+        (torch.ops.mxq.moe_route, (xm, moe.router_weight, moe.router_bias, 2)),
     ]
     for op, args in cases:
         result = torch.library.opcheck(op.default, args)
@@ -273,13 +295,13 @@ def test_opcheck_cuda(moe_checkpoint):
 
 def test_torch_compile_fullgraph_cuda(moe_checkpoint):
     torch._dynamo.reset()
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2)
+    moe = ops.Mxfp4MoE.from_checkpoint(moe_checkpoint, tp_rank=1, tp_size=2)
     q, s = torch.ops.mxq.quantize_fp8_block(torch.randn(64, 128), 128, 128)
 
     class Block(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.moe = ops.MoE(moe)
+            self.moe = moe
             self.proj = ops.BlockFp8Linear(q, s, (128, 128))
 
         def forward(self, x):
@@ -295,11 +317,13 @@ def test_torch_compile_fullgraph_cuda(moe_checkpoint):
 # --- errors -------------------------------------------------------------------------------
 
 def test_cuda_errors_name_the_argument(moe_checkpoint):
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    moe = ops.Mxfp4MoE.from_checkpoint(moe_checkpoint, device=DEV)
     with pytest.raises(TypeError, match=r"^x: expected bfloat16, found float32"):
-        torch.ops.mxq.moe_forward(torch.randn(2, 128, device=DEV), moe.handle)
+        moe(torch.randn(2, 128, device=DEV))
     with pytest.raises(ValueError, match=r"^x: expected a contiguous tensor"):
-        torch.ops.mxq.moe_forward(torch.randn(128, 2, device=DEV).bfloat16().t(), moe.handle)
+        moe(torch.randn(128, 2, device=DEV).bfloat16().t())
+    with pytest.raises(ValueError, match=r"^w13: expected a tensor on cuda:0"):
+        moe.to("cpu")(torch.randn(2, 128, device=DEV).bfloat16())
     q, s = torch.ops.mxq.quantize_fp8_block(torch.randn(128, 256), 128, 128)
     x = torch.randn(2, 256, device=DEV).bfloat16()
     with pytest.raises(ValueError, match=r"^weight: expected a tensor on cuda:0 \(where x is\), found one on cpu"):
@@ -326,7 +350,7 @@ def test_autotune_cuda_linear_and_moe(moe_checkpoint, tmp_path, monkeypatch):
     with mxq.autotune(cache=cache, mode="tune", device="cuda:0") as tuner:
         y = lin.forward(x)
         explained = lin.explain(16)
-        ym = torch.ops.mxq.moe_forward(xm, moe.handle)
+        ym = moe.forward(xm)
         assert moe.device_tactic(0, 16)["from_tuner"]
     ops_tuned = {r["op"] for r in tuner.records}
     assert ops_tuned == {"block_fp8_linear", "moe_gpu_forward"}, tuner.records

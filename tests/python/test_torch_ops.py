@@ -176,62 +176,67 @@ def test_block_fp8_linear_module_keeps_buffer_dtypes(bias_dtype):
 
 # --- MoE ----------------------------------------------------------------------------------
 
+def rank_modules(checkpoint, layer=0, tp=1, ep=1, align=128, **kwargs):
+    """One Mxfp4MoE per rank of a TP x EP grid, in rank order (ep_rank * tp + tp_rank), as one
+    process per rank would build them."""
+    return [ops.Mxfp4MoE.from_checkpoint(checkpoint, layer, tp_rank=t, tp_size=tp, ep_rank=e,
+                                         ep_size=ep, alignment=align, **kwargs)
+            for e in range(ep) for t in range(tp)]
+
+
 @pytest.mark.parametrize("layer,tp,ep,align", [(0, 1, 1, 128), (1, 2, 2, 128), (0, 3, 1, 0)])
-def test_moe_forward_equals_cli(moe_checkpoint, tmp_path, layer, tp, ep, align):
-    x = np.random.default_rng(layer + 10 * tp).standard_normal((9, 128)).astype(np.float32)
-    x[4, 7] = np.nan
-    np.save(tmp_path / "x.npy", x)
+def test_mxfp4_moe_ranks_sum_to_the_cli(moe_checkpoint, tmp_path, layer, tp, ep, align):
+    """Each rank's float32 partial (its own module, read from the checkpoint by mxq), summed in
+    rank order and rounded once to bf16, is the CLI's output bit for bit (NaN rows stay NaN)."""
+    x = torch.from_numpy(
+        np.random.default_rng(layer + 10 * tp).standard_normal((9, 128)).astype(np.float32))
+    x[4, 7] = float("nan")
+    xb = x.bfloat16()
+    np.save(tmp_path / "x.npy", xb.float().numpy())
     run_cli("moe", "--checkpoint", str(moe_checkpoint), "--layer", str(layer), "--input",
             str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"), "--tp", str(tp),
             "--ep", str(ep), "--align", str(align))
     cli = np.load(tmp_path / "y.npy")
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, layer=layer, tp_size=tp, ep_size=ep,
-                                       align=align)
-    y = torch.ops.mxq.moe_forward(torch.from_numpy(x), moe.handle)
-    assert y.dtype == torch.float32 and y.shape == (9, 128)
-    assert np.array_equal(bits(y), cli.view(np.int32))
-    # bf16 in, bf16 out: the same values (NaN rows stay NaN; a bf16 NaN has no f32 payload)
-    yb = ops.MoE(moe)(torch.from_numpy(x).bfloat16()).float().numpy()
+    total = torch.zeros(9, 128)
+    for module in rank_modules(moe_checkpoint, layer, tp, ep, align, out_dtype=torch.float32):
+        total += module(xb)
+    y = total.bfloat16().float().numpy()
     nan = np.isnan(cli)
-    assert np.array_equal(np.isnan(yb), nan) and nan[4].all()
-    assert np.array_equal(yb[~nan].view(np.int32), cli[~nan].view(np.int32))
+    assert np.array_equal(np.isnan(y), nan) and nan[4].all()
+    assert np.array_equal(y[~nan].view(np.int32), cli[~nan].view(np.int32))
 
 
-def test_moe_forward_precomputed_routing(moe_checkpoint):
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2)
-    x = torch.randn(6, 128)
-    details = moe.forward_details(x.numpy())
-    ids = torch.from_numpy(details.expert_ids)
-    weights = torch.from_numpy(details.expert_weights)
-    y = torch.ops.mxq.moe_forward(x, moe.handle, ids, weights)
-    assert np.array_equal(bits(y), details.output.view(np.int32))
-    other = torch.ops.mxq.moe_forward(x, moe.handle, (ids + 1) % 8, weights)
-    assert not torch.equal(other, y)
-
-
-def test_moe_handles_are_weak_and_never_reused(moe_checkpoint):
-    a = mxq.MoELayer.from_checkpoint(moe_checkpoint)
-    b = mxq.MoELayer.from_checkpoint(moe_checkpoint)
-    assert a.handle == a.handle and a.handle != b.handle
-    assert mxq.moe.layer_from_handle(a.handle) is a
-    stale = a.handle
-    del a
-    gc.collect()
-    with pytest.raises(ValueError, match=r"^layer: expected the handle of a live mxq.MoELayer"):
-        torch.ops.mxq.moe_forward(torch.randn(2, 128), stale)
-    c = mxq.MoELayer.from_checkpoint(moe_checkpoint)
-    assert c.handle not in (stale, b.handle)
+def test_from_checkpoint_reads_either_layout(moe_checkpoint, tmp_path):
+    """A native-layout checkpoint of the same layer (mxq synth --layout native) gives the same
+    prepared buffers; the config comes from config.json."""
+    native = tmp_path / "native"
+    run_cli("synth", "gpt-oss", str(native), "--experts", "8", "--hidden", "128",
+            "--intermediate", "96", "--top-k", "2", "--layers", "2", "--seed", "7", "--layout",
+            "native")
+    a = ops.Mxfp4MoE.from_checkpoint(moe_checkpoint, 1, tp_rank=1, tp_size=2)
+    b = ops.Mxfp4MoE.from_checkpoint(native, 1, tp_rank=1, tp_size=2)
+    assert (a.num_experts, a.hidden_size, a.intermediate_size, a.top_k) == (8, 128, 96, 2)
+    for name, tensor in a.state_dict().items():
+        assert torch.equal(tensor, b.state_dict()[name]), name
+    with pytest.raises(mxq.Error, match="7"):
+        ops.Mxfp4MoE.from_checkpoint(moe_checkpoint, 7)
 
 
 # --- opcheck ------------------------------------------------------------------------------
 
-def opcheck_cases(moe_handle):
+def opcheck_cases(moe):
     x = torch.randn(4, 64)
     blocks, scales = torch.ops.mxq.quantize_mxfp4(x, "ceil")
     q, s = quantized_weight(128, 256, (128, 128))
     codes = torch.ops.mxq.e4m3_encode(x, True)
     xb = torch.randn(3, 256).bfloat16()
     ids = torch.randint(0, 8, (5, 2), dtype=torch.int32)
+    prepared = (moe.w13, moe.w13_scale, moe.w13_bias, moe.w2, moe.w2_scale, moe.w2_bias)
+    experts = _mxq.moe_checkpoint_experts(str(moe.checkpoint_path), 0)
+
+    def bias(array):
+        return ops._from_numpy(array, torch.bfloat16)
+
     return {
         "quantize_mxfp4": (x, "floor"),
         "quantize_mxfp4_bf16": (x.bfloat16(), "ceil"),
@@ -245,22 +250,34 @@ def opcheck_cases(moe_handle):
                              "auto"),
         "block_fp8_linear_3d": (xb.reshape(1, 3, 256), q.view(torch.uint8), s, 128, 128, None,
                                 "ue8m0", "f32", "auto"),
-        "moe_forward": (torch.randn(5, 128), moe_handle, None, None),
-        "moe_forward_routed": (torch.randn(5, 128).bfloat16(), moe_handle, ids,
-                               torch.rand(5, 2)),
+        "mxfp4_moe": (torch.randn(5, 128).bfloat16(), *prepared, None, None, moe.router_weight,
+                      moe.router_bias, 8, 96, 2),
+        "mxfp4_moe_routed": (torch.randn(5, 128), *prepared, ids, torch.rand(5, 2), None, None, 8,
+                             96, 2, 0, 1, 0, 1, 128, "swiglu_oai", 1.702, 7.0, "bf16", True,
+                             torch.float32),
+        "mxfp4_moe_into": (torch.randn(5, 128).bfloat16(), *prepared, ids, torch.rand(5, 2), None,
+                           None, torch.empty(5, 128), torch.empty(0, dtype=torch.uint8), 8, 96, 2,
+                           5),
+        "mxfp4_moe_prepare": (*(torch.from_numpy(experts[n]) for n in (
+                                  "w13", "w13_scale")), bias(experts["w13_bias"]),
+                              *(torch.from_numpy(experts[n]) for n in ("w2", "w2_scale")),
+                              bias(experts["w2_bias"]), 8, 96, 0, 2, 1, 2, 128, "bf16",
+                              "gpt-oss"),
+        "moe_route": (torch.randn(5, 128).bfloat16(), moe.router_weight, moe.router_bias, 2),
     }
 
 
 def test_opcheck_every_op(moe_checkpoint):
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
-    cases = opcheck_cases(moe.handle)
+    moe = ops.Mxfp4MoE.from_checkpoint(moe_checkpoint)
+    moe.checkpoint_path = moe_checkpoint
+    cases = opcheck_cases(moe)
     checked = set()
     for name, args in cases.items():
         op = getattr(torch.ops.mxq, name.replace("_bf16", "").replace("_3d", "").replace("_routed", ""))
         result = torch.library.opcheck(op.default, args)
         assert set(result.values()) == {"SUCCESS"}, (name, result)
         checked.add(op.default.name())
-    registered = {f"mxq::{n}" for n in ops.__all__ if n[0].islower()}
+    registered = {f"mxq::{n}" for n in ops.__all__ if hasattr(torch.ops.mxq, n)}
     assert checked == registered
 
 
@@ -285,13 +302,13 @@ def test_opcheck_with_float8_inputs():
 class Block(torch.nn.Module):
     """A module mixing the ops: MoE, a block-FP8 projection, an MXFP4 round trip."""
 
-    def __init__(self, moe: "mxq.MoELayer", q, s) -> None:
+    def __init__(self, moe: "ops.Mxfp4MoE", q, s) -> None:
         super().__init__()
-        self.moe = ops.MoE(moe)
+        self.moe = moe
         self.proj = ops.BlockFp8Linear(q, s, (128, 128))
 
     def forward(self, x):
-        h = self.moe(x)
+        h = self.moe(x.bfloat16())
         blocks, scales = torch.ops.mxq.quantize_mxfp4(h, "floor")
         h = torch.ops.mxq.dequantize_mxfp4(blocks, scales).bfloat16()
         return self.proj(torch.cat([h, h], dim=-1)).float() + 1
@@ -300,7 +317,7 @@ class Block(torch.nn.Module):
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_torch_compile_fullgraph(moe_checkpoint, backend):
     torch._dynamo.reset()
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2)
+    moe = ops.Mxfp4MoE.from_checkpoint(moe_checkpoint, tp_rank=1, tp_size=2)
     q, s = quantized_weight(64, 256, (128, 128))
     module = Block(moe, q, s)
     compiled = torch.compile(module, fullgraph=True, backend=backend, dynamic=True)
@@ -312,11 +329,10 @@ def test_torch_compile_fullgraph(moe_checkpoint, backend):
 
 
 def test_fake_impls_check_arguments_while_tracing(moe_checkpoint):
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
-    module = ops.MoE(moe)
+    module = ops.Mxfp4MoE.from_checkpoint(moe_checkpoint)
     compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
     with pytest.raises(Exception, match=r"x: expected \[T, 128\]"):
-        compiled(torch.randn(3, 64))
+        compiled(torch.randn(3, 64).bfloat16())
 
 
 # --- autograd -------------------------------------------------------------------------------
@@ -428,9 +444,11 @@ def no_gradient_cases(moe_checkpoint):
     x = torch.randn(4, 64)
     q, s = quantized_weight(128, 256, (128, 128))
     blocks, e8m0 = torch.ops.mxq.quantize_mxfp4(x)
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2)
+    moe = ops.Mxfp4MoE.from_checkpoint(moe_checkpoint, tp_rank=1, tp_size=2)
     return {
-        "moe_forward": (ops.MoE(moe), torch.randn(5, 128)),
+        "mxfp4_moe": (moe, torch.randn(5, 128).bfloat16()),
+        "moe_route": (lambda a: torch.ops.mxq.moe_route(a, moe.router_weight, None, 2)[1],
+                      torch.randn(8, 128).bfloat16()),
         "quantize_mxfp4": (lambda a: torch.ops.mxq.quantize_mxfp4(a)[1], x),
         "quantize_fp8_block": (lambda a: torch.ops.mxq.quantize_fp8_block(a, 32, 32)[1], x),
         "quantize_fp8_groups": (lambda a: torch.ops.mxq.quantize_fp8_groups(a, 32)[1], x),
@@ -441,7 +459,7 @@ def no_gradient_cases(moe_checkpoint):
     }
 
 
-@pytest.mark.parametrize("op", ["moe_forward", "quantize_mxfp4", "quantize_fp8_block",
+@pytest.mark.parametrize("op", ["mxfp4_moe", "moe_route", "quantize_mxfp4", "quantize_fp8_block",
                                 "quantize_fp8_groups", "e4m3_encode", "e4m3_decode",
                                 "dequantize_fp8_block", "dequantize_mxfp4"])
 def test_ops_without_gradient_run_and_compile_with_grad_inputs(moe_checkpoint, op):
@@ -485,7 +503,7 @@ def test_compiled_block_with_grad_runs_and_fails_where_eager_does(moe_checkpoint
     the compiled forward equals eager, and the backward fails at the op eager fails at (the
     MXFP4 dequantization, the first op without gradient from the loss)."""
     torch._dynamo.reset()
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2)
+    moe = ops.Mxfp4MoE.from_checkpoint(moe_checkpoint, tp_rank=1, tp_size=2)
     q, s = quantized_weight(64, 256, (128, 128))
     module = Block(moe, q, s)
     with torch._inductor.config.patch(force_disable_caches=True):  # a fresh backward graph
@@ -499,10 +517,10 @@ def test_compiled_block_with_grad_runs_and_fails_where_eager_does(moe_checkpoint
                     y.sum().backward()
 
 
-def test_moe_forward_message_says_no_grad(moe_checkpoint):
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
-    y = torch.ops.mxq.moe_forward(torch.randn(3, 128, requires_grad=True), moe.handle)
-    with pytest.raises(RuntimeError, match=r"^mxq.moe_forward has no gradient \(mxq's MoE op is "
+def test_mxfp4_moe_message_says_no_grad(moe_checkpoint):
+    moe = ops.Mxfp4MoE.from_checkpoint(moe_checkpoint)
+    y = moe(torch.randn(3, 128).bfloat16().requires_grad_(True))
+    with pytest.raises(RuntimeError, match=r"^mxq.mxfp4_moe has no gradient \(mxq's MoE op is "
                                            r"for inference; run it under torch.no_grad\(\)\)$"):
         y.sum().backward()
 
@@ -544,12 +562,11 @@ def test_wrong_dtype_is_type_error_naming_argument(moe_checkpoint):
         torch.ops.mxq.block_fp8_linear(torch.randn(2, 256).bfloat16(), q, s.double(), 128, 128)
     with pytest.raises(TypeError, match=r"^x: expected float32 or bfloat16, found float64"):
         torch.ops.mxq.quantize_mxfp4(torch.randn(2, 64, dtype=torch.float64))
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    moe = ops.Mxfp4MoE.from_checkpoint(moe_checkpoint)
     with pytest.raises(TypeError, match=r"^x: "):
-        torch.ops.mxq.moe_forward(torch.randn(2, 128, dtype=torch.float16), moe.handle)
-    with pytest.raises(TypeError, match=r"^expert_ids: expected int32"):
-        torch.ops.mxq.moe_forward(torch.randn(2, 128), moe.handle, torch.zeros(2, 2, dtype=torch.int64),
-                                  torch.ones(2, 2))
+        moe(torch.randn(2, 128, dtype=torch.float16))
+    with pytest.raises(TypeError, match=r"^topk_ids: expected int32"):
+        moe(torch.randn(2, 128), torch.zeros(2, 2, dtype=torch.int64), torch.ones(2, 2))
 
 
 def test_non_contiguous_is_value_error_naming_argument(moe_checkpoint):
@@ -559,9 +576,9 @@ def test_non_contiguous_is_value_error_naming_argument(moe_checkpoint):
     wt = torch.ops.mxq.quantize_fp8_block(torch.randn(256, 128), 128, 128)[0].t()
     with pytest.raises(ValueError, match=r"^weight: expected a contiguous tensor"):
         torch.ops.mxq.block_fp8_linear(torch.randn(2, 256).bfloat16(), wt, s, 128, 128)
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    moe = ops.Mxfp4MoE.from_checkpoint(moe_checkpoint)
     with pytest.raises(ValueError, match=r"^x: expected a contiguous tensor"):
-        torch.ops.mxq.moe_forward(torch.randn(128, 4).t(), moe.handle)
+        moe(torch.randn(128, 4).t())
 
 
 def test_shape_and_device_errors_name_the_argument(moe_checkpoint):
@@ -575,12 +592,11 @@ def test_shape_and_device_errors_name_the_argument(moe_checkpoint):
         torch.ops.mxq.block_fp8_linear(x, q.to("meta"), s, 128, 128)
     with pytest.raises(ValueError, match=r"^x: expected a last dimension that is a multiple of 32"):
         torch.ops.mxq.quantize_mxfp4(torch.randn(2, 40))
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
-    with pytest.raises(ValueError, match=r"^expert_ids and expert_weights: give both"):
-        torch.ops.mxq.moe_forward(torch.randn(2, 128), moe.handle, torch.zeros(2, 2, dtype=torch.int32))
-    with pytest.raises(ValueError, match=r"^expert_weights: expected \[T, top_k\] = \[2, 2\]"):
-        torch.ops.mxq.moe_forward(torch.randn(2, 128), moe.handle, torch.zeros(2, 2, dtype=torch.int32),
-                                  torch.ones(3, 2))
+    moe = ops.Mxfp4MoE.from_checkpoint(moe_checkpoint)
+    with pytest.raises(ValueError, match=r"^topk_weights: expected a tensor with topk_ids"):
+        moe(torch.randn(2, 128), torch.zeros(2, 2, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"^topk_weights: expected \[T, top_k\] = \[2, 2\]"):
+        moe(torch.randn(2, 128), torch.zeros(2, 2, dtype=torch.int32), torch.ones(3, 2))
 
 
 def test_mxq_errors_from_cpp_keep_their_classes():
@@ -597,7 +613,7 @@ def test_argument_errors_are_mxq_errors_with_codes(moe_checkpoint):
     would name it), still TypeError / ValueError; the fake implementations raise the same."""
     q, s = quantized_weight(128, 256, (128, 128))
     x = torch.randn(2, 256).bfloat16()
-    moe = mxq.MoELayer.from_checkpoint(moe_checkpoint)
+    moe = ops.Mxfp4MoE.from_checkpoint(moe_checkpoint)
     cases = [
         (lambda: torch.ops.mxq.block_fp8_linear(x.float(), q, s, 128, 128),
          mxq.DtypeError, TypeError, "dtype_mismatch"),
@@ -611,8 +627,7 @@ def test_argument_errors_are_mxq_errors_with_codes(moe_checkpoint):
          mxq.InvalidArgumentError, ValueError, "invalid_argument"),
         (lambda: torch.ops.mxq.quantize_fp8_block(torch.randn(4, 4), 0, 128),
          mxq.InvalidArgumentError, ValueError, "invalid_argument"),
-        (lambda: torch.ops.mxq.moe_forward(torch.randn(2, 128), moe.handle,
-                                           torch.zeros(2, 2, dtype=torch.int32)),
+        (lambda: moe(torch.randn(2, 128), torch.zeros(2, 2, dtype=torch.int32)),
          mxq.InvalidArgumentError, ValueError, "invalid_argument"),
     ]
     fake_mode = torch._subclasses.fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
@@ -659,42 +674,3 @@ def test_block_fp8_linear_runs_the_tuned_tactic(tmp_path, monkeypatch):
     assert runs[0] == ("cpu.reference", False) and runs[2] == ("cpu.reference", False)
     assert runs[1][1] and runs[1][0].startswith("cpu.") and record["tactic"].split("[")[0] in runs[1][0]
     assert inside.shape == outside.shape == forced.shape
-
-
-def test_moe_forward_runs_the_tuned_expert_tilings(moe_checkpoint, tmp_path, monkeypatch):
-    """On the CPU, the op consults mxq.autotune() as MoELayer.forward does: each rank's
-    moe_expert_gemm problem is tuned for the token bucket, then its cached tiling runs."""
-    for name in ("MXQ_AUTOTUNE", "MXQ_AUTOTUNE_CACHE", "MXQ_AUTOTUNE_SKIP_OPS",
-                 "MXQ_AUTOTUNE_BUDGET"):
-        monkeypatch.delenv(name, raising=False)
-    layer = mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=2, align=128)
-    runs = []
-
-    class SpyCore:
-        def __init__(self, core):
-            self._core = core
-
-        def __getattr__(self, name):
-            return getattr(self._core, name)
-
-        def forward(self, *args):
-            result = self._core.forward(*args)
-            runs.append((result["rank_tactics"], result["rank_tactics_from_cache"]))
-            return result
-
-    monkeypatch.setattr(layer, "_core", SpyCore(layer._core))
-    x = torch.randn(5, 128)
-    plain = torch.ops.mxq.moe_forward(x, layer.handle)
-    keys = [layer._core.tune_problem(r).canonical for r in range(2)]
-    cache = tmp_path / "c.json"
-    with mxq.autotune(cache=cache, mode="tune", device="cpu") as tuner:
-        tuned = torch.ops.mxq.moe_forward(x, layer.handle)
-        assert {r["problem"] for r in tuner.records} == set(keys)
-        assert {r["status"] for r in tuner.records} <= {"tuned", "hit"}
-        decisions = {(d["problem"], d["bucket"]): d["tactic"] for d in tuner.decisions()}
-    with mxq.autotune(cache=cache, mode="load", device="cpu"):
-        served = torch.ops.mxq.moe_forward(x, layer.handle)
-    assert runs[0] == (["reference", "reference"], [False, False])
-    want = [decisions[(key, 8)] for key in keys]  # 5 tokens: bucket 8
-    assert runs[1] == (want, [True, True]) and runs[2] == (want, [True, True])
-    assert torch.equal(tuned, plain) and torch.equal(served, plain)

@@ -147,6 +147,9 @@ std::size_t mxfp4_moe_workspace_bytes(const MoeLayerShape& layer, const MoeRank&
 // (CPU: may be empty). Bad arguments (dtype, device, shape, stride, alignment, workspace size,
 // routing) throw mxq::Error naming the argument before anything runs; ids out of [0, E) on the
 // device are caught by the kernels' device-side checks only where the host cannot read them.
+// A token whose x row holds a NaN or Inf gets a NaN row in the summed partials, as the layer
+// gives (on the CPU every rank's row is NaN; on the device the ranks holding the experts it is
+// routed to give NaN, the others may give 0).
 void mxfp4_moe(const TensorView& x, const PreparedMoe& prepared, const MoeLayerShape& layer,
                const MoeRank& rank, const MoeRouting& routing, const Mxfp4MoeOptions& options,
                const TensorView& out, const TensorView& workspace, void* stream = nullptr);

@@ -5,7 +5,10 @@ mxq itself never imports torch; this module does, and registers with ``torch.lib
 ========================================  =========  =====  ===================================
 op                                        CPU        CUDA   result
 ========================================  =========  =====  ===================================
-``moe_forward(x, layer, ids?, weights?)``  yes        yes    [T, H] in x's dtype (CUDA: bf16)
+``mxfp4_moe_prepare(w13, ..., rank)``      yes        yes    one rank's prepared tensors
+``mxfp4_moe(x, prepared..., routing)``     yes        yes    the rank's partial [T, H] bf16/f32
+``mxfp4_moe_into(..., out, workspace)``    yes        yes    None (writes ``out``)
+``moe_route(x, router_weight, bias, k)``   yes        yes    (int32 ids, float32 weights) [T, k]
 ``block_fp8_linear(x, w, w_scale, ...)``   yes        yes    [..., N] bf16 or float32
 ``quantize_fp8_groups(x, group_k, mode)``  yes        yes    (e4m3 [M, K], float32 [M, G])
 ``quantize_mxfp4`` / ``dequantize_mxfp4``  yes        no     (uint8 [..., G, 16], e8m0 [..., G])
@@ -29,8 +32,8 @@ without float8 inputs.
   views of the same bytes. **Results** on the CPU are NumPy arrays owned by mxq, wrapped by
   ``torch.from_numpy`` (no copy). On CUDA the work is queued on torch's *current stream* of the
   input's device (``torch.cuda.current_stream(x.device).cuda_stream`` goes to the C++ op as its
-  ``cudaStream_t``) and nothing synchronizes the host. ``moe_forward`` writes into an output
-  that torch allocates; ``block_fp8_linear`` and ``quantize_fp8_groups`` return memory that
+  ``cudaStream_t``) and nothing synchronizes the host. The MoE ops write into tensors torch
+  allocates (``mxfp4_moe_into``: the caller's, nothing allocated: CUDA-graph capturable); ``block_fp8_linear`` and ``quantize_fp8_groups`` return memory that
   mxq's C++ op allocated (cudaMalloc, handed over through DLPack; freeing it waits for the
   device) until the C++ linear op takes an output buffer.
 * **Bad arguments** raise :class:`mxq.DtypeError` (a ``TypeError``; code "dtype_mismatch")
@@ -39,16 +42,13 @@ without float8 inputs.
   implementation, as mxq's C++ core would.
 * **BlockFp8Linear** keeps its buffers' dtypes under ``model.half()`` / ``.to(dtype)``; device
   moves apply.
-* **The MoE layer** is not a tensor: its weights live in an :class:`mxq.MoELayer` (every
-  simulated rank, plus a copy per CUDA device made on first use, see ``MoELayer.cuda``). The
-  op takes the layer's integer ``handle`` (``layer.handle``) — a plain int in the graph, so
-  tracing, opcheck and CUDA graphs see only tensors and constants; the registry holds layers
-  weakly and never reuses a handle, so a freed layer's handle fails clearly. (A
-  ``torch.classes`` custom class would make the layer a graph input but needs a C++ torch
-  extension; a handle keeps mxq free of a libtorch build dependency.) :class:`MoE` wraps it.
-* Inside :func:`mxq.autotune`, ``block_fp8_linear(..., tactic="auto")`` and ``moe_forward``
-  on the tuner's device run the tuner's decisions (tuning the problem first in tune mode; on
-  the CPU, ``moe_forward`` tunes each rank's expert tiling as ``MoELayer.forward`` does).
+* **The MoE** is one rank's op on tensors (docs/engines.md): ``mxfp4_moe_prepare`` turns a
+  checkpoint's expert tensors into the rank's prepared tensors, ``mxfp4_moe`` runs the rank and
+  returns its partial (the engine sums the ranks' partials), :class:`Mxfp4MoE` holds the
+  prepared tensors as buffers (``Mxfp4MoE.from_checkpoint`` reads a checkpoint with mxq's own
+  reader). :class:`mxq.MoELayer` (every rank simulated in one object) is not a torch op.
+* Inside :func:`mxq.autotune`, ``block_fp8_linear(..., tactic="auto")`` on the tuner's device
+  runs the tuner's decisions (tuning the problem first in tune mode).
 """
 
 from __future__ import annotations
@@ -56,22 +56,19 @@ from __future__ import annotations
 from ._common import _from_numpy  # noqa: F401  (tests)
 from .format_ops import (dequantize_fp8_block, dequantize_mxfp4, e4m3_decode, e4m3_encode,
                       quantize_fp8_block, quantize_fp8_groups, quantize_mxfp4)
-from . import format_ops, linear_ops, moe_ops, mxfp4_moe_ops  # noqa: F401  (the ops' modules)
+from . import format_ops, linear_ops, mxfp4_moe_ops  # noqa: F401  (the ops' modules)
 from .linear_ops import BlockFp8Linear, _unpack_ue8m0, block_fp8_linear  # noqa: F401
-from .moe_ops import MoE, moe_forward
 from .mxfp4_moe_ops import (Mxfp4MoE, moe_route, mxfp4_moe, mxfp4_moe_into, mxfp4_moe_prepare,
                             mxfp4_moe_workspace_bytes, prepared_shapes)
 
 __all__ = [
     "BlockFp8Linear",
-    "MoE",
     "Mxfp4MoE",
     "block_fp8_linear",
     "dequantize_fp8_block",
     "dequantize_mxfp4",
     "e4m3_decode",
     "e4m3_encode",
-    "moe_forward",
     "moe_route",
     "mxfp4_moe",
     "mxfp4_moe_into",

@@ -129,7 +129,8 @@ _QUANTIZE = "quantization is piecewise constant; detach the input or run it unde
 _DEQUANTIZE = ("mxq's dequantization is for inference; detach the codes and scales or run it under "
                "torch.no_grad()")
 _NO_GRADIENT_REASONS = {
-    "moe_forward": "mxq's MoE op is for inference; run it under torch.no_grad()",
+    "mxfp4_moe": "mxq's MoE op is for inference; run it under torch.no_grad()",
+    "moe_route": "mxq's router is for inference; run it under torch.no_grad()",
     "quantize_mxfp4": _QUANTIZE,
     "quantize_fp8_block": _QUANTIZE,
     "quantize_fp8_groups": _QUANTIZE,

@@ -24,6 +24,8 @@ from ._common import (
     _check_device,
     _check_size,
     _codes,
+    _from_numpy,
+    _register_no_gradient,
     _stream,
 )
 
@@ -187,6 +189,9 @@ def _(x, w13, w13_scale, w13_bias, w2, w2_scale, w2_bias, topk_ids, topk_weights
     return x.new_empty((x.shape[0], x.shape[1]), dtype=out_dtype)
 
 
+_register_no_gradient(mxfp4_moe, "mxfp4_moe")
+
+
 @torch.library.custom_op("mxq::mxfp4_moe_into", mutates_args=("out", "workspace"),
                          device_types=("cpu", "cuda"))
 def mxfp4_moe_into(x: Tensor, w13: Tensor, w13_scale: Tensor, w13_bias: Optional[Tensor],
@@ -258,6 +263,9 @@ def moe_route(x: Tensor, router_weight: Tensor, router_bias: Optional[Tensor],
 def _(x, router_weight, router_bias, top_k):
     return (x.new_empty((x.shape[0], top_k), dtype=torch.int32),
             x.new_empty((x.shape[0], top_k), dtype=_F32))
+
+
+_register_no_gradient(moe_route, "moe_route")
 
 
 # --- module -------------------------------------------------------------------------------------
@@ -346,6 +354,33 @@ class Mxfp4MoE(torch.nn.Module):
                      router=router_weight is not None, device=w13.device, **kwargs)
         return module.load_experts(w13, w13_scale, w13_bias, w2, w2_scale, w2_bias, layout,
                                    router_weight, router_bias)
+
+    @classmethod
+    def from_checkpoint(cls, path: str, layer: int = 0, *, top_k: Optional[int] = None,
+                        device: Optional[torch.device] = None, **kwargs: Any) -> "Mxfp4MoE":
+        """This rank's module for layer ``layer`` of a checkpoint (a directory or .safetensors
+        file, either layout, read by mxq's own reader: no safetensors package needed): its shape,
+        activation and swiglu parameters from config.json (``top_k`` required without one), the
+        rank's place and the rest (``tp_rank``, ``tp_size``, ``ep_rank``, ``ep_size``,
+        ``alignment``, ``activation_quant``, ``out_dtype``, ``max_tokens``) as keywords. The
+        prepared tensors are made on ``device`` (default: the CPU)."""
+        read = _mxq.moe_checkpoint_experts(str(path), int(layer),
+                                           None if top_k is None else int(top_k))
+        config = read["config"]
+        kwargs.setdefault("activation", config["activation"])
+        kwargs.setdefault("swiglu_alpha", config["swiglu_alpha"])
+        kwargs.setdefault("swiglu_limit", config["swiglu_limit"])
+        kwargs.setdefault("activation_quant", config["activation_quant"])
+        target = torch.device(device or "cpu")
+        tensors = {name: None if read[name] is None
+                   else _from_numpy(read[name], _BF16 if "bias" in name or "router" in name
+                                    else _U8).to(target)
+                   for name in _PREPARED + ("router_weight", "router_bias")}
+        module = cls(config["num_experts"], config["hidden_size"], config["intermediate_size"],
+                     config["top_k"], has_bias=config["has_bias"],
+                     router=tensors["router_weight"] is not None, device=target, **kwargs)
+        return module.load_experts(*(tensors[name] for name in _PREPARED), read["layout"],
+                                   tensors["router_weight"], tensors["router_bias"])
 
     def _workspace(self, x: Tensor) -> Optional[Tensor]:
         if x.device.type != "cuda" or self.max_tokens <= 0:

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "moe/cpu/expert_forward.h"
@@ -204,6 +205,13 @@ void run_prepared_on_host(const ForwardPlan& plan) {
   std::vector<float> partial(static_cast<std::size_t>(t * h));
   std::vector<float> magnitude(static_cast<std::size_t>(t * h), 0.0F);
   cpu::rank_expert_forward(view, config, input, partial.data(), magnitude.data());
+  // As the layer: a token whose input row is not finite routes nowhere and its output row is
+  // NaN (on every rank, so the summed partials keep it NaN).
+  for (std::int64_t i = 0; i < t; ++i) {
+    if (finite[static_cast<std::size_t>(i)] != 0) continue;
+    std::fill(partial.begin() + i * h, partial.begin() + (i + 1) * h,
+              std::numeric_limits<float>::quiet_NaN());
+  }
   if (plan.out.dtype() == DType::kF32) {
     std::memcpy(plan.out.data(), partial.data(), partial.size() * sizeof(float));
   } else {
