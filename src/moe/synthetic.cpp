@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mxq/core/error.h"
+#include "mxq/core/memory.h"
 #include "mxq/core/parallel.h"
 #include "mxq/formats/bf16.h"
 #include "mxq/formats/mxfp4.h"
@@ -211,6 +212,20 @@ MoeConfig synthetic_config(const SyntheticSpec& spec) {
   config.num_layers = spec.layers;
   config.validate();
   return config;
+}
+
+std::uint64_t synthetic_layer_bytes(const SyntheticSpec& spec) {
+  const MoeConfig config = synthetic_config(spec);
+  std::uint64_t total = 0;
+  for (const MoeTensorName& name : required_tensor_names(config, 0, spec.layout)) {
+    const TensorSpec tensor = expected_tensor_spec(config, name.kind);
+    std::uint64_t bytes = size_of(tensor.dtype);
+    for (const std::int64_t extent : tensor.shape.dims()) {
+      bytes = saturating_mul(bytes, static_cast<std::uint64_t>(extent));
+    }
+    total = saturating_add(total, saturating_add(bytes, 256));
+  }
+  return total;
 }
 
 void write_synthetic_checkpoint(const std::string& out_dir, const SyntheticSpec& spec,

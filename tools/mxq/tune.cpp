@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -149,6 +150,11 @@ void run_tune(const TuneArgs& args) {
   if (args.tp < 1 || args.ep < 1) {
     fail_argument(ErrorCode::kInvalidArgument, "--tp/--ep", ">= 1",
                   std::to_string(args.tp) + "/" + std::to_string(args.ep));
+  }
+  if (static_cast<std::int64_t>(args.tp) * args.ep > std::numeric_limits<int>::max()) {
+    fail_argument(ErrorCode::kOutOfRange, "--tp x --ep",
+                  "at most " + std::to_string(std::numeric_limits<int>::max()) + " ranks",
+                  std::to_string(args.tp) + " x " + std::to_string(args.ep));
   }
   if (args.budget < 0) fail_argument(ErrorCode::kInvalidArgument, "--budget", ">= 0", args.budget);
   for (std::int64_t t : args.tokens) {

@@ -35,6 +35,11 @@ struct SyntheticSpec {
 
 MoeConfig synthetic_config(const SyntheticSpec& spec);
 
+// Bytes of one layer's .safetensors file, an upper estimate: its tensor data plus 256 bytes of
+// header per tensor; saturating at UINT64_MAX. The spec's dimensions must be valid
+// (synthetic_config).
+std::uint64_t synthetic_layer_bytes(const SyntheticSpec& spec);
+
 // Writes the checkpoint into `out_dir` (created if missing). `progress` receives one line per
 // layer. Throws mxq::Error on bad dimensions or I/O errors.
 void write_synthetic_checkpoint(const std::string& out_dir, const SyntheticSpec& spec,
