@@ -13,6 +13,7 @@
 #include "autotune_cli.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "interrupt.h"
 #include "launch.h"
 #include "moe_gpu.h"
 #include "moe_report.h"
@@ -69,7 +70,13 @@ void run_main(const RunOptions& options) {
   const moe::SyntheticSpec spec;  // E=32, H=I=2880, top-4, one layer, seed 0
   check_sizes(options, moe::synthetic_config(spec));
   progress("checkpoint: " + cache_dir() + "/synth/" + moe::synthetic_checkpoint_name(spec));
-  const std::string path = moe::ensure_synthetic_checkpoint(spec, cache_dir(), progress);
+  std::string path;
+  {
+    // Ctrl-C or SIGTERM while the checkpoint is synthesized removes its temporary folder.
+    const InterruptScope interrupts;
+    path = moe::ensure_synthetic_checkpoint(spec, cache_dir(), progress,
+                                            [&interrupts] { interrupts.poll(); });
+  }
   const double synth_seconds = seconds_since(start);
   const bool on_gpu = options.device == "cuda";
   // After the checkpoint exists, so that spawned ranks only read it.

@@ -12,6 +12,7 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "interrupt.h"
 #include "mxq/core/env.h"
 #include "mxq/core/error.h"
 #include "mxq/core/memory.h"
@@ -134,9 +135,12 @@ void run_synth(SynthOptions& o) {
   const bool created = !fs::exists(o.out_dir, error);
   const auto start = std::chrono::steady_clock::now();
   try {
-    moe::write_synthetic_checkpoint(o.out_dir, o.spec, [](std::string_view line) {
-      std::cerr << "mxq synth: " << line << std::endl;
-    });
+    // Ctrl-C or SIGTERM stops the writing at the next expert and removes what was written.
+    const InterruptScope interrupts;
+    moe::write_synthetic_checkpoint(
+        o.out_dir, o.spec,
+        [](std::string_view line) { std::cerr << "mxq synth: " << line << std::endl; },
+        [&interrupts] { interrupts.poll(); });
   } catch (...) {
     // Nothing half-written is left behind: the directory goes if synth made it, else its files.
     if (created) {
