@@ -220,6 +220,9 @@ void run_tune(const TuneArgs& args) {
   config.device = group.rank.local_rank;
   config.deployment = deployment;
   config.communicator = group.comm.get();  // null: a single rank
+  // A cache that cannot be saved into is refused now, in one message, not after every key was
+  // tuned (each save warning again).
+  config.require_saving = true;
   tune::Autotuner tuner(config);
 
   std::size_t total = 0;
@@ -334,7 +337,9 @@ void register_tune(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--cache", args->cache,
-                  "Cache file (default: MXQ_AUTOTUNE_CACHE, else the deployment's default path)");
+                  "Cache file (default: MXQ_AUTOTUNE_CACHE, else the deployment's default path); "
+                  "checked before tuning: it must be writable and not another machine's or "
+                  "build's");
   cmd->add_option("--budget", args->budget,
                   "Seconds for all passes together; 0 = no limit (default: MXQ_AUTOTUNE_BUDGET "
                   "seconds for each pass, itself 0 unless set)");
