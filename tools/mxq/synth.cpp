@@ -6,7 +6,6 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
-#include <new>
 #include <optional>
 #include <system_error>
 
@@ -151,13 +150,13 @@ void run_synth(SynthOptions& o) {
     }
     try {
       throw;
-    } catch (const std::bad_alloc&) {
-      const double gb = static_cast<double>(o.spec.experts) * 3.0 *
-                        static_cast<double>(o.spec.hidden) *
-                        static_cast<double>(o.spec.intermediate) * 4.0 / 1e9;
-      fail(ErrorCode::kUnsupported,
-           "not enough host memory to synthesize one layer of E=", o.spec.experts,
-           ", H=", o.spec.hidden, ", I=", o.spec.intermediate, " (~", gb, " GB of f32 weights)");
+    } catch (const std::exception& failure) {
+      if (!is_allocation_failure(failure)) throw;
+      fail(ErrorCode::kOutOfRange,
+           "--experts/--hidden/--intermediate: expected a layer this "
+           "machine can give the memory for, found E=",
+           o.spec.experts, ", H=", o.spec.hidden, ", I=", o.spec.intermediate,
+           ": an allocation failed (", failure.what(), "); choose smaller values");
     }
   }
   const double seconds =

@@ -107,6 +107,14 @@ TEST_F(SizesCli, AnAllocationThatFailsNamesTheFlagsThatSizedIt) {
   EXPECT_FALSE(std::filesystem::exists(dir_->file("y.npy")));
 }
 
+TEST_F(SizesCli, SynthNamesItsFlagsWhenAnAllocationFails) {
+  // One default layer (E=32, H=I=2880) needs ~1 GB while it is synthesized: more than 400 MB of
+  // address space. (Where the machine has less, the up-front check refuses the same flags.)
+  const auto result = run_cli(*dir_, "synth gpt-oss " + dir_->file("s"), "ulimit -v 400000; ");
+  expect_refused(result, "--experts/--hidden/--intermediate: expected ");
+  EXPECT_FALSE(std::filesystem::exists(dir_->file("s")));
+}
+
 TEST_F(SizesCli, SynthChecksMemoryAndDiskBeforeWritingAnything) {
   // 2 * 10^9 layers of ~2 kB: terabytes, more than the disk has.
   auto result = run_cli(*dir_,
