@@ -13,8 +13,11 @@ export PATH="/usr/local/cuda/bin:$PATH"
 python=${PYTHON:-python3}
 "$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' |
   tee "$out/python_env.txt"
+# -Cbuild-dir keeps the CMake build between calls on a warm machine (incremental rebuilds; a
+# plain `pip install .` would build in a temporary folder each time).
 MXQ_CUDA=ON MXQ_WERROR=ON "$python" -m pip install --no-build-isolation --no-deps \
-  --force-reinstall -Ccmake.define.MXQ_DEPS_DIR="$PWD/.deps" . >"$out/pip_install.log" 2>&1 ||
+  --force-reinstall -Cbuild-dir="build-python/{wheel_tag}" \
+  -Ccmake.define.MXQ_DEPS_DIR="$PWD/.deps" . >"$out/pip_install.log" 2>&1 ||
   { grep -E -B2 -A6 'error|FAILED' "$out/pip_install.log" | head -80; exit 1; }
 echo "python package built with CUDA"
 MXQ_REQUIRE_TORCH=1 MXQ_REQUIRE_CUDA=1 "$python" -m pytest -q -p no:cacheprovider -rs \

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds and tests the Python package: a venv under build-python/venv with the PyPI packages,
-# `pip install .` (CMake build cached in build-python/<wheel tag>), then pytest tests/python.
+# `pip install .` (CMake build kept in build-python/<wheel tag> between runs, for incremental
+# rebuilds: this script's own opt-in, -Cbuild-dir; MXQ_PYTHON_BUILD_DIR names another folder, and
+# a plain `pip install .` builds in a temporary folder), then pytest tests/python.
 # CUDA follows MXQ_CUDA (AUTO by default, as in the C++ build); warnings are errors here.
 # PyTorch (for torch.ops.mxq and its tests) comes from PyPI into the venv and the torch tests
 # are then required (MXQ_REQUIRE_TORCH=1: a missing torch fails the run instead of skipping
@@ -26,7 +28,7 @@ if [[ "${MXQ_PYTHON_TORCH:-1}" == 1 ]]; then
 fi
 # No build isolation: the build uses the venv's nanobind and keeps its CMake cache between runs.
 MXQ_WERROR="${MXQ_WERROR:-ON}" "$venv/bin/python" -m pip install --quiet --no-build-isolation \
-  --force-reinstall --no-deps .
+  --force-reinstall --no-deps -Cbuild-dir="${MXQ_PYTHON_BUILD_DIR:-build-python/{wheel_tag\}}" .
 set +e
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@"
 status=$?

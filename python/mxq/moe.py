@@ -190,9 +190,11 @@ class MoELayer:
                 "tp_rank/ep_rank: loading one rank per process needs mxq's distributed runtime, "
                 "which is not available yet; from_checkpoint loads every rank of the "
                 f"tp_size x ep_size grid: use layer.rank(tp_rank, ep_rank) for one rank")
+        # Every size (tp_size, ep_size, intermediate_per_rank, align) is checked against the
+        # layer and this machine's memory before anything is allocated (docs/moe.md).
         core = _mxq.MoeLayer.from_checkpoint(
             str(path), layer, tp_size, ep_size, intermediate_per_rank, top_k, activation,
-            activation_quant)
+            activation_quant, align or 0)
         result = cls(core)
         if align:
             result.prepare(align)

@@ -13,6 +13,7 @@
 #include "bindings.h"
 #include "moe_layer_type.h"
 #include "mxq/moe/checkpoint.h"
+#include "mxq/moe/footprint.h"
 #include "mxq/moe/layer.h"
 #include "mxq/tune/autotuner.h"
 
@@ -74,7 +75,8 @@ void bind_moe(nb::module_& m) {
           "from_checkpoint",
           [](const std::string& path, std::int64_t layer, int tp_size, int ep_size,
              std::int64_t intermediate_per_rank, std::optional<std::int64_t> top_k,
-             std::optional<std::string> activation, std::optional<std::string> activation_quant) {
+             std::optional<std::string> activation, std::optional<std::string> activation_quant,
+             std::int64_t align) {
             nb::gil_scoped_release release;
             const moe::MoeCheckpoint checkpoint = moe::MoeCheckpoint::open(path);
             moe::MoeConfigOverrides overrides;
@@ -89,11 +91,16 @@ void bind_moe(nb::module_& m) {
             shards.tp_size = tp_size;
             shards.ep_size = ep_size;
             shards.intermediate_per_rank = intermediate_per_rank;
+            // The sizes, the padding the caller asks next (mxq.MoELayer's `align`) included,
+            // against the layer and the machine before anything is allocated.
+            moe::check_layer_request(config, shards, align,
+                                     {"tp_size", "ep_size", "intermediate_per_rank", "align"});
             return MoeLayer::load(checkpoint, layer, config, shards);
           },
           nb::arg("path"), nb::arg("layer") = 0, nb::arg("tp_size") = 1, nb::arg("ep_size") = 1,
           nb::arg("intermediate_per_rank") = 0, nb::arg("top_k") = nb::none(),
-          nb::arg("activation") = nb::none(), nb::arg("activation_quant") = nb::none())
+          nb::arg("activation") = nb::none(), nb::arg("activation_quant") = nb::none(),
+          nb::arg("align") = 0)
       .def_prop_ro("config", [](const MoeLayer& l) { return config_dict(l.config()); })
       .def_prop_ro("layer_index", &MoeLayer::layer_index)
       .def_prop_ro("tp_size", [](const MoeLayer& l) { return l.shards().tp_size; })

@@ -53,6 +53,8 @@ std::shared_ptr<void> allocate(std::size_t nbytes, Device device) {
   const std::size_t padded = (nbytes + 63) / 64 * 64;
   if (device.is_cpu()) {
     void* data = std::aligned_alloc(64, padded == 0 ? 64 : padded);
+    // The CLI recognizes this message (tools/mxq/cli_util.cpp: is_allocation_failure) to name
+    // the flags that asked for the memory.
     if (data == nullptr)
       fail(ErrorCode::kOutOfRange, "host allocation of ", nbytes, " bytes failed");
     return {data, [](void* p) { std::free(p); }};

@@ -10,8 +10,10 @@
 #include "moe/slice_writer.h"
 #include "mxq/core/error.h"
 #include "mxq/core/log.h"
+#include "mxq/core/memory.h"
 #include "mxq/core/parallel.h"
 #include "mxq/formats/bf16.h"
+#include "mxq/moe/footprint.h"
 #include "mxq/moe/tune.h"
 #include "mxq/tune/autotuner.h"
 
@@ -30,11 +32,9 @@ MoeLayer::MoeLayer(const MoeConfig& config, std::int64_t layer, const ShardOptio
 MoeLayer MoeLayer::create(const MoeConfig& config, std::int64_t layer, const ShardOptions& shards) {
   config.validate();
   if (layer < 0) fail_argument(ErrorCode::kOutOfRange, "layer", ">= 0", layer);
-  // Checked here, not only per rank below: with a size of 0 the loops would make no rank at all.
-  if (shards.tp_size < 1)
-    fail_argument(ErrorCode::kInvalidArgument, "tp_size", ">= 1", shards.tp_size);
-  if (shards.ep_size < 1)
-    fail_argument(ErrorCode::kInvalidArgument, "ep_size", ">= 1", shards.ep_size);
+  // Checked here, not only per rank below: with a size of 0 the loops would make no rank at all,
+  // and a size the machine cannot hold would allocate until the OOM killer ends the process.
+  check_layer_request(config, shards, 0);
   MoeLayer result(config, layer, shards);
   for (int ep = 0; ep < shards.ep_size; ++ep) {
     const EpShard ep_part = ep_shard(config.num_experts, shards.ep_size, ep);
@@ -107,6 +107,21 @@ PaddingSummary MoeLayer::prepare_locked(std::int64_t alignment) {
          ": prepare() during a weight update; call end_update()");
   }
   validate_alignment(alignment);
+  // The padded storage the first preparation grows into, against the machine's memory.
+  if (const std::int64_t padded = padded_intermediate(ranks_.front().shape().tp.width, alignment);
+      padded > ranks_.front().shape().tp.width) {
+    std::uint64_t allocated = 0;
+    for (const MoeRankWeights& rank : ranks_) {
+      for (MoeParam param : kAllMoeParams)
+        allocated = saturating_add(allocated, rank.capacity(param));
+    }
+    const std::uint64_t needed = layer_weight_bytes(config_, shards_.tp_size, padded);
+    if (needed > allocated) {
+      require_host_memory(needed - allocated, "alignment", std::to_string(alignment),
+                          detail::concat("I_rank ", ranks_.front().shape().tp.width, " -> ", padded,
+                                         " on ", shards_.tp_size, " TP rank(s) would allocate"));
+    }
+  }
   for (MoeRankWeights& rank : ranks_) (void)rank.pad_intermediate_to_alignment(alignment);
   const PaddingSummary summary = padding_summary();
   if (summary.after > summary.before && !padding_warned_) {

@@ -19,7 +19,10 @@ void validate_alignment(std::int64_t alignment) {
 
 std::int64_t padded_intermediate(std::int64_t width, std::int64_t alignment) {
   validate_alignment(alignment);
-  return (width + alignment - 1) / alignment * alignment;
+  if (width <= 0) return 0;
+  // ceil(width / alignment) * alignment, without forming width + alignment (an alignment near
+  // INT64_MAX would overflow it).
+  return (width - 1) / alignment * alignment + alignment;
 }
 
 double PaddingSummary::wasted_fraction() const {

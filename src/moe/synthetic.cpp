@@ -1,18 +1,26 @@
 #include "mxq/moe/synthetic.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "mxq/core/error.h"
+#include "mxq/core/memory.h"
 #include "mxq/core/parallel.h"
 #include "mxq/core/prng.h"
 #include "mxq/formats/bf16.h"
@@ -96,7 +104,8 @@ void interleave_rows(const Tensor& gate, const Tensor& up, std::int64_t rows, st
 
 Tensor bytes_tensor(const TensorSpec& spec) { return Tensor::empty(spec.dtype, spec.shape); }
 
-void write_layer(const std::string& path, const SyntheticSpec& spec, std::int64_t layer) {
+void write_layer(const std::string& path, const SyntheticSpec& spec, std::int64_t layer,
+                 const std::function<void()>& poll) {
   const MoeConfig config = synthetic_config(spec);
   const std::int64_t experts = spec.experts;
   const std::int64_t hidden = spec.hidden;
@@ -121,9 +130,11 @@ void write_layer(const std::string& path, const SyntheticSpec& spec, std::int64_
   std::vector<ExpertQuantized> quantized(static_cast<std::size_t>(experts));
   parallel_for(experts, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t e = begin; e < end; ++e) {
+      if (poll) poll();
       quantized[static_cast<std::size_t>(e)] = quantize_expert(spec, layer, e);
     }
   });
+  if (poll) poll();
   const auto bias_values = [&](Stream stream, std::int64_t e, std::int64_t count, float amplitude) {
     Tensor bias = Tensor::empty(DType::kBF16, {count});
     draw_bf16(seed_for(spec, layer, stream, e), count, amplitude,
@@ -213,8 +224,23 @@ MoeConfig synthetic_config(const SyntheticSpec& spec) {
   return config;
 }
 
+std::uint64_t synthetic_layer_bytes(const SyntheticSpec& spec) {
+  const MoeConfig config = synthetic_config(spec);
+  std::uint64_t total = 0;
+  for (const MoeTensorName& name : required_tensor_names(config, 0, spec.layout)) {
+    const TensorSpec tensor = expected_tensor_spec(config, name.kind);
+    std::uint64_t bytes = size_of(tensor.dtype);
+    for (const std::int64_t extent : tensor.shape.dims()) {
+      bytes = saturating_mul(bytes, static_cast<std::uint64_t>(extent));
+    }
+    total = saturating_add(total, saturating_add(bytes, 256));
+  }
+  return total;
+}
+
 void write_synthetic_checkpoint(const std::string& out_dir, const SyntheticSpec& spec,
-                                const std::function<void(std::string_view)>& progress) {
+                                const std::function<void(std::string_view)>& progress,
+                                const std::function<void()>& poll) {
   const MoeConfig config = synthetic_config(spec);
   if (spec.layers < 1) fail_argument(ErrorCode::kInvalidArgument, "layers", ">= 1", spec.layers);
   std::error_code error;
@@ -228,7 +254,7 @@ void write_synthetic_checkpoint(const std::string& out_dir, const SyntheticSpec&
                               " (E=", spec.experts, ", H=", spec.hidden, ", I=", spec.intermediate,
                               ", ", to_string(spec.layout), " layout)"));
     }
-    write_layer((std::filesystem::path(out_dir) / file).string(), spec, layer);
+    write_layer((std::filesystem::path(out_dir) / file).string(), spec, layer, poll);
   }
   const std::string config_path = (std::filesystem::path(out_dir) / "config.json").string();
   const std::string temp = config_path + ".tmp";
@@ -298,6 +324,54 @@ bool is_valid_copy(const SyntheticSpec& spec, const std::filesystem::path& dir) 
   }
 }
 
+// An exclusive flock on a lock file for the lifetime of the object; the file is removed on
+// destruction. The kernel releases the lock when the process dies (kill -9 included), which is
+// how remove_stale_synthetic_temporaries tells a dead writer's folder from a live one's.
+class WriterLock {
+ public:
+  explicit WriterLock(std::string path) : path_(std::move(path)) {
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd_ < 0)
+        fail(ErrorCode::kIo, "cannot create the lock file ", path_, ": ", std::strerror(errno));
+      while (::flock(fd_, LOCK_EX) != 0) {
+        if (errno != EINTR) fail(ErrorCode::kIo, "cannot lock ", path_, ": ", std::strerror(errno));
+      }
+      // A cleaner may have taken the lock between open and flock and removed the file: then
+      // this lock guards nothing, and a new file is made.
+      struct stat held {};
+      struct stat named {};
+      if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 &&
+          held.st_dev == named.st_dev && held.st_ino == named.st_ino) {
+        return;
+      }
+      ::close(fd_);
+      fd_ = -1;
+    }
+    fail(ErrorCode::kIo, "cannot hold the lock file ", path_, " (removed again and again)");
+  }
+  ~WriterLock() {
+    ::unlink(path_.c_str());
+    ::close(fd_);
+  }
+  WriterLock(const WriterLock&) = delete;
+  WriterLock& operator=(const WriterLock&) = delete;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+// Whether nobody holds the lock file `path` (it is taken and released at once); false when it
+// cannot be opened (it is gone: its writer finished).
+bool lock_is_free(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  ::close(fd);
+  return free;
+}
+
 }  // namespace
 
 std::string synthetic_checkpoint_name(const SyntheticSpec& spec) {
@@ -307,22 +381,28 @@ std::string synthetic_checkpoint_name(const SyntheticSpec& spec) {
 }
 
 std::string ensure_synthetic_checkpoint(const SyntheticSpec& spec, const std::string& cache_root,
-                                        const std::function<void(std::string_view)>& progress) {
+                                        const std::function<void(std::string_view)>& progress,
+                                        const std::function<void()>& poll) {
   namespace fs = std::filesystem;
   const fs::path final_dir = fs::path(cache_root) / "synth" / synthetic_checkpoint_name(spec);
+  // Whatever writers that died left behind goes first, also when the copy is there already.
+  remove_stale_synthetic_temporaries(final_dir.parent_path().string());
   if (is_valid_copy(spec, final_dir)) return final_dir.string();
   std::error_code error;
   fs::create_directories(final_dir.parent_path(), error);
   if (error) {
     fail(ErrorCode::kIo, "cannot create ", final_dir.parent_path().string(), ": ", error.message());
   }
+  std::random_device entropy;
   const fs::path temp_dir =
-      final_dir.string() +
-      detail::concat(".tmp-", ::getpid(), "-",
-                     std::chrono::steady_clock::now().time_since_epoch().count());
+      final_dir.string() + detail::concat(".tmp-", ::getpid(), "-", entropy(), entropy());
+  // Held while the temporary folder exists: the kernel releases it when this process dies, so a
+  // later run knows the folder is no longer written.
+  const WriterLock lock(temp_dir.string() + ".lock");
   try {
-    write_synthetic_checkpoint(temp_dir.string(), spec, progress);
+    write_synthetic_checkpoint(temp_dir.string(), spec, progress, poll);
     std::ofstream(temp_dir / "mxq-synth.txt") << marker_text(spec, temp_dir);
+    if (poll) poll();
   } catch (...) {
     fs::remove_all(temp_dir, error);
     throw;
@@ -342,6 +422,51 @@ std::string ensure_synthetic_checkpoint(const SyntheticSpec& spec, const std::st
     }
   }
   return final_dir.string();
+}
+
+int remove_stale_synthetic_temporaries(const std::string& synth_dir) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  std::vector<fs::path> entries;
+  for (fs::directory_iterator it(synth_dir, error), end; !error && it != end; it.increment(error)) {
+    entries.push_back(it->path());
+  }
+  int removed = 0;
+  for (const fs::path& path : entries) {
+    const std::string name = path.filename().string();
+    const bool lock_file = name.ends_with(".lock");
+    const std::string base = lock_file ? name.substr(0, name.size() - 5) : name;
+    const std::size_t tmp = base.rfind(".tmp-");
+    const std::size_t stale = base.rfind(".stale-");
+    if (tmp == std::string::npos && stale == std::string::npos) continue;
+    const fs::path folder = path.parent_path() / base;
+    if (lock_file) {
+      // A writer's lock: free means the writer is gone (its folder too, or it goes now).
+      if (fs::exists(folder, error) || !lock_is_free(path.string())) continue;
+      fs::remove(path, error);
+      continue;
+    }
+    if (!fs::is_directory(path, error)) continue;
+    const fs::path lock = path.string() + ".lock";
+    bool dead = false;
+    if (fs::exists(lock, error)) {
+      dead = lock_is_free(lock.string());
+    } else {
+      // No lock: a folder of an mxq that took none (older versions; ".stale-" folders), or of a
+      // writer between creating its lock and its folder... which creates the lock first. Its pid
+      // decides: removed only when no such process exists.
+      const std::size_t digits = (tmp != std::string::npos ? tmp + 5 : stale + 7);
+      pid_t pid = 0;
+      const char* first = base.data() + digits;
+      const auto [end, parse] = std::from_chars(first, base.data() + base.size(), pid);
+      dead =
+          parse == std::errc() && end != first && pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+    }
+    if (!dead) continue;
+    if (fs::remove_all(path, error) != static_cast<std::uintmax_t>(-1) && !error) ++removed;
+    if (fs::exists(lock, error)) fs::remove(lock, error);
+  }
+  return removed;
 }
 
 }  // namespace mxq::moe

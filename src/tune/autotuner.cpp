@@ -138,6 +138,14 @@ Autotuner::Autotuner(AutotunerConfig config)
                   "'" + cache_path_ + "', a directory");
   }
   if (!cache_path_.empty()) store_ = std::make_unique<CacheStore>(cache_path_, fingerprint_);
+  if (config_.require_saving && store_ &&
+      (mode() == AutotuneMode::kTune || mode() == AutotuneMode::kFresh)) {
+    if (const std::string why = store_->save_blocker(); !why.empty()) {
+      fail(ErrorCode::kIo, "autotune cache ", cache_path_, " cannot be tuned into: ", why,
+           "; nothing was tuned (tune into another file: MXQ_AUTOTUNE_CACHE or `mxq tune --cache "
+           "FILE`, or into a new one: MXQ_AUTOTUNE=fresh or `mxq tune --fresh`)");
+    }
+  }
   if (mode() == AutotuneMode::kLoad || mode() == AutotuneMode::kTune) {
     std::vector<CacheEntry> loaded;
     // Only a tuner that may write moves an unreadable file aside: `load` never changes files.

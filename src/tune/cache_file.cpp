@@ -363,4 +363,26 @@ CacheStore::Outcome CacheStore::rewrite(std::span<const CacheEntry> updates,
   return outcome;
 }
 
+std::string CacheStore::save_blocker() const {
+  const std::string dir = parent_dir(target_);
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) return "its folder " + dir + " cannot be created (" + error.message() + ")";
+  try {
+    const CacheLock lock(target_);
+    // A temporary file as a save writes (write_file_atomically removes one left behind).
+    const std::string probe = target_ + ".tmp." + std::to_string(::getpid()) + ".probe";
+    const UniqueFd fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (fd.get() < 0) return "no file can be created in " + dir + " (" + errno_text() + ")";
+    ::unlink(probe.c_str());
+    if (const std::string foreign = foreign_description(read_cache_file(target_));
+        !foreign.empty()) {
+      return foreign + ", and such a file is never written into";
+    }
+  } catch (const std::exception& failure) {
+    return failure.what();
+  }
+  return {};
+}
+
 }  // namespace mxq::tune

@@ -99,6 +99,25 @@ def test_moe_properties_and_ranks(moe_checkpoint):
             mxq.MoELayer.from_checkpoint(moe_checkpoint, align=None, **sizes)
 
 
+def test_moe_sizes_are_refused_by_name_before_anything_is_allocated(moe_checkpoint):
+    # I = 96 is 3 blocks of 32 channels and E = 8: the layer holds at most 3 TP and 8 EP ranks.
+    with pytest.raises(ValueError, match=r"tp_size: expected at most 3 \(the layer's I = 96"):
+        mxq.MoELayer.from_checkpoint(moe_checkpoint, tp_size=4, align=None)
+    with pytest.raises(ValueError, match=r"ep_size: expected at most 8 \(the layer's E"):
+        mxq.MoELayer.from_checkpoint(moe_checkpoint, ep_size=9, align=None)
+    # Sizes beyond what this machine can hold: refused up front (an allocation would fail, or
+    # succeed on paper and be ended by the OOM killer later).
+    fits = r"expected a value whose memory fits in the .* of host memory available"
+    with pytest.raises(ValueError, match=r"^align: " + fits):
+        mxq.MoELayer.from_checkpoint(moe_checkpoint, align=2**40)
+    with pytest.raises(ValueError, match=r"^intermediate_per_rank: " + fits):
+        mxq.MoELayer.from_checkpoint(moe_checkpoint, intermediate_per_rank=2**40, align=None)
+    layer = mxq.MoELayer.from_checkpoint(moe_checkpoint, align=None)
+    with pytest.raises(ValueError, match=r"^alignment: " + fits):
+        layer.prepare(2**40)
+    assert not layer.prepared and layer.intermediate_per_partition == 96
+
+
 def test_moe_update_session_context_manager(moe_checkpoint):
     moe = mxq.MoELayer.from_checkpoint(moe_checkpoint, layer=0, tp_size=2, align=128)
     x = tokens(5, 128, seed=3)

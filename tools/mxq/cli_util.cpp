@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <new>
+#include <string_view>
 #include <system_error>
 
 #include "mxq/core/error.h"
@@ -27,6 +29,13 @@ void require_writable_output(const std::string& path, const char* flag) {
   if (::access(dir.c_str(), W_OK) != 0) {
     fail(ErrorCode::kIo, flag, ": the directory of '", path, "' (", dir, ") is not writable");
   }
+}
+
+bool is_allocation_failure(const std::exception& error) {
+  if (dynamic_cast<const std::bad_alloc*>(&error) != nullptr) return true;
+  const auto* mxq_error = dynamic_cast<const Error*>(&error);
+  return mxq_error != nullptr && mxq_error->code() == ErrorCode::kOutOfRange &&
+         std::string_view(mxq_error->what()).starts_with("host allocation of ");
 }
 
 }  // namespace mxq::cli

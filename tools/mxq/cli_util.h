@@ -39,4 +39,24 @@ bool stderr_is_terminal();
 // does not cost a whole load and forward.
 void require_writable_output(const std::string& path, const char* flag);
 
+// Whether `error` is an allocation that failed: std::bad_alloc, or the mxq::Error the library's
+// host allocation throws (src/core/tensor.cpp: "host allocation of N bytes failed").
+bool is_allocation_failure(const std::exception& error);
+
+// Runs `work`; an allocation that fails inside it is reported as an error naming `sizes` (the
+// flags and values that decided how much is allocated, e.g. "--tp 8 --align 128"), with the
+// allocation's own message. Other errors pass through unchanged.
+template <typename Work>
+decltype(auto) naming_allocation_failures(const std::string& sizes, Work&& work) {
+  try {
+    return work();
+  } catch (const std::exception& error) {
+    if (!is_allocation_failure(error)) throw;
+    fail(ErrorCode::kOutOfRange, sizes,
+         ": expected sizes whose memory this machine can give, found "
+         "that an allocation failed (",
+         error.what(), "); choose smaller values");
+  }
+}
+
 }  // namespace mxq::cli

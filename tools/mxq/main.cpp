@@ -6,6 +6,7 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "interrupt.h"
 #include "mxq/core/build_info.h"
 #include "mxq/core/error.h"
 #include "mxq/core/log.h"
@@ -68,6 +69,8 @@ int main(int argc, char** argv) {
     return app.exit(error) == 0 ? 0 : mxq::cli::kExitError;
   } catch (const mxq::cli::ExitStatus& status) {
     return status.code;
+  } catch (const mxq::cli::Interrupted& interrupted) {
+    mxq::cli::die_by(interrupted);
   } catch (const mxq::Error& error) {
     std::fprintf(stderr, "mxq: error: %s\n", error.what());
     return mxq::cli::kExitError;

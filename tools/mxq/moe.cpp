@@ -14,6 +14,7 @@
 #include "moe_report.h"
 #include "mxq/core/error.h"
 #include "mxq/io/npy.h"
+#include "mxq/moe/footprint.h"
 #include "mxq/moe/layer.h"
 
 namespace mxq::cli {
@@ -60,23 +61,36 @@ void run_moe(const MoeOptions& options) {
                   x.shape());
   }
   require_writable_output(options.output, "--output");
-  if (options.tp < 1 || options.ep < 1) {
-    fail_argument(ErrorCode::kInvalidArgument, "--tp/--ep", ">= 1",
-                  std::to_string(options.tp) + "/" + std::to_string(options.ep));
-  }
-  const bool on_gpu = options.device == "cuda";
-  const RankSetup group = launch_ranks("moe", options.tp * options.ep, on_gpu);
-  if (group.spawned()) return;  // rank 0 wrote the output and printed the report
-
   moe::ShardOptions shards;
   shards.tp_size = options.tp;
   shards.ep_size = options.ep;
   shards.intermediate_per_rank = options.intermediate_per_rank;
-  moe::MoeLayer layer = moe::MoeLayer::load(checkpoint, options.layer, config, shards);
+  // Every size against the layer and the machine, before any process or allocation.
+  const moe::SizeArgumentNames names{"--tp", "--ep", "--intermediate-per-rank", "--align",
+                                     "--input"};
+  moe::check_layer_request(config, shards, options.align, names);
+  const std::int64_t width =
+      moe::tp_shard(config.intermediate_size, shards.tp_size, 0, shards.intermediate_per_rank)
+          .width;
+  moe::check_forward_request(
+      config, options.align != 0 ? moe::padded_intermediate(width, options.align) : width,
+      x.shape()[0], moe::layer_host_bytes(config, shards, options.align) + x.nbytes(), names);
+  const std::string sizes =
+      "--tp " + std::to_string(options.tp) + " --ep " + std::to_string(options.ep) +
+      " --intermediate-per-rank " + std::to_string(options.intermediate_per_rank) + " --align " +
+      std::to_string(options.align) + " (" + std::to_string(x.shape()[0]) + " tokens of --input)";
+  const bool on_gpu = options.device == "cuda";
+  const RankSetup group = launch_ranks("moe", options.tp * options.ep, on_gpu);
+  if (group.spawned()) return;  // rank 0 wrote the output and printed the report
+
+  moe::MoeLayer layer = naming_allocation_failures(
+      sizes, [&] { return moe::MoeLayer::load(checkpoint, options.layer, config, shards); });
   const double load_seconds = seconds_since(start);
   const nlohmann::json before = rank_shapes_json(layer);
   const auto prepare_start = std::chrono::steady_clock::now();
-  if (options.align != 0) (void)layer.prepare(options.align);
+  if (options.align != 0) {
+    naming_allocation_failures(sizes, [&] { (void)layer.prepare(options.align); });
+  }
   const double prepare_seconds = seconds_since(prepare_start);
   const moe::PaddingSummary padding = layer.padding_summary();
 
@@ -94,7 +108,8 @@ void run_moe(const MoeOptions& options) {
     result.rank_seconds.assign(static_cast<std::size_t>(layer.num_ranks()), 0.0);
   } else {
     serving = serving_tuner(tune::Backend::kCpu, std::nullopt);
-    result = layer.forward(x, nullptr, serving.tuner.get());
+    result = naming_allocation_failures(
+        sizes, [&] { return layer.forward(x, nullptr, serving.tuner.get()); });
   }
   if (!group.prints()) return;  // every rank got the same output; rank 0 writes it
   io::write_npy(options.output, result.output);
@@ -212,8 +227,11 @@ void register_moe(CLI::App& app) {
   cmd->add_option("--layer", options->layer, "Layer index")->capture_default_str();
   cmd->add_option("--input", options->input, "Input .npy, f32 [T, H]")->required();
   cmd->add_option("--output", options->output, "Output .npy, f32 [T, H]")->required();
-  cmd->add_option("--tp", options->tp, "Tensor-parallel ranks")->capture_default_str();
-  cmd->add_option("--ep", options->ep, "Expert-parallel ranks")->capture_default_str();
+  cmd->add_option("--tp", options->tp,
+                  "Tensor-parallel ranks, 1 .. I/32 (every size is checked against the layer and "
+                  "the host memory available before anything is allocated)")
+      ->capture_default_str();
+  cmd->add_option("--ep", options->ep, "Expert-parallel ranks, 1 .. E")->capture_default_str();
   cmd->add_option("--align", options->align,
                   "Pad I_rank to a multiple of this (a multiple of 32; 0 = no padding)")
       ->capture_default_str();

@@ -1,14 +1,20 @@
 // `mxq synth gpt-oss OUT_DIR`: writes a deterministic synthetic MXFP4 MoE checkpoint.
+#include <sys/statvfs.h>
+
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
-#include <new>
+#include <optional>
 #include <system_error>
 
 #include "cli_util.h"
 #include "commands.h"
+#include "interrupt.h"
+#include "mxq/core/env.h"
 #include "mxq/core/error.h"
+#include "mxq/core/memory.h"
 #include "mxq/moe/synthetic.h"
 
 namespace mxq::cli {
@@ -24,6 +30,54 @@ struct SynthOptions {
   std::string layout = "gpt-oss";
   bool force = false;
 };
+
+// Bytes free for an unprivileged writer on the file system that holds `path` (or its nearest
+// existing ancestor); nullopt when unknown.
+std::optional<std::uint64_t> free_disk_bytes(const std::string& path) {
+  fs::path at = fs::absolute(path);
+  std::error_code error;
+  while (!fs::exists(at, error) && at.has_parent_path() && at != at.parent_path()) {
+    at = at.parent_path();
+  }
+  struct statvfs info {};
+  if (::statvfs(at.c_str(), &info) != 0) return std::nullopt;
+  return saturating_mul(static_cast<std::uint64_t>(info.f_bavail),
+                        static_cast<std::uint64_t>(info.f_frsize));
+}
+
+// What the checkpoint will take, before anything is written: one layer in host memory (its
+// tensors, the experts' quantized copies they are assembled from, and each thread's f32 draw of
+// one matrix) and every layer on disk.
+void check_sizes(const SynthOptions& o) {
+  const moe::SyntheticSpec& s = o.spec;
+  const std::uint64_t layer = moe::synthetic_layer_bytes(s);
+  const std::string dims =
+      detail::concat("E=", s.experts, ", H=", s.hidden, ", I=", s.intermediate);
+  const std::uint64_t draw =
+      saturating_mul(saturating_mul(static_cast<std::uint64_t>(s.hidden),
+                                    static_cast<std::uint64_t>(s.intermediate)),
+                     4 * static_cast<std::uint64_t>(std::max(1, num_threads())));
+  require_host_memory(saturating_add(saturating_mul(2, layer), draw),
+                      "--experts/--hidden/--intermediate", dims,
+                      "synthesizing one layer would hold");
+  const std::optional<std::uint64_t> free = free_disk_bytes(o.out_dir);
+  if (!free) return;
+  if (layer > *free) {
+    fail_argument(ErrorCode::kOutOfRange, "--experts/--hidden/--intermediate",
+                  detail::concat("a layer that fits in the ", format_bytes(*free),
+                                 " free on the file system of OUT_DIR '", o.out_dir, "'"),
+                  detail::concat(dims, ": one layer takes ", format_bytes(layer)));
+  }
+  const std::uint64_t all = saturating_mul(layer, static_cast<std::uint64_t>(s.layers));
+  if (all > *free) {
+    fail_argument(
+        ErrorCode::kOutOfRange, "--layers",
+        detail::concat("at most ", *free / std::max<std::uint64_t>(layer, 1), " layers of ",
+                       format_bytes(layer), " (", dims, ") in the ", format_bytes(*free),
+                       " free on the file system of OUT_DIR '", o.out_dir, "'"),
+        detail::concat(s.layers, " (", format_bytes(all), ")"));
+  }
+}
 
 // The flags' values, checked by flag name before anything is written.
 void check_spec(SynthOptions& o) {
@@ -48,6 +102,8 @@ void check_spec(SynthOptions& o) {
                   "'" + o.seed + "'");
   }
   o.spec.seed = seed;
+  o.spec.layout = *moe::layout_from_name(o.layout);
+  check_sizes(o);
 }
 
 // OUT_DIR must be new or empty, or (--force) hold only what synth writes: a directory with
@@ -74,14 +130,16 @@ void check_out_dir(const SynthOptions& o) {
 void run_synth(SynthOptions& o) {
   check_spec(o);
   check_out_dir(o);
-  o.spec.layout = *moe::layout_from_name(o.layout);
   std::error_code error;
   const bool created = !fs::exists(o.out_dir, error);
   const auto start = std::chrono::steady_clock::now();
   try {
-    moe::write_synthetic_checkpoint(o.out_dir, o.spec, [](std::string_view line) {
-      std::cerr << "mxq synth: " << line << std::endl;
-    });
+    // Ctrl-C or SIGTERM stops the writing at the next expert and removes what was written.
+    const InterruptScope interrupts;
+    moe::write_synthetic_checkpoint(
+        o.out_dir, o.spec,
+        [](std::string_view line) { std::cerr << "mxq synth: " << line << std::endl; },
+        [&interrupts] { interrupts.poll(); });
   } catch (...) {
     // Nothing half-written is left behind: the directory goes if synth made it, else its files.
     if (created) {
@@ -92,13 +150,13 @@ void run_synth(SynthOptions& o) {
     }
     try {
       throw;
-    } catch (const std::bad_alloc&) {
-      const double gb = static_cast<double>(o.spec.experts) * 3.0 *
-                        static_cast<double>(o.spec.hidden) *
-                        static_cast<double>(o.spec.intermediate) * 4.0 / 1e9;
-      fail(ErrorCode::kUnsupported,
-           "not enough host memory to synthesize one layer of E=", o.spec.experts,
-           ", H=", o.spec.hidden, ", I=", o.spec.intermediate, " (~", gb, " GB of f32 weights)");
+    } catch (const std::exception& failure) {
+      if (!is_allocation_failure(failure)) throw;
+      fail(ErrorCode::kOutOfRange,
+           "--experts/--hidden/--intermediate: expected a layer this "
+           "machine can give the memory for, found E=",
+           o.spec.experts, ", H=", o.spec.hidden, ", I=", o.spec.intermediate,
+           ": an allocation failed (", failure.what(), "); choose smaller values");
     }
   }
   const double seconds =
@@ -126,7 +184,10 @@ void register_synth(CLI::App& app) {
                   "Intermediate size I (a multiple of 32)")
       ->capture_default_str();
   cmd->add_option("--top-k", options->spec.top_k, "Experts per token")->capture_default_str();
-  cmd->add_option("--layers", options->spec.layers, "Number of MoE layers")->capture_default_str();
+  cmd->add_option("--layers", options->spec.layers,
+                  "Number of MoE layers (all must fit in the free space of OUT_DIR's file system, "
+                  "one in the host memory available)")
+      ->capture_default_str();
   cmd->add_option("--seed", options->seed, "PRNG seed (0 .. 2^64 - 1)")->capture_default_str();
   cmd->add_option("--layout", options->layout, "Tensor layout")
       ->check(CLI::IsMember({"gpt-oss", "native"}))

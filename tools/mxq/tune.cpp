@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -151,6 +152,11 @@ void run_tune(const TuneArgs& args) {
     fail_argument(ErrorCode::kInvalidArgument, "--tp/--ep", ">= 1",
                   std::to_string(args.tp) + "/" + std::to_string(args.ep));
   }
+  if (static_cast<std::int64_t>(args.tp) * args.ep > std::numeric_limits<int>::max()) {
+    fail_argument(ErrorCode::kOutOfRange, "--tp x --ep",
+                  "at most " + std::to_string(std::numeric_limits<int>::max()) + " ranks",
+                  std::to_string(args.tp) + " x " + std::to_string(args.ep));
+  }
   if (args.budget < 0) fail_argument(ErrorCode::kInvalidArgument, "--budget", ">= 0", args.budget);
   for (std::int64_t t : args.tokens) {
     if (t < 1) fail_argument(ErrorCode::kInvalidArgument, "--tokens", "counts >= 1", t);
@@ -215,6 +221,9 @@ void run_tune(const TuneArgs& args) {
   config.device = group.rank.local_rank;
   config.deployment = deployment;
   config.communicator = group.comm.get();  // null: a single rank
+  // A cache that cannot be saved into is refused now, in one message, not after every key was
+  // tuned (each save warning again).
+  config.require_saving = true;
   tune::Autotuner tuner(config);
 
   std::size_t total = 0;
@@ -339,7 +348,9 @@ void register_tune(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--cache", args->cache,
-                  "Cache file (default: MXQ_AUTOTUNE_CACHE, else the deployment's default path)");
+                  "Cache file (default: MXQ_AUTOTUNE_CACHE, else the deployment's default path); "
+                  "checked before tuning: it must be writable and not another machine's or "
+                  "build's");
   cmd->add_option("--budget", args->budget,
                   "Seconds for all passes together; 0 = no limit (default: MXQ_AUTOTUNE_BUDGET "
                   "seconds for each pass, itself 0 unless set)");

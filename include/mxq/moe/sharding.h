@@ -6,9 +6,11 @@
 //   W = ceil(I / 32 / tp_size) * 32   (or a user-forced W, which must be a multiple of 32 and
 //                                      satisfy W * tp_size >= I).
 // Rank r holds the global channels [r*W, min((r+1)*W, I)); when that range is shorter than W
-// (the last ranks when I is not a multiple of 32 * tp_size; possibly empty when
-// tp_size > I / 32) the missing channels are zero-filled: zero weights, scale byte 127 (1.0),
-// zero biases. Zero-filled channels contribute exactly 0 to the output.
+// (the last ranks when I is not a multiple of 32 * tp_size; possibly empty, e.g. I = 128 over
+// 3 ranks: W = 64 and rank 2 holds nothing) the missing channels are zero-filled: zero weights,
+// scale byte 127 (1.0), zero biases. Zero-filled channels contribute exactly 0 to the output.
+// tp_shard describes the rule for any tp_size; a layer (MoeLayer, footprint.h's
+// check_layer_request) takes at most I / 32 TP ranks, beyond which ranks hold only zero fill.
 //
 // EP rule (experts): contiguous ranges; with q = E / ep_size and m = E % ep_size, ranks
 // [0, m) take q + 1 experts and the others q, so ep rank r starts at r * q + min(r, m).

@@ -97,6 +97,10 @@ struct AutotunerConfig {
   std::optional<Fingerprint> fingerprint;      // null: this machine's
   dist::Communicator* communicator = nullptr;  // null: a single rank
   std::shared_ptr<Timer> timer;                // null: make_timer(backend)
+  // In tune and fresh mode: the constructor checks, before it reads anything, that the cache
+  // file can be saved into (CacheStore::save_blocker) and throws Error(kIo) saying why not,
+  // instead of tuning every key and keeping the decisions in memory only (`mxq tune`).
+  bool require_saving = false;
 };
 
 class LookupTable;

@@ -164,6 +164,13 @@ class CacheStore {
                   const std::function<bool(const CacheEntry&)>& drop,
                   std::span<const std::string> malformed = {});
 
+  // Why a save would fail, before any work is spent on what it would save; empty when it would
+  // not: the folder cannot be created, the lock file or a temporary file cannot be created in it
+  // (a read-only file system or folder, a path through a file), or the file is another
+  // fingerprint's or another build's (never written into). Creates the folder and the lock file,
+  // as a save does, and nothing else.
+  [[nodiscard]] std::string save_blocker() const;
+
   [[nodiscard]] const std::string& path() const { return path_; }      // as given
   [[nodiscard]] const std::string& target() const { return target_; }  // symlinks followed
   [[nodiscard]] const Fingerprint& fingerprint() const { return fingerprint_; }

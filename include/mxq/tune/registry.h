@@ -3,9 +3,9 @@
 // fingerprint: a cache tuned against another set of tactics is not served.
 //
 // Built-in tactics: every source file named `*_autotune.cpp` under src/ (and `*_autotune.cu` /
-// `*_autotune.cpp` under src/cuda/ when CUDA is built) defines
+// `*_autotune.cpp` under src/<op>/cuda/ when CUDA is built) defines
 //     void mxq::tune::register_<file stem>(mxq::tune::TacticRegistry&);
-// e.g. src/cpu/toy_gemm/toy_gemm_autotune.cpp defines register_toy_gemm_autotune(). CMake
+// e.g. src/moe/cpu/moe_expert_gemm_autotune.cpp defines register_moe_expert_gemm_autotune(). CMake
 // generates the list that calls them all (cmake/MxqTactics.cmake), so adding an op's tactics
 // means adding one file.
 #pragma once

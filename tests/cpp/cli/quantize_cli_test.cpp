@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
 
 #include "cli_test_support.h"
 #include "mxq/formats/fp8_block.h"
@@ -139,6 +141,58 @@ TEST(QuantizeCli, ErrorsExitNonZeroWithOneLineAndWriteNothing) {
   const auto not_st = run_cli(dir, "dequantize " + dir.file("ok.npy") + " " + dir.file("y.npy"));
   EXPECT_NE(not_st.exit_code, 0);
   EXPECT_FALSE(std::filesystem::exists(dir.file("y.npy")));
+}
+
+// NaN and Inf are not silent: each makes its whole block NaN, so quantize warns with their count,
+// the first one's index and the blocks they spoil, and --strict refuses the input.
+TEST(QuantizeCli, NonFiniteInputsAreWarnedAboutOrRefusedWithStrict) {
+  const ScratchDir dir("mxq-cli-nonfinite");
+  Tensor x = ramp({4, 256}, 0.01F);
+  float* p = x.data_as<float>();
+  p[1 * 256 + 37] = std::numeric_limits<float>::quiet_NaN();   // block (1, 1) of 32; (0, 0) of 128
+  p[1 * 256 + 40] = -std::numeric_limits<float>::quiet_NaN();  // the same blocks
+  p[3 * 256 + 200] = std::numeric_limits<float>::infinity();   // block (3, 6); (1, 1) of 2x128
+  io::write_npy(dir.file("x.npy"), x);
+  io::write_npy(dir.file("finite.npy"), ramp({4, 256}, 0.01F));
+  const std::string out = dir.file("w.safetensors");
+  struct Case {
+    std::string command;
+    std::string blocks;  // the blocks spoiled, of how many
+  };
+  for (const Case& c : {Case{"quantize mxfp4", "2 of 32 blocks (32 values along the last axis)"},
+                        Case{"quantize fp8-block --block 2x128", "2 of 4 blocks (2x128 values)"}}) {
+    SCOPED_TRACE(c.command);
+    auto r = run_cli(dir, c.command + " " + dir.file("x.npy") + " " + out + " --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find(dir.file("x.npy") +
+                         ": 3 non-finite value(s) (2 NaN, 1 Inf), the first "
+                         "at index [1, 37]; " +
+                         c.blocks),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    const nlohmann::json report = nlohmann::json::parse(r.out);
+    EXPECT_EQ(report["non_finite"]["nan"], 2);
+    EXPECT_EQ(report["non_finite"]["inf"], 1);
+    EXPECT_EQ(report["non_finite"]["first_index"], nlohmann::json({1, 37}));
+    EXPECT_EQ(report["non_finite"]["blocks"], 2);
+    EXPECT_TRUE(std::filesystem::exists(out));
+    std::filesystem::remove(out);
+    // --strict: an error naming the input, and nothing written.
+    r = run_cli(dir, c.command + " " + dir.file("x.npy") + " " + out + " --strict");
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.err.rfind("mxq: error: " + dir.file("x.npy") +
+                              ": expected finite values (--strict), found 3 non-finite value(s)",
+                          0),
+              0U)
+        << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out));
+    // A finite input: no warning, with or without --strict.
+    r = run_cli(dir, c.command + " " + dir.file("finite.npy") + " " + out + " --strict");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(r.err.empty()) << r.err;
+    std::filesystem::remove(out);
+  }
 }
 
 }  // namespace

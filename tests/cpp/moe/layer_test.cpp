@@ -39,7 +39,7 @@ class SmallCheckpoint : public ::testing::Test {
 };
 
 TEST_F(SmallCheckpoint, PaddedEqualsUnpaddedBitForBit) {
-  for (int tp : {1, 2, 3, 4}) {
+  for (int tp : {1, 2, 3}) {  // at most I / 32 = 3 ranks
     for (int ep : {1, 2}) {
       const MoeLayer unpadded = load(tp, ep);
       MoeLayer padded = load(tp, ep);
@@ -69,7 +69,7 @@ TEST_F(SmallCheckpoint, EveryTpEpSplitAgreesWithinFp32SummationError) {
     norm += std::fabs(reference.output.data_as<float>()[i]);
   }
   EXPECT_GT(norm / static_cast<double>(reference.output.numel()), 0.1);
-  for (int tp : {1, 2, 3, 4}) {
+  for (int tp : {1, 2, 3}) {  // at most I / 32 = 3 ranks
     for (int ep : {1, 2}) {
       MoeLayer layer = load(tp, ep);
       (void)layer.prepare(128);
@@ -123,15 +123,34 @@ TEST_F(SmallCheckpoint, UnevenSplitsShardIAsDocumented) {
       }
     }
   }
-  // TP = 4: width 32; rank 3 holds nothing (zero-filled only) and w2 bias lives on rank 0.
-  const MoeLayer four = load(4, 2);
-  EXPECT_EQ(four.num_ranks(), 8);
-  EXPECT_EQ(four.rank(3).shape().tp.valid, 0);
-  EXPECT_EQ(four.rank(4).shape().ep.begin, 3);
-  const auto bias_bytes = testing::bytes_of(four.rank(1).w2_bias());
+  // TP = 4 exceeds the 3 blocks of 32 channels: every rank past the third would hold only zero
+  // fill, so the layer refuses it by name before allocating anything.
+  const std::string message = testing::error_of([&] { (void)load(4, 2); });
+  EXPECT_NE(message.find("tp_size: expected at most 3"), std::string::npos) << message;
+  // I = 128 (4 blocks) over TP = 3: width 64; rank 2 holds nothing (zero-filled only) and w2 bias
+  // lives on rank 0.
+  SyntheticSpec spec = testing::small_spec();
+  spec.intermediate = 128;
+  testing::TempDir dir("i128");
+  write_synthetic_checkpoint(dir.path(), spec);
+  const MoeCheckpoint checkpoint = MoeCheckpoint::open(dir.path());
+  ShardOptions shards;
+  shards.tp_size = 3;
+  shards.ep_size = 2;
+  const MoeLayer three = MoeLayer::load(checkpoint, 1, checkpoint.resolve_config(1), shards);
+  EXPECT_EQ(three.num_ranks(), 6);
+  EXPECT_EQ(three.rank(2).shape().tp.width, 64);
+  EXPECT_EQ(three.rank(2).shape().tp.valid, 0);
+  EXPECT_EQ(three.rank(3).shape().ep.begin, 3);
+  const auto bias_bytes = testing::bytes_of(three.rank(1).w2_bias());
   EXPECT_TRUE(std::all_of(bias_bytes.begin(), bias_bytes.end(), [](auto b) { return b == 0; }));
-  const auto bias0 = testing::bytes_of(four.rank(0).w2_bias());
+  const auto bias0 = testing::bytes_of(three.rank(0).w2_bias());
   EXPECT_FALSE(std::all_of(bias0.begin(), bias0.end(), [](auto b) { return b == 0; }));
+  // The empty rank adds exactly nothing: the split equals TP = 1 within fp32 summation error.
+  const Tensor x = synthetic_tokens(5, spec.hidden, 3);
+  const MoeLayer one = MoeLayer::load(checkpoint, 1, checkpoint.resolve_config(1), {});
+  EXPECT_TRUE(compare_forward(three.forward(x), 6, one.forward(x), 1, spec.top_k)
+                  .within_fp32_summation_error());
 }
 
 TEST_F(SmallCheckpoint, AForcedSplitMustBeAMultipleOf32) {

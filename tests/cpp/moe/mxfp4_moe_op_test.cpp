@@ -227,7 +227,7 @@ TEST_F(Mxfp4MoeOp, ShapesFollowTheLayersSharding) {
 
 TEST_F(Mxfp4MoeOp, PreparationEqualsTheLayersFromEitherLayoutAndFromSlicedInputs) {
   for (const ActivationQuant quant : {ActivationQuant::kBf16, ActivationQuant::kFp8Group128}) {
-    for (const auto& [tp, ep] : {std::pair{1, 1}, {2, 1}, {1, 2}, {2, 2}, {4, 1}}) {
+    for (const auto& [tp, ep] : {std::pair{1, 1}, {2, 1}, {1, 2}, {2, 2}, {3, 1}}) {
       const MoeLayer layer = prepared_layer(tp, ep, quant);
       for (int r = 0; r < layer.num_ranks(); ++r) {
         const MoeRankShape& shape = layer.rank(r).shape();

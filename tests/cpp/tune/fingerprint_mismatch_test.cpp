@@ -140,8 +140,8 @@ TEST(FingerprintMismatch, EntriesAreNotServedAndTheFileIsUnchanged) {
 
 // Another mxq build's file (a newer schema, or a fingerprint with fields this build does not
 // know or lacks) is an mxq cache all the same: like a file of another fingerprint it is not
-// served, never moved aside and never overwritten, and `mxq tune` fails saying that its
-// decisions were not saved. Two builds sharing a cache folder must not destroy each other's.
+// served, never moved aside and never overwritten, and `mxq tune` refuses it before tuning
+// anything. Two builds sharing a cache folder must not destroy each other's.
 TEST(FingerprintMismatch, AnotherBuildsFileIsNeitherServedNorMovedNorOverwritten) {
   // The key `mxq tune --preset tiny-moe --tokens 1` below would be served, were the file ours.
   const Problem problem = tiny_moe_problem();
@@ -219,7 +219,8 @@ TEST(FingerprintMismatch, AnotherBuildsFileIsNeitherServedNorMovedNorOverwritten
     const testing::ProcessResult tune =
         testing::run_cli({"tune", "--preset", "tiny-moe", "--tokens", "1", "--cache", path});
     EXPECT_NE(tune.exit_code, 0) << tune.err;
-    EXPECT_NE(tune.err.find("not saved"), std::string::npos) << tune.err;
+    EXPECT_NE(tune.err.find("another mxq build"), std::string::npos) << tune.err;
+    EXPECT_NE(tune.err.find("nothing was tuned"), std::string::npos) << tune.err;
     EXPECT_EQ(testing::read_file(path), c.text);
     EXPECT_TRUE(testing::files_starting_with(dir.path(), "cache.json.corrupt").empty());
   }
