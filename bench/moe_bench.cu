@@ -437,23 +437,23 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
         {"mxq", measure(moe::gpu::GemmVariant::kAuto, true, w, params,
                         options.block_trace_path.empty() ? nullptr : &trace_replays)}};
     {
-      // The tensor-in op against the layer path's launcher, same buffers, timed back to back.
+      // The tensor-in op against the layer path's launcher, same buffers, samples alternating.
       const auto x_of = [&](int s) {
         return TensorView(inputs[static_cast<std::size_t>(s)], DType::kBF16, {tokens, hidden}, gpu);
       };
       const TensorView op_out(out, DType::kBF16, {tokens, hidden}, gpu);
-      const ForwardTiming layer_path = time_forward(
+      const ForwardPairTiming pair = time_forward_pair(
           [&](int s) {
             run.x = reinterpret_cast<const std::uint16_t*>(inputs[static_cast<std::size_t>(s)]);
             moe::gpu::moe_forward(w, params, run, workspace, ws_bytes, max_tokens, stream);
           },
-          kInputSets, options.repeats, stream, flush_l2);
-      const ForwardTiming op = time_forward(
           [&](int s) {
             moe::mxfp4_moe(x_of(s), op_prepared, op_layer, op_rank, op_routing, op_options, op_out,
                            op_workspace, stream);
           },
           kInputSets, options.repeats, stream, flush_l2);
+      const ForwardTiming& layer_path = pair.a;
+      const ForwardTiming& op = pair.b;
       point["op"] = {{"graph_us", op.graph_us},
                      {"eager_us", op.eager_us},
                      {"layer_path_graph_us", layer_path.graph_us},

@@ -44,10 +44,11 @@ class EventPair {
 
 }  // namespace
 
-ForwardTiming time_forward(const std::function<void(int set)>& enqueue, int sets, int repeats,
-                           cudaStream_t stream, const std::function<void()>& flush) {
-  EventPair events;
-  ForwardTiming timing;
+namespace {
+
+// One graph per input set, each holding one forward.
+std::vector<cudaGraphExec_t> capture_per_set(const EnqueueForward& enqueue, int sets,
+                                             cudaStream_t stream) {
   std::vector<cudaGraphExec_t> graphs(static_cast<std::size_t>(sets));
   for (int s = 0; s < sets; ++s) {
     cudaGraph_t graph;
@@ -57,26 +58,46 @@ ForwardTiming time_forward(const std::function<void(int set)>& enqueue, int sets
     MXQ_CUDA_CHECK(cudaGraphInstantiate(&graphs[static_cast<std::size_t>(s)], graph, 0));
     MXQ_CUDA_CHECK(cudaGraphDestroy(graph));
   }
-  std::vector<float> graph_us;
+  return graphs;
+}
+
+}  // namespace
+
+ForwardPairTiming time_forward_pair(const EnqueueForward& a, const EnqueueForward& b, int sets,
+                                    int repeats, cudaStream_t stream,
+                                    const std::function<void()>& flush) {
+  EventPair events;
+  const EnqueueForward* const forwards[2] = {&a, &b};
+  std::vector<cudaGraphExec_t> graphs[2] = {capture_per_set(a, sets, stream),
+                                            capture_per_set(b, sets, stream)};
+  std::vector<float> graph_us[2];
+  std::vector<float> eager_us[2];
   for (int i = 0; i < repeats + kWarmup; ++i) {
-    flush();
-    events.start(stream);
-    MXQ_CUDA_CHECK(cudaGraphLaunch(graphs[static_cast<std::size_t>(i % sets)], stream));
-    const float ms = events.stop(stream);
-    if (i >= kWarmup) graph_us.push_back(ms * 1000.0F);
+    for (int f = 0; f < 2; ++f) {
+      flush();
+      events.start(stream);
+      MXQ_CUDA_CHECK(cudaGraphLaunch(graphs[f][static_cast<std::size_t>(i % sets)], stream));
+      const float ms = events.stop(stream);
+      if (i >= kWarmup) graph_us[f].push_back(ms * 1000.0F);
+    }
   }
-  for (cudaGraphExec_t g : graphs) MXQ_CUDA_CHECK(cudaGraphExecDestroy(g));
-  timing.graph_us = median(graph_us);
-  // Eager: `sets` forwards back to back per sample (the host enqueues while the device runs, as an
-  // engine without graphs does), per forward.
-  std::vector<float> eager_us;
+  // Eager: `sets` forwards back to back per sample (the host enqueues while the device runs, as
+  // an engine without graphs does), per forward.
   for (int i = 0; i < repeats + kWarmup; ++i) {
-    events.start(stream);
-    for (int s = 0; s < sets; ++s) enqueue(s);
-    const float ms = events.stop(stream);
-    if (i >= kWarmup) eager_us.push_back(ms * 1000.0F / static_cast<float>(sets));
+    for (int f = 0; f < 2; ++f) {
+      events.start(stream);
+      for (int s = 0; s < sets; ++s) (*forwards[f])(s);
+      const float ms = events.stop(stream);
+      if (i >= kWarmup) eager_us[f].push_back(ms * 1000.0F / static_cast<float>(sets));
+    }
   }
-  timing.eager_us = median(eager_us);
+  ForwardPairTiming timing;
+  ForwardTiming* const out[2] = {&timing.a, &timing.b};
+  for (int f = 0; f < 2; ++f) {
+    for (cudaGraphExec_t g : graphs[f]) MXQ_CUDA_CHECK(cudaGraphExecDestroy(g));
+    out[f]->graph_us = median(graph_us[f]);
+    out[f]->eager_us = median(eager_us[f]);
+  }
   return timing;
 }
 

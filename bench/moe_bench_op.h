@@ -15,10 +15,18 @@ struct ForwardTiming {
   double graph_us = 0;
   double eager_us = 0;
 };
-// `enqueue(set)` enqueues one forward on input set `set` on `stream`; `flush` runs before each
-// timed graph replay (outside the timing).
-ForwardTiming time_forward(const std::function<void(int set)>& enqueue, int sets, int repeats,
-                           cudaStream_t stream, const std::function<void()>& flush);
+// `enqueue(set)` enqueues one forward on input set `set` on `stream`.
+using EnqueueForward = std::function<void(int set)>;
+// Times two forwards against each other: their samples alternate (a, b, a, b, ...), so a clock
+// that drifts during the run (a GPU warming up and lowering its clocks) moves both alike.
+// `flush` runs before each timed graph replay (outside the timing).
+struct ForwardPairTiming {
+  ForwardTiming a;
+  ForwardTiming b;
+};
+ForwardPairTiming time_forward_pair(const EnqueueForward& a, const EnqueueForward& b, int sets,
+                                    int repeats, cudaStream_t stream,
+                                    const std::function<void()>& flush);
 
 // Median milliseconds of prepare_mxfp4_moe for TP rank 0 of `tp` (alignment `align`) of an
 // E x H x I layer from gpt-oss-layout device tensors (every expert, the whole I), on `stream`.
