@@ -173,7 +173,7 @@ def quantize_fp8_groups(x: Tensor, group_k: int = 128,
     On CUDA it is the device kernel of the linear op (bit-equal to the host quantizer)."""
     _check_quantize_fp8_groups(x, group_k)
     if x.device.type == "cpu":
-        from . import formats
+        from .. import formats
 
         q, scale = formats.quantize_fp8_groups(x, group_k, scale_mode)
         return _from_numpy(q, _E4M3), _from_numpy(scale, _F32)
