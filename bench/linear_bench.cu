@@ -5,6 +5,12 @@
 // working set exceeds the 50 MB L2; each timed launch replayed from a CUDA graph (no host overhead
 // between kernels), CUDA events around each, warm-up first, the median of `repeats` runs. The GEMM
 // is timed on pre-quantized activations, which is what cuBLASLt gets.
+//
+// The op as engines call it, linear_into (the caller's output and workspace, nothing allocated),
+// is timed the same way on the same operand sets, per activation input: pre-quantized with
+// MN-major scales (read in place: the dispatch's GEMM alone, so its time matches that tactic's
+// row), with row-major scales (plus the scale transpose) and bf16 (plus the quantization); and
+// the host time of one eager call (argument checks, dispatch, launches).
 #include "linear_bench.h"
 
 #include <cublasLt.h>
@@ -12,8 +18,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -68,6 +76,15 @@ __global__ void fill_scales(float* s, std::size_t rows, std::size_t ld, std::siz
   }
 }
 
+// Random bf16 activations in [-1, 1) (bits of a float with the low half dropped).
+__global__ void fill_bf16(std::uint16_t* x, std::size_t n, std::uint64_t seed) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float u = static_cast<float>(mix(seed + i) >> 40) / 8388608.0F - 1.0F;
+    x[i] = static_cast<std::uint16_t>(__float_as_uint(u) >> 16);
+  }
+}
+
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
@@ -86,9 +103,13 @@ struct OperandSet {
   Tensor a_scale;    // f32 [ceil(K/128), M_pad]
   Tensor a_scale64;  // f32 [ceil(K/64), M_pad]
   Tensor out;        // bf16 [M, N]
+  // For linear_into: row-major activation scales f32 [M, ceil(K/128)] and bf16 activations
+  // [M, K] (empty unless asked for).
+  Tensor a_scale_rows;
+  Tensor x_bf16;
 };
 
-OperandSet make_set(int m, int n, int k, std::uint64_t seed, bool with64) {
+OperandSet make_set(int m, int n, int k, std::uint64_t seed, bool with64, bool with_op_inputs) {
   const Device gpu = Device::cuda(0);
   const std::int64_t m_pad = round_up(m, 4);
   OperandSet s;
@@ -106,6 +127,15 @@ OperandSet make_set(int m, int n, int k, std::uint64_t seed, bool with64) {
                                                        s.w_scale.shape()[1], seed + 2);
   fill_scales<<<fill_blocks(s.a_scale.numel()), 256>>>(s.a_scale.data_as<float>(),
                                                        s.a_scale.shape()[0], m_pad, m, seed + 3);
+  if (with_op_inputs) {
+    s.a_scale_rows = Tensor::empty(DType::kF32, {m, ceil_div(k, 128)}, gpu);
+    s.x_bf16 = Tensor::empty(DType::kBF16, {m, k}, gpu);
+    fill_scales<<<fill_blocks(s.a_scale_rows.numel()), 256>>>(
+        s.a_scale_rows.data_as<float>(), s.a_scale_rows.shape()[0], s.a_scale_rows.shape()[1],
+        s.a_scale_rows.shape()[1], seed + 6);
+    fill_bf16<<<fill_blocks(s.x_bf16.numel()), 256>>>(static_cast<std::uint16_t*>(s.x_bf16.data()),
+                                                      s.x_bf16.numel(), seed + 7);
+  }
   if (with64) {
     s.w_scale64 = Tensor::empty(DType::kF32, {ceil_div(n, 64), ceil_div(k, 64)}, gpu);
     s.a_scale64 = Tensor::empty(DType::kF32, {ceil_div(k, 64), m_pad}, gpu);
@@ -336,6 +366,120 @@ double normalized_difference(const Tensor& a, const Tensor& b, bool b_transposed
   return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
+// The views linear_into takes for one operand set (128x128 weight blocks): the weight, the codes,
+// the scales K-group major seen as an MN-major [M, G] view, the row-major scales, bf16 x.
+struct OpViews {
+  linear::BlockFp8Weight w;
+  TensorView x_q;
+  TensorView x_scale_mn_major;
+  TensorView x_scale_rows;
+  TensorView x;
+  TensorView out;
+};
+
+OpViews op_views(const OperandSet& s) {
+  const std::int64_t m = s.a.shape()[0];
+  const std::int64_t groups = s.a_scale.shape()[0];
+  OpViews v;
+  v.w = linear::make_block_fp8_weight(Tensor::borrow(s.w, nullptr, "w"),
+                                      Tensor::borrow(s.w_scale, nullptr, "w_scale"), {128, 128});
+  v.x_q = s.a;
+  v.x_scale_mn_major = TensorView(s.a_scale.data(), DType::kF32, Shape{m, groups},
+                                  Shape{1, s.a_scale.shape()[1]}, s.a_scale.device());
+  v.x_scale_rows = s.a_scale_rows;
+  v.x = s.x_bf16;
+  v.out = s.out;
+  return v;
+}
+
+// linear_into per activation input, timed like the tactics (graphs, rotated sets, median), with
+// one workspace of the largest size any input needs, allocated here, outside the timed calls.
+nlohmann::json time_linear_into(const std::vector<OperandSet>& sets, int m, int n, int k,
+                                int repeats, cudaStream_t stream, double cublas_us, double flops,
+                                double bytes, bool progress) {
+  std::vector<OpViews> views;
+  for (const OperandSet& s : sets) views.push_back(op_views(s));
+  const linear::ActivationInput inputs[] = {linear::ActivationInput::kFp8MnMajor,
+                                            linear::ActivationInput::kFp8,
+                                            linear::ActivationInput::kBf16};
+  std::size_t workspace_bytes = 0;
+  for (const linear::ActivationInput input : inputs) {
+    workspace_bytes =
+        std::max(workspace_bytes, linear::linear_workspace_bytes(m, views[0].w, input));
+  }
+  Tensor workspace_memory = Tensor::empty(
+      DType::kU8, {std::max<std::int64_t>(1, static_cast<std::int64_t>(workspace_bytes))},
+      Device::cuda(0));
+  const TensorView workspace = workspace_memory.view();
+  nlohmann::json rows = nlohmann::json::array();
+  for (const linear::ActivationInput input : inputs) {
+    linear::LinearRun ran;
+    linear::LinearOptions options;
+    options.ran = &ran;
+    const auto call = [&](const OpViews& v, cudaStream_t st) {
+      options.stream = st;
+      if (input == linear::ActivationInput::kBf16) {
+        linear::linear_into(v.x, v.w, nullptr, v.out, workspace, options);
+      } else {
+        const TensorView& scales =
+            input == linear::ActivationInput::kFp8 ? v.x_scale_rows : v.x_scale_mn_major;
+        linear::linear_into(v.x_q, scales, v.w, nullptr, v.out, workspace, options);
+      }
+    };
+    const double us =
+        time_us([&](int s, cudaStream_t st) { call(views[static_cast<std::size_t>(s)], st); },
+                static_cast<int>(sets.size()), repeats, stream);
+    // Host time of an eager call: back-to-back calls on the stream, no synchronization between.
+    constexpr int kHostCalls = 50;
+    MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kHostCalls; ++i)
+      call(views[static_cast<std::size_t>(i) % views.size()], stream);
+    const double host_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count() /
+        kHostCalls;
+    MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+    nlohmann::json row;
+    row["name"] = std::string("linear_into ") + std::string(linear::to_string(input));
+    row["input"] = linear::to_string(input);
+    row["tactic"] = ran.tactic != nullptr ? ran.tactic->name() : std::string();
+    row["workspace_bytes"] = linear::linear_workspace_bytes(m, views[0].w, input);
+    row["us"] = us;
+    row["tflops"] = flops / (us * 1e-6) / 1e12;
+    row["gbps"] = bytes / (us * 1e-6) / 1e9;
+    row["host_us"] = host_us;
+    if (cublas_us > 0.0) row["speedup_vs_cublaslt"] = cublas_us / us;
+    rows.push_back(row);
+    if (progress) {
+      std::fprintf(stderr, "  N=%d K=%d M=%d %-30s %-8s %9.1f us (host %.1f us)\n", n, k, m,
+                   row["name"].get<std::string>().c_str(), "128x128", us, host_us);
+    }
+  }
+  // The MN-major call runs the dispatch's GEMM on the tactics' own operands: same bits.
+  const OperandSet& s0 = sets[0];
+  linear::LinearProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  linear::describe_device(p, Device::cuda(0));
+  Tensor tactic_out = Tensor::empty(DType::kBF16, {m, n}, Device::cuda(0));
+  linear::LinearOperands ops = operands_of(s0, false, stream);
+  ops.out = tactic_out.data();
+  linear::select_tactic(p).run(ops, p);
+  linear::LinearOptions options;
+  options.stream = stream;
+  linear::linear_into(views[0].x_q, views[0].x_scale_mn_major, views[0].w, nullptr, views[0].out,
+                      workspace, options);
+  MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const Tensor a = tactic_out.to(Device::cpu());
+  const Tensor b = s0.out.to(Device::cpu());
+  nlohmann::json result;
+  result["timings"] = rows;
+  result["mn_major_output_equals_the_tactic"] = std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+  return result;
+}
+
 }  // namespace
 
 std::vector<std::pair<int, int>> linear_preset_shapes(const std::string& preset) {
@@ -384,8 +528,8 @@ nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress
           std::clamp<std::int64_t>(ceil_div(kWorkingSetBytes, set_bytes), 1, kMaxSets));
       std::vector<OperandSet> operand_sets;
       for (int s = 0; s < sets; ++s) {
-        operand_sets.push_back(
-            make_set(m, n, k, 1000003ULL * static_cast<std::uint64_t>(s + 1), options.fallback_64));
+        operand_sets.push_back(make_set(m, n, k, 1000003ULL * static_cast<std::uint64_t>(s + 1),
+                                        options.fallback_64, options.op));
       }
       MXQ_CUDA_CHECK(cudaDeviceSynchronize());
       const double flops = 2.0 * m * static_cast<double>(n) * k;
@@ -471,6 +615,10 @@ nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress
         }
       }
 
+      if (options.op) {
+        point["op"] = time_linear_into(operand_sets, m, n, k, options.repeats, stream, cublas_us,
+                                       flops, bytes, progress);
+      }
       point["timings"] = timings;
       points.push_back(point);
     }

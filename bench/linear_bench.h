@@ -1,6 +1,7 @@
 // `mxq bench linear`: times every supported mxq block-FP8 tactic and cuBLASLt's block-scaled
 // FP8 GEMM (1x128 activation scales x 128x128 weight scales, bf16 out) on the same inputs, on one
-// GPU, and the fallback on 64x64 blocks.
+// GPU, the fallback on 64x64 blocks, and the op as engines call it (linear_into: the caller's
+// output and workspace) per activation input (points[].op).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@ struct LinearBenchOptions {
   int repeats = 30;                      // timed runs per point (median reported), >= 20
   bool baseline = true;                  // time cuBLASLt
   bool fallback_64 = true;               // time the fallback on 64x64 blocks too
+  bool op = true;  // time linear_into (the op engines call) per activation input
 };
 
 // The (N, K) pairs of a preset; throws mxq::Error(kInvalidArgument) for an unknown name.

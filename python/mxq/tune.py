@@ -14,7 +14,7 @@ dispatch (``tactic="auto"``).
 Which ops consult it: the block-FP8 linear (``BlockFp8Linear.forward``,
 ``torch.ops.mxq.block_fp8_linear``) with ``tactic="auto"`` on the tuner's device (CPU tactics
 for ``device="cpu"``, CUDA tactics for ``device="cuda[:N]"``), and the MoE layer on a GPU
-(``MoELayer.forward`` / ``torch.ops.mxq.moe_forward`` with CUDA input, ``device="cuda[:N]"``:
+(``MoELayer.forward`` with CUDA input, ``device="cuda[:N]"``:
 its GEMM variant per rank and token count; on the CPU (``MoELayer.forward`` with host input,
 ``device="cpu"``) its expert tiling.
 """
@@ -133,6 +133,15 @@ class Autotune:
                      activation_scales: str, out_dtype: str, tokens: int) -> Optional[Any]:
         """The autotuner the block-FP8 linear op should consult for this call (after tuning its
         problem in tune mode), or None when this tuner is not for ``device``."""
+        found = self.linear_tuning(device, index, n, k, block, activation_scales, out_dtype,
+                                   tokens)
+        return found[0] if found is not None else None
+
+    def linear_tuning(self, device: str, index: int, n: int, k: int, block: Tuple[int, int],
+                      activation_scales: str, out_dtype: str,
+                      tokens: int) -> Optional[Tuple[Any, Any]]:
+        """As linear_tuner, with the call's block_fp8_linear problem (built once per shape), which
+        the op passes along so that consulting the cache allocates nothing."""
         if not self.serves(device, index):
             return None
         key = (n, k, tuple(block), activation_scales, out_dtype)
@@ -142,7 +151,7 @@ class Autotune:
                                                         out_dtype)
             self._problems[key] = problem
         self.tune(problem, tokens)
-        return self._tuner
+        return self._tuner, problem
 
     def moe_cpu_tuner(self, core: Any, num_ranks: int, tokens: int) -> Optional[Any]:
         """The autotuner the CPU MoE forward should consult (each rank's moe_expert_gemm

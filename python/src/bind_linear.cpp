@@ -6,8 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 #include "array_bridge.h"
 #include "bindings.h"
@@ -16,6 +18,7 @@
 #include "mxq/linear/linear.h"
 #include "mxq/linear/weight.h"
 #include "mxq/tune/autotuner.h"
+#include "mxq/tune/problem.h"
 
 namespace mxq::python {
 namespace {
@@ -47,6 +50,59 @@ linear::LinearOptions options_arg(const std::string& tactic, const std::string& 
 
 // Host or CUDA arrays (the op runs where its operands are).
 constexpr bool kAnyDevice = false;
+
+std::optional<ArrayArg> optional_bias(nb::handle bias) {
+  if (bias.is_none()) return std::nullopt;
+  return array_arg(bias, "bias", {{DType::kBF16, DType::kF32}, 1, true, kAnyDevice});
+}
+
+// The workspace of a linear_into call that needs `bytes`: none when 0 (not read); else
+// `workspace` itself, or what it returns for `bytes` when callable (e.g. a torch.empty on the
+// device: the framework's allocator provides it, mxq allocates nothing).
+std::optional<ArrayArg> workspace_arg(nb::handle workspace, std::size_t bytes) {
+  if (bytes == 0 || workspace.is_none()) return std::nullopt;
+  nb::object array = nb::borrow(workspace);
+  if (PyCallable_Check(workspace.ptr()) != 0) array = workspace(bytes);
+  return array_arg(array, "workspace", {{DType::kU8}, 1, true, kAnyDevice});
+}
+
+struct IntoArgs {
+  std::string tactic;
+  std::string activation_scales;
+  std::uintptr_t stream = 0;
+  const tune::Autotuner* tuner = nullptr;
+  const tune::Problem* tune_problem = nullptr;
+  bool report = false;
+};
+
+// Runs `call` (a linear_into) with the GIL released; the tactic it ran when asked.
+template <typename Call>
+nb::object run_into(const IntoArgs& args, const Call& call) {
+  linear::LinearOptions options =
+      options_arg(args.tactic, args.activation_scales, "bf16", args.stream);
+  linear::LinearRun ran;
+  options.tuner = args.tuner;
+  options.tune_problem = args.tune_problem;
+  options.ran = &ran;
+  {
+    nb::gil_scoped_release release;
+    call(options);
+  }
+  if (!args.report) return nb::none();
+  nb::dict run;
+  run["tactic"] = ran.tactic != nullptr ? nb::cast(ran.tactic->name()) : nb::none();
+  run["from_tuner"] = ran.from_tuner;
+  return run;
+}
+
+constexpr const char* kIntoDoc =
+    "Writes y = x W^T (+ bias) into `out` ([M, N] bf16 or float32, contiguous, on the weight's "
+    "device) with mxq::linear::linear_into: temporaries in `workspace` (uint8 [bytes]; or a "
+    "callable returning one for a byte count, called only when the call needs one, e.g. "
+    "lambda n: torch.empty(n, dtype=torch.uint8, device=...)), CUDA work queued on `stream` (a "
+    "cudaStream_t; 0 = default stream), nothing allocated or synchronized. `tuner` / "
+    "`tune_problem`: the autotuner to consult with tactic \"auto\" and its block_fp8_linear "
+    "problem. report=True returns {tactic, from_tuner}, else None.";
 
 }  // namespace
 
@@ -93,6 +149,27 @@ void bind_linear(nb::module_& m) {
           },
           nb::arg("q"), nb::arg("scale"), nb::arg("block"),
           "A weight over the arrays' memory (host or CUDA), without a copy; it keeps them alive.")
+      .def_static(
+          "view",
+          [](nb::handle q, nb::handle scale, nb::handle block) {
+            const ArrayArg qa =
+                array_arg(q, "weight", {{DType::kE4M3, DType::kU8}, 2, true, kAnyDevice});
+            const ArrayArg sa =
+                array_arg(scale, "weight_scale", {{DType::kF32, DType::kI32}, 2, true, kAnyDevice});
+            const BlockShape shape = block_shape_arg(block, "block");
+            const auto unowned = [](const ArrayArg& a, DType dtype, std::string_view name) {
+              const TensorView v(a.view.data(), dtype, a.view.shape(), a.view.strides(),
+                                 a.view.device());
+              return Tensor::borrow(v, nullptr, name);
+            };
+            return linear::make_block_fp8_weight(unowned(qa, DType::kE4M3, "weight"),
+                                                 unowned(sa, sa.view.dtype(), "weight_scale"),
+                                                 shape);
+          },
+          nb::arg("q"), nb::arg("scale"), nb::arg("block"),
+          "As borrow(), but the weight does not keep the arrays alive: for a caller that holds "
+          "them as long as it uses the weight (a wrapper cached next to the arrays without a "
+          "reference cycle).")
       .def_static(
           "quantize",
           [](nb::handle w, nb::handle block, const std::string& scale_mode) {
@@ -168,6 +245,75 @@ void bind_linear(nb::module_& m) {
           "uint16 bits) computed in the order of `stream` (a cudaStream_t; 0 = default stream). "
           "With tactic \"auto\", `tuner` (an Autotuner of the operands' backend) picks the tactic "
           "its cache holds. report=True returns (y, {tactic, from_tuner}).")
+      .def(
+          "workspace_bytes",
+          [](const BlockFp8Weight& w, std::int64_t rows, const std::string& activation_input) {
+            return linear::linear_workspace_bytes(
+                rows, w, linear::parse_activation_input(activation_input, "activation_input"));
+          },
+          nb::arg("m"), nb::arg("activation_input") = "bf16",
+          "Bytes of workspace linear_into needs for M rows of activations given as "
+          "`activation_input` (\"bf16\", \"fp8\", \"fp8-mn-major\", \"fp8-packed-ue8m0\") on "
+          "the weight's device (mxq::linear::linear_workspace_bytes).")
+      .def(
+          "linear_into",
+          [](const BlockFp8Weight& w, nb::handle x, nb::handle out, nb::handle workspace,
+             nb::handle bias, const std::string& tactic, const std::string& activation_scales,
+             std::uintptr_t stream, const tune::Autotuner* tuner, const tune::Problem* tune_problem,
+             bool report) -> nb::object {
+            const ArrayArg xa = array_arg(x, "x", {{DType::kBF16}, 2, true, kAnyDevice});
+            const ArrayArg oa =
+                array_arg(out, "out", {{DType::kBF16, DType::kF32}, 2, true, kAnyDevice});
+            const std::optional<ArrayArg> ba = optional_bias(bias);
+            const std::optional<ArrayArg> wa = workspace_arg(
+                workspace,
+                linear::linear_workspace_bytes(xa.view.size(0), w, linear::ActivationInput::kBf16));
+            return run_into({tactic, activation_scales, stream, tuner, tune_problem, report},
+                            [&](const linear::LinearOptions& options) {
+                              linear::linear_into(xa.view, w, ba ? &ba->view : nullptr, oa.view,
+                                                  wa ? wa->view : TensorView{}, options);
+                            });
+          },
+          nb::arg("x"), nb::arg("out"), nb::arg("workspace").none() = nb::none(),
+          nb::arg("bias").none() = nb::none(), nb::arg("tactic") = "auto",
+          nb::arg("activation_scales") = "fp32", nb::arg("stream") = 0,
+          nb::arg("tuner").none() = nb::none(), nb::arg("tune_problem").none() = nb::none(),
+          nb::arg("report") = false, kIntoDoc)
+      .def(
+          "fp8_linear_into",
+          [](const BlockFp8Weight& w, nb::handle x_q, nb::handle x_scale, nb::handle out,
+             nb::handle workspace, nb::handle bias, const std::string& tactic,
+             const std::string& activation_scales, std::uintptr_t stream,
+             const tune::Autotuner* tuner, const tune::Problem* tune_problem,
+             bool report) -> nb::object {
+            const ArrayArg qa =
+                array_arg(x_q, "x_q", {{DType::kE4M3, DType::kU8}, 2, true, kAnyDevice});
+            const TensorView q_view(qa.view.data(), DType::kE4M3, qa.view.shape(),
+                                    qa.view.strides(), qa.view.device());
+            // MN-major scales are a transposed view: not contiguous.
+            const ArrayArg sa =
+                array_arg(x_scale, "x_scale", {{DType::kF32, DType::kI32}, 2, false, kAnyDevice});
+            const ArrayArg oa =
+                array_arg(out, "out", {{DType::kBF16, DType::kF32}, 2, true, kAnyDevice});
+            const std::optional<ArrayArg> ba = optional_bias(bias);
+            const std::optional<ArrayArg> wa = workspace_arg(
+                workspace, linear::linear_workspace_bytes(q_view.size(0), w,
+                                                          linear::activation_input_of(sa.view)));
+            return run_into({tactic, activation_scales, stream, tuner, tune_problem, report},
+                            [&](const linear::LinearOptions& options) {
+                              linear::linear_into(q_view, sa.view, w, ba ? &ba->view : nullptr,
+                                                  oa.view, wa ? wa->view : TensorView{}, options);
+                            });
+          },
+          nb::arg("x_q"), nb::arg("x_scale"), nb::arg("out"),
+          nb::arg("workspace").none() = nb::none(), nb::arg("bias").none() = nb::none(),
+          nb::arg("tactic") = "auto", nb::arg("activation_scales") = "fp32", nb::arg("stream") = 0,
+          nb::arg("tuner").none() = nb::none(), nb::arg("tune_problem").none() = nb::none(),
+          nb::arg("report") = false,
+          "The pre-quantized form (DeepGEMM's fp8_gemm_nt((x_q, x_scale), (w, w_scale), out)): "
+          "x_q e4m3 (or uint8 codes) [M, K], x_scale float32 [M, G] row-major or MN-major "
+          "(element (m, g) at m + g * ld, ld >= M a multiple of 4) or int32 packed UE8M0 "
+          "[ceil(G/4), round_up(M, 4)]. The rest as linear_into.")
       .def(
           "explain",
           [](const BlockFp8Weight& w, std::int64_t tokens, bool has_bias, const std::string& tactic,

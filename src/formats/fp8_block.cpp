@@ -73,6 +73,13 @@ void quantize_block_rows(const Element* x, std::int64_t n, std::int64_t k, Block
   }
 }
 
+void check_quantize_input(const TensorView& x, const BlockShape& block) {
+  formats_detail::require_dtype_in(x, "quantize_fp8_block: x", {DType::kF32, DType::kBF16});
+  formats_detail::require_host_contiguous(x, "quantize_fp8_block: x");
+  require_rank(x, "quantize_fp8_block: x", 2);
+  require_valid_block(block, "quantize_fp8_block: block");
+}
+
 }  // namespace
 
 BlockShape parse_block_shape(std::string_view text, std::string_view argument) {
@@ -111,31 +118,43 @@ ScaleMode parse_scale_mode(std::string_view text, std::string_view argument) {
 }
 
 Fp8BlockTensor quantize_fp8_block(const TensorView& x, BlockShape block, ScaleMode mode) {
-  formats_detail::require_dtype_in(x, "quantize_fp8_block: x", {DType::kF32, DType::kBF16});
-  formats_detail::require_host_contiguous(x, "quantize_fp8_block: x");
-  require_rank(x, "quantize_fp8_block: x", 2);
-  require_valid_block(block, "quantize_fp8_block: block");
+  check_quantize_input(x, block);
+  const std::int64_t n = x.size(0);
+  const std::int64_t k = x.size(1);
+  Fp8BlockTensor out{Tensor::empty(DType::kE4M3, {n, k}),
+                     Tensor::empty(DType::kF32, {ceil_div(n, block.n), ceil_div(k, block.k)}),
+                     block};
+  quantize_fp8_block_into(x, block, mode, out.q, out.scale);
+  return out;
+}
+
+void quantize_fp8_block_into(const TensorView& x, BlockShape block, ScaleMode mode,
+                             const TensorView& q, const TensorView& scale) {
+  check_quantize_input(x, block);
   const std::int64_t n = x.size(0);
   const std::int64_t k = x.size(1);
   const std::int64_t row_blocks = ceil_div(n, block.n);
   const std::int64_t col_blocks = ceil_div(k, block.k);
-  Fp8BlockTensor out{Tensor::empty(DType::kE4M3, {n, k}),
-                     Tensor::empty(DType::kF32, {row_blocks, col_blocks}), block};
-  auto* q = static_cast<std::uint8_t*>(out.q.data());
-  float* scales = out.scale.data_as<float>();
+  require_dtype(q, "quantize_fp8_block: q", DType::kE4M3);
+  require_shape(q, "quantize_fp8_block: q", Shape{n, k});
+  formats_detail::require_host_contiguous(q, "quantize_fp8_block: q");
+  require_dtype(scale, "quantize_fp8_block: scale", DType::kF32);
+  require_shape(scale, "quantize_fp8_block: scale", Shape{row_blocks, col_blocks});
+  formats_detail::require_host_contiguous(scale, "quantize_fp8_block: scale");
+  auto* codes = static_cast<std::uint8_t*>(q.data());
+  auto* scales = static_cast<float*>(scale.data());
   // Block rows per chunk (divisions, not block.n * k, which can overflow).
   const std::int64_t grain =
       std::max<std::int64_t>(1, kElementsPerChunk / std::max<std::int64_t>(1, k) / block.n);
   parallel_for(row_blocks, grain, [&](std::int64_t begin, std::int64_t end) {
     if (x.dtype() == DType::kF32) {
-      quantize_block_rows(static_cast<const float*>(x.data()), n, k, block, mode, begin, end, q,
+      quantize_block_rows(static_cast<const float*>(x.data()), n, k, block, mode, begin, end, codes,
                           scales);
     } else {
       quantize_block_rows(static_cast<const std::uint16_t*>(x.data()), n, k, block, mode, begin,
-                          end, q, scales);
+                          end, codes, scales);
     }
   });
-  return out;
 }
 
 Fp8BlockTensor quantize_fp8_groups(const TensorView& x, std::int64_t group_k, ScaleMode mode) {

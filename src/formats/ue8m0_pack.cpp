@@ -59,13 +59,26 @@ Tensor unpack_ue8m0(const TensorView& packed, std::int64_t mn, std::int64_t grou
     fail_argument(ErrorCode::kInvalidArgument, "unpack_ue8m0: mn and groups",
                   "non-negative extents", detail::concat("mn = ", mn, ", groups = ", groups));
   }
+  Tensor out = Tensor::empty(DType::kF32, {mn, groups});
+  unpack_ue8m0_into(packed, mn, groups, out);
+  return out;
+}
+
+void unpack_ue8m0_into(const TensorView& packed, std::int64_t mn, std::int64_t groups,
+                       const TensorView& out) {
+  if (mn < 0 || groups < 0) {
+    fail_argument(ErrorCode::kInvalidArgument, "unpack_ue8m0: mn and groups",
+                  "non-negative extents", detail::concat("mn = ", mn, ", groups = ", groups));
+  }
   require_dtype(packed, "unpack_ue8m0: packed", DType::kI32);
   formats_detail::require_host_contiguous(packed, "unpack_ue8m0: packed");
   const std::int64_t stride = round_up(mn, kMnAlignment);
   require_shape(packed, "unpack_ue8m0: packed", Shape{ceil_div(groups, kGroupsPerWord), stride});
-  Tensor out = Tensor::empty(DType::kF32, {mn, groups});
+  require_dtype(out, "unpack_ue8m0: out", DType::kF32);
+  require_shape(out, "unpack_ue8m0: out", Shape{mn, groups});
+  formats_detail::require_host_contiguous(out, "unpack_ue8m0: out");
   const auto* words = static_cast<const std::int32_t*>(packed.data());
-  float* values = out.data_as<float>();
+  auto* values = static_cast<float*>(out.data());
   for (std::int64_t m = 0; m < mn; ++m) {
     for (std::int64_t g = 0; g < groups; ++g) {
       const auto word = static_cast<std::uint32_t>(words[(g / kGroupsPerWord) * stride + m]);
@@ -73,7 +86,6 @@ Tensor unpack_ue8m0(const TensorView& packed, std::int64_t mn, std::int64_t grou
       values[m * groups + g] = e8m0_to_float(code);
     }
   }
-  return out;
 }
 
 }  // namespace mxq

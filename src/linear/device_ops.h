@@ -19,8 +19,10 @@ void unpack_ue8m0_on_device(const TensorView& packed, std::int64_t mn, std::int6
                             float* out, std::int64_t out_rows, std::int64_t stride_mn,
                             std::int64_t stride_g, void* stream);
 
-// f32 [mn, groups] row-major on the device -> [groups, out_ld] (rows past mn are 0).
-void transpose_scales_on_device(const float* in, std::int64_t mn, std::int64_t groups, float* out,
+// f32 [mn, groups] on the device, element (m, g) at in[m * stride_mn + g * stride_g] ->
+// [groups, out_ld] (rows past mn are 0).
+void transpose_scales_on_device(const float* in, std::int64_t mn, std::int64_t groups,
+                                std::int64_t stride_mn, std::int64_t stride_g, float* out,
                                 std::int64_t out_ld, void* stream);
 
 // bf16 x [M, K] on the device -> q e4m3 [M, ldq] (zero padded) and scales [G, scale_ld].

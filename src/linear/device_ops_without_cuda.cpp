@@ -17,8 +17,8 @@ void unpack_ue8m0_on_device(const TensorView&, std::int64_t, std::int64_t, float
                             std::int64_t, std::int64_t, void*) {
   no_cuda();
 }
-void transpose_scales_on_device(const float*, std::int64_t, std::int64_t, float*, std::int64_t,
-                                void*) {
+void transpose_scales_on_device(const float*, std::int64_t, std::int64_t, std::int64_t,
+                                std::int64_t, float*, std::int64_t, void*) {
   no_cuda();
 }
 void quantize_activations_on_device(const TensorView&, std::int64_t, ScaleMode, std::uint8_t*,

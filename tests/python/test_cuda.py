@@ -154,6 +154,113 @@ def test_block_fp8_linear_cuda_equals_cli(tmp_path, block, n, k, m):
     assert normalized_error(y.float().cpu().numpy(), ref) <= 4e-3
 
 
+def mn_major(scales, pad=4):
+    """float32 [M, G] scales in DeepGEMM's MN-major layout (element (m, g) at m + g * ld)."""
+    m, groups = scales.shape
+    ld = (m + 3) // 4 * 4 + pad
+    storage = torch.zeros(groups, ld, dtype=torch.float32, device=scales.device)
+    storage[:, :m] = scales.t()
+    return storage.t()[:m]
+
+
+def packed(scales):
+    return torch.from_numpy(mxq.formats.pack_ue8m0(scales.cpu().numpy())).to(scales.device)
+
+
+def linear_case(m=24, n=256, k=512, seed=40):
+    q, s = torch.ops.mxq.quantize_fp8_block(torch.randn(n, k), 128, 128, "ue8m0")
+    x = torch.from_numpy(tokens(m, k, seed=seed)).to(DEV).bfloat16()
+    return x, q.to(DEV), s.to(DEV)
+
+
+def test_out_and_fp8_gemm_nt_cuda_equal_block_fp8_linear():
+    x, q, s = linear_case()
+    bias = torch.randn(256, device=DEV)
+    want = torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128, bias, "ue8m0")
+    out = torch.full_like(want, float("nan"))
+    torch.ops.mxq.block_fp8_linear_out(x, q, s, out, 128, 128, bias, "ue8m0")
+    assert torch.equal(out, want)
+    xq, xs = torch.ops.mxq.quantize_fp8_groups(x, 128, "ue8m0")
+    for scales in (xs, mn_major(xs), mn_major(xs, pad=0), packed(xs)):
+        out = torch.full_like(want, float("nan"))
+        torch.ops.mxq.fp8_gemm_nt(xq, scales, q, s, out, 128, 128, bias)
+        assert torch.equal(out, want), scales.stride()
+    # f32 output, 64x64 blocks (the wgmma fallback)
+    q64, s64 = torch.ops.mxq.quantize_fp8_block(torch.randn(192, 512), 64, 64)
+    q64, s64 = q64.to(DEV), s64.to(DEV)
+    want = torch.ops.mxq.block_fp8_linear(x, q64, s64, 64, 64, None, "fp32", torch.float32)
+    xq, xs = torch.ops.mxq.quantize_fp8_groups(x, 64, "fp32")
+    out = torch.empty_like(want)
+    torch.ops.mxq.fp8_gemm_nt(xq, mn_major(xs), q64, s64, out, 64, 64)
+    assert torch.equal(out, want)
+
+
+def test_temporaries_come_from_torchs_allocator():
+    """The workspace is a torch allocation of exactly the size mxq asks for, and none is made
+    where the call needs none (MN-major scales, fp32 weight scales)."""
+    x, q, s = linear_case()
+    xq, xs = torch.ops.mxq.quantize_fp8_groups(x, 128, "ue8m0")
+    scales_mn = mn_major(xs)
+    out = torch.empty(24, 256, device=DEV).bfloat16()
+    torch.ops.mxq.fp8_gemm_nt(xq, scales_mn, q, s, out)  # warm-up (first-use wrapping)
+    torch.cuda.synchronize()
+
+    def allocations(call):
+        before = torch.cuda.memory_stats(DEV)["allocation.all.allocated"]
+        call()
+        return torch.cuda.memory_stats(DEV)["allocation.all.allocated"] - before
+
+    assert allocations(lambda: torch.ops.mxq.fp8_gemm_nt(xq, scales_mn, q, s, out)) == 0
+    assert allocations(lambda: torch.ops.mxq.fp8_gemm_nt(xq, xs, q, s, out)) == 1
+    assert allocations(lambda: torch.ops.mxq.block_fp8_linear_out(x, q, s, out)) == 1
+
+
+@pytest.mark.parametrize("form", ["bf16", "bf16_out", "fp8", "fp8_mn_major", "fp8_packed"])
+def test_linear_ops_in_a_cuda_graph(form):
+    x, q, s = linear_case(m=32, seed=41)
+    x2 = torch.from_numpy(tokens(32, 512, seed=42)).to(DEV).bfloat16()
+    static_x = x.clone()
+    out = torch.empty(32, 256, device=DEV).bfloat16()
+
+    def quantized(t):
+        xq, xs = torch.ops.mxq.quantize_fp8_groups(t, 128, "ue8m0")
+        return xq, {"fp8": xs, "fp8_mn_major": mn_major(xs), "fp8_packed": packed(xs)}.get(form)
+
+    static_q, static_scale = quantized(static_x)
+
+    def step():
+        if form == "bf16":
+            return torch.ops.mxq.block_fp8_linear(static_x, q, s, 128, 128, None, "ue8m0")
+        if form == "bf16_out":
+            torch.ops.mxq.block_fp8_linear_out(static_x, q, s, out, 128, 128, None, "ue8m0")
+        else:
+            torch.ops.mxq.fp8_gemm_nt(static_q, static_scale, q, s, out, 128, 128)
+        return out
+
+    want = step().clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # warm-up on the capture stream
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_y, want)
+    # New activations in the captured buffers: the replay computes them.
+    static_x.copy_(x2)
+    new_q, new_scale = quantized(x2)
+    static_q.copy_(new_q)
+    if static_scale is not None:
+        static_scale.copy_(new_scale)
+    static_y.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_y, torch.ops.mxq.block_fp8_linear(x2, q, s, 128, 128, None, "ue8m0"))
+
+
 def test_quantize_fp8_groups_cuda_equals_cpu():
     x = torch.randn(37, 300).bfloat16()
     for mode in ("fp32", "ue8m0"):
@@ -196,6 +303,14 @@ def test_ops_run_on_the_current_stream(moe_checkpoint):
     want = torch.ops.mxq.block_fp8_linear(xl, q, s, 128, 128)
     got = run_behind_a_busy_stream(lambda t: torch.ops.mxq.block_fp8_linear(t, q, s, 128, 128), xl)
     assert torch.equal(got, want)
+
+    def gemm(t):  # quantized and multiplied on the side stream, into a torch output
+        out = torch.empty(32, 256, device=DEV).bfloat16()
+        xq, xs = torch.ops.mxq.quantize_fp8_groups(t, 128, "fp32")
+        torch.ops.mxq.fp8_gemm_nt(xq, xs, q, s, out)
+        return out
+
+    assert torch.equal(run_behind_a_busy_stream(gemm, xl), want)
 
 
 def test_moe_layer_in_a_cuda_graph(moe_checkpoint):
@@ -276,9 +391,17 @@ def test_opcheck_cuda(moe_checkpoint):
                             device=DEV)
     q, s = torch.ops.mxq.quantize_fp8_block(torch.randn(128, 256), 128, 128)
     xb = torch.randn(3, 256, device=DEV).bfloat16()
+    xq, xs = torch.ops.mxq.quantize_fp8_groups(xb, 128, "fp32")
     cases = [
         (torch.ops.mxq.block_fp8_linear, (xb, q.view(torch.uint8).to(DEV), s.to(DEV), 128, 128)),
         (torch.ops.mxq.quantize_fp8_groups, (xb, 128, "ue8m0")),
+        (torch.ops.mxq.block_fp8_linear_out, (xb, q.view(torch.uint8).to(DEV), s.to(DEV),
+                                              torch.empty(3, 128, device=DEV))),
+        (torch.ops.mxq.fp8_gemm_nt, (xq.view(torch.uint8), xs, q.view(torch.uint8).to(DEV),
+                                     s.to(DEV), torch.empty(3, 128, device=DEV).bfloat16())),
+        (torch.ops.mxq.fp8_gemm_nt, (xq.view(torch.uint8), mn_major(xs),
+                                     q.view(torch.uint8).to(DEV), s.to(DEV),
+                                     torch.empty(3, 128, device=DEV).bfloat16())),
         (torch.ops.mxq.mxfp4_moe, (xm, *prepared, None, None, moe.router_weight,
                                    moe.router_bias, 8, 96, 2)),
         (torch.ops.mxq.mxfp4_moe, (xm, *prepared, ids, torch.rand(5, 2, device=DEV), None, None,
@@ -328,6 +451,12 @@ def test_cuda_errors_name_the_argument(moe_checkpoint):
     x = torch.randn(2, 256, device=DEV).bfloat16()
     with pytest.raises(ValueError, match=r"^weight: expected a tensor on cuda:0 \(where x is\), found one on cpu"):
         torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128)
+    qd, sd = q.to(DEV), s.to(DEV)
+    buffer = torch.empty(2 * 128 + 1, device=DEV).bfloat16()
+    with pytest.raises(ValueError, match=r"^out: expected a 16-byte aligned address \(TMA\)"):
+        torch.ops.mxq.block_fp8_linear_out(x, qd, sd, buffer[1:].view(2, 128))
+    with pytest.raises(ValueError, match=r"^out: expected a tensor on cuda:0 \(where x is\)"):
+        torch.ops.mxq.block_fp8_linear_out(x, qd, sd, torch.empty(2, 128))
     with pytest.raises(ValueError, match=r"^x: expected a CPU tensor, found one on cuda:0"):
         torch.ops.mxq.quantize_mxfp4(torch.randn(4, 64, device=DEV))
     with pytest.raises(ValueError, match=r"^x is on cuda:0 but the weight is on cpu"):

@@ -115,7 +115,7 @@ def test_moe_sizes_are_refused_by_name_before_anything_is_allocated(moe_checkpoi
     layer = mxq.MoELayer.from_checkpoint(moe_checkpoint, align=None)
     with pytest.raises(ValueError, match=r"^alignment: " + fits):
         layer.prepare(2**40)
-    assert not layer.prepared and layer.intermediate_per_partition == 96
+    assert not layer.prepared and layer.intermediate_size_per_partition == 96
 
 
 def test_moe_update_session_context_manager(moe_checkpoint):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import re
+import sys
 import types
 
 import ml_dtypes
@@ -106,7 +108,8 @@ def test_block_fp8_linear_equals_python_api_with_bias_and_leading_dims():
     lin = mxq.BlockFp8Linear.from_arrays(bits(q), s.numpy(), (64, 128), bias=bf16_numpy(bias))
     want = lin.forward(bf16_numpy(x.reshape(6, 256)))
     assert np.array_equal(bits(y.reshape(6, 192)), want.view(np.int16))
-    y32 = torch.ops.mxq.block_fp8_linear(x, q, s, 64, 128, bias, "ue8m0", "f32", "cpu.reference")
+    y32 = torch.ops.mxq.block_fp8_linear(x, q, s, 64, 128, bias, "ue8m0", torch.float32,
+                                         "cpu.reference")
     want32 = lin.forward(bf16_numpy(x.reshape(6, 256)), tactic="cpu.reference",
                          activation_scales="ue8m0", out_dtype="f32")
     assert y32.dtype == torch.float32 and np.array_equal(bits(y32.reshape(6, 192)), want32.view(np.int32))
@@ -116,6 +119,164 @@ def test_block_fp8_linear_equals_python_api_with_bias_and_leading_dims():
     xb = torch.randn(4, 256).bfloat16()
     assert np.array_equal(bits(torch.ops.mxq.block_fp8_linear(xb, qp, packed, 128, 128)),
                           bits(torch.ops.mxq.block_fp8_linear(xb, qp, sp, 128, 128)))
+
+
+def mn_major(scales: "torch.Tensor", pad: int = 4) -> "torch.Tensor":
+    """float32 [M, G] scales in DeepGEMM's MN-major layout: element (m, g) at m + g * ld, ld the
+    smallest multiple of 4 >= M plus `pad` (a view of a [G, ld] tensor)."""
+    m, groups = scales.shape
+    ld = (m + 3) // 4 * 4 + pad
+    storage = torch.zeros(groups, ld, dtype=torch.float32, device=scales.device)
+    storage[:, :m] = scales.t()
+    return storage.t()[:m]
+
+
+def packed_scales(scales: "torch.Tensor") -> "torch.Tensor":
+    """Power-of-two float32 scales [M, G] packed as UE8M0 int32 [ceil(G/4), round_up(M, 4)]."""
+    return torch.from_numpy(formats.pack_ue8m0(scales.cpu().numpy())).to(scales.device)
+
+
+def test_out_and_pre_quantized_ops_write_the_bits_of_block_fp8_linear():
+    q, s = quantized_weight(192, 256, (64, 128), seed=3)
+    bias = torch.randn(192)
+    x = torch.randn(2, 3, 256).bfloat16()
+    for out_dtype in (torch.bfloat16, torch.float32):
+        want = torch.ops.mxq.block_fp8_linear(x, q, s, 64, 128, bias, "fp32", out_dtype)
+        out = torch.full((2, 3, 192), float("nan"), dtype=out_dtype)
+        assert torch.ops.mxq.block_fp8_linear_out(x, q, s, out, 64, 128, bias) is None
+        assert np.array_equal(bits(out), bits(want))
+        module = ops.BlockFp8Linear(q, s, (64, 128), bias, out_dtype=out_dtype)
+        given = torch.full((2, 3, 192), float("nan"), dtype=out_dtype)
+        assert module(x, out=given) is given and np.array_equal(bits(given), bits(want))
+        # DeepGEMM's call: the same quantized activations in each scale layout.
+        xq, xs = torch.ops.mxq.quantize_fp8_groups(x.reshape(6, 256), 128, "fp32")
+        # Any strides: row-major, MN-major (read in place), every other column (copied).
+        wide = torch.zeros(6, 2 * xs.shape[1])
+        wide[:, ::2] = xs
+        for scales in (xs, mn_major(xs), mn_major(xs, pad=0)[:5], wide[:, ::2]):
+            m = scales.shape[0]
+            out = torch.full((m, 192), float("nan"), dtype=out_dtype)
+            assert torch.ops.mxq.fp8_gemm_nt(xq[:m], scales, q, s, out, 64, 128, bias) is None
+            assert np.array_equal(bits(out), bits(want.reshape(6, 192)[:m])), scales.stride()
+    # Packed UE8M0 activation scales equal the power-of-two float32 ones they pack.
+    want = torch.ops.mxq.block_fp8_linear(x, q, s, 64, 128, None, "ue8m0")
+    xq, xs = torch.ops.mxq.quantize_fp8_groups(x.reshape(6, 256), 128, "ue8m0")
+    out = torch.empty(6, 192).bfloat16()
+    torch.ops.mxq.fp8_gemm_nt(xq, packed_scales(xs), q, s, out, 64, 128)
+    assert np.array_equal(bits(out), bits(want.reshape(6, 192)))
+
+
+def test_no_rows_leave_out_as_it_was():
+    q, s = quantized_weight(64, 128, (64, 128))
+    out = torch.empty(0, 64)
+    torch.ops.mxq.block_fp8_linear_out(torch.empty(0, 128).bfloat16(), q, s, out, 64, 128)
+    torch.ops.mxq.fp8_gemm_nt(torch.empty(0, 128, dtype=torch.uint8), torch.empty(0, 1), q, s,
+                              out, 64, 128)
+    assert torch.ops.mxq.block_fp8_linear(torch.empty(4, 0, 128).bfloat16(), q, s, 64,
+                                          128).shape == (4, 0, 64)
+
+
+def test_out_and_scale_errors_name_the_argument():
+    q, s = quantized_weight(128, 256, (128, 128))
+    x = torch.randn(4, 256).bfloat16()
+    xq, xs = torch.ops.mxq.quantize_fp8_groups(x, 128, "fp32")
+    with pytest.raises(TypeError, match=r"^out: expected bfloat16 or float32, found float16"):
+        torch.ops.mxq.block_fp8_linear_out(x, q, s, torch.empty(4, 128, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"^out: expected shape \[4, 128\], found \[4, 127\]"):
+        torch.ops.mxq.block_fp8_linear_out(x, q, s, torch.empty(4, 127))
+    with pytest.raises(ValueError, match=r"^out: expected a contiguous tensor"):
+        torch.ops.mxq.fp8_gemm_nt(xq, xs, q, s, torch.empty(128, 4).t())
+    with pytest.raises(ValueError, match=r"^out: expected a tensor on cpu \(where x is\), found one on meta"):
+        torch.ops.mxq.fp8_gemm_nt(xq, xs, q, s, torch.empty(4, 128, device="meta"))
+    with pytest.raises(TypeError, match=r"^out_dtype: expected torch.bfloat16 or torch.float32, found torch.float16"):
+        torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128, None, "fp32", torch.float16)
+    with pytest.raises(ValueError, match=r"^x_scale: expected float32 \[4, 2\] \(one per 1x128 group of x_q\), found \[4, 3\]"):
+        torch.ops.mxq.fp8_gemm_nt(xq, torch.ones(4, 3), q, s, torch.empty(4, 128))
+    with pytest.raises(ValueError, match=r"^x_scale: expected packed UE8M0 int32 \[1, 4\] for 4x2 scales"):
+        torch.ops.mxq.fp8_gemm_nt(xq, torch.zeros(2, 4, dtype=torch.int32), q, s, torch.empty(4, 128))
+    with pytest.raises(ValueError, match=r"^x_q: expected K = 256 columns"):
+        torch.ops.mxq.fp8_gemm_nt(xq[:, :128].contiguous(), xs, q, s, torch.empty(4, 128))
+    with pytest.raises(TypeError, match=r"^out_dtype: expected"):
+        ops.BlockFp8Linear(q, s, out_dtype="bf16")
+
+
+def test_the_weight_is_wrapped_once_and_held_weakly(monkeypatch):
+    """The op wraps a weight tensor for mxq on first use and reuses that while the tensors
+    describe the same memory; the wrapper keeps no tensor alive."""
+    linear_ops = sys.modules[ops.BlockFp8Linear.__module__]  # the ops' module, whatever its name
+
+    q, s = quantized_weight(128, 256, (128, 128), seed=4)
+    q2, s2 = quantized_weight(128, 256, (128, 128), seed=5)
+    x = torch.randn(3, 256).bfloat16()
+    want = torch.ops.mxq.block_fp8_linear(x, q, s)
+    want2 = torch.ops.mxq.block_fp8_linear(x, q2, s2)
+    want_mixed = torch.ops.mxq.block_fp8_linear(x, q2, s)
+    made = []
+    real_view = _mxq.BlockFp8Weight.view
+
+    def counting_view(*args):
+        made.append(args[0].data_ptr())
+        return real_view(*args)
+
+    monkeypatch.setattr(linear_ops._mxq, "BlockFp8Weight",
+                        types.SimpleNamespace(view=counting_view))
+    module = ops.BlockFp8Linear(q.clone(), s.clone(), (128, 128))
+    for _ in range(4):
+        assert torch.equal(module(x), want)
+    assert len(made) == 1
+    # An update in place (e.g. an RL weight update): the same memory, read anew; not rewrapped.
+    module.weight.copy_(q2)
+    module.weight_scale.copy_(s2)
+    assert torch.equal(module(x), want2) and len(made) == 1
+    # New tensors (a device move or an assignment replaces the buffers): wrapped again.
+    module.weight = module.weight.clone()
+    assert torch.equal(module(x), want2) and len(made) == 2
+    # Other scales under the same codes tensor: wrapped again, never the stale scales.
+    module.weight_scale = s.clone()
+    assert torch.equal(module(x), want_mixed) and len(made) == 3
+    # The cache holds the tensors weakly.
+    import weakref
+
+    alive = weakref.ref(module.weight)
+    del module
+    gc.collect()
+    assert alive() is None
+
+
+def test_the_workspace_comes_from_the_caller_only_when_needed():
+    """mxq asks the workspace callable (torch.empty in the ops) for exactly the bytes
+    linear_workspace_bytes gives, and only when the call needs any."""
+    q, s = quantized_weight(128, 256, (64, 128), seed=6, mode="ue8m0")
+    packed = torch.from_numpy(formats.pack_ue8m0(s.numpy()))
+    x = torch.randn(5, 256).bfloat16()
+    xq, xs = torch.ops.mxq.quantize_fp8_groups(x, 128, "ue8m0")
+    for weight_scale in (s, packed):
+        w = _mxq.BlockFp8Weight.view(q.view(torch.uint8), weight_scale, (64, 128))
+        for name, call in (
+                ("bf16", lambda ws, out: w.linear_into(x, out, ws, None, "auto", "ue8m0")),
+                ("fp8", lambda ws, out: w.fp8_linear_into(xq, xs, out, ws)),
+                ("fp8-mn-major", lambda ws, out: w.fp8_linear_into(xq, mn_major(xs), out, ws)),
+                ("fp8-packed-ue8m0",
+                 lambda ws, out: w.fp8_linear_into(xq, packed_scales(xs), out, ws))):
+            asked = []
+
+            def workspace(nbytes):
+                asked.append(nbytes)
+                return torch.empty(nbytes, dtype=torch.uint8)
+
+            out = torch.empty(5, 128).bfloat16()
+            run = call(workspace, out)
+            assert run is None
+            want = w.workspace_bytes(5, name)
+            assert asked == ([want] if want else []), (name, asked, want)
+            assert np.array_equal(bits(out), bits(torch.ops.mxq.block_fp8_linear(
+                x, q, weight_scale, 64, 128, None, "ue8m0"))), name
+    assert _mxq.BlockFp8Weight.view(q.view(torch.uint8), s, (64, 128)).workspace_bytes(5, "fp8") == 0
+    with pytest.raises(ValueError, match=r"^workspace: expected at least \d+ bytes"):
+        w.linear_into(x, torch.empty(5, 128).bfloat16(), torch.empty(8, dtype=torch.uint8))
+    with pytest.raises(ValueError, match=r"activation_input: expected one of"):
+        w.workspace_bytes(5, "int8")
+
 
 
 @pytest.mark.parametrize("block,m", [("128x128", 5), ("64x128", 17)])
@@ -230,6 +391,8 @@ def opcheck_cases(moe):
     q, s = quantized_weight(128, 256, (128, 128))
     codes = torch.ops.mxq.e4m3_encode(x, True)
     xb = torch.randn(3, 256).bfloat16()
+    xq, xs = torch.ops.mxq.quantize_fp8_groups(xb, 128, "fp32")
+    xq_p, xs_p = torch.ops.mxq.quantize_fp8_groups(xb, 128, "ue8m0")
     ids = torch.randint(0, 8, (5, 2), dtype=torch.int32)
     prepared = (moe.w13, moe.w13_scale, moe.w13_bias, moe.w2, moe.w2_scale, moe.w2_bias)
     experts = _mxq.moe_checkpoint_experts(str(moe.checkpoint_path), 0)
@@ -246,10 +409,18 @@ def opcheck_cases(moe):
         "quantize_fp8_block": (torch.randn(130, 200), 64, 128, "ue8m0"),
         "dequantize_fp8_block": (q.view(torch.uint8), s, 128, 128),
         "quantize_fp8_groups": (xb, 128, "fp32"),
-        "block_fp8_linear": (xb, q.view(torch.uint8), s, 128, 128, torch.randn(128), "fp32", "bf16",
-                             "auto"),
+        "block_fp8_linear": (xb, q.view(torch.uint8), s, 128, 128, torch.randn(128), "fp32",
+                             torch.bfloat16, "auto"),
         "block_fp8_linear_3d": (xb.reshape(1, 3, 256), q.view(torch.uint8), s, 128, 128, None,
-                                "ue8m0", "f32", "auto"),
+                                "ue8m0", torch.float32, "auto"),
+        "block_fp8_linear_out": (xb.reshape(1, 3, 256), q.view(torch.uint8), s,
+                                 torch.empty(1, 3, 128), 128, 128, torch.randn(128).bfloat16()),
+        "fp8_gemm_nt": (xq.view(torch.uint8), xs, q.view(torch.uint8), s,
+                        torch.empty(3, 128).bfloat16()),
+        "fp8_gemm_nt_mn": (xq.view(torch.uint8), mn_major(xs), q.view(torch.uint8), s,
+                           torch.empty(3, 128), 128, 128, torch.randn(128)),
+        "fp8_gemm_nt_packed": (xq_p.view(torch.uint8), packed_scales(xs_p), q.view(torch.uint8), s,
+                               torch.empty(3, 128).bfloat16()),
         "mxfp4_moe": (torch.randn(5, 128).bfloat16(), *prepared, None, None, moe.router_weight,
                       moe.router_bias, 8, 96, 2),
         "mxfp4_moe_routed": (torch.randn(5, 128), *prepared, ids, torch.rand(5, 2), None, None, 8,
@@ -273,7 +444,7 @@ def test_opcheck_every_op(moe_checkpoint):
     cases = opcheck_cases(moe)
     checked = set()
     for name, args in cases.items():
-        op = getattr(torch.ops.mxq, name.replace("_bf16", "").replace("_3d", "").replace("_routed", ""))
+        op = getattr(torch.ops.mxq, re.sub(r"_(bf16|3d|routed|mn|packed)$", "", name))
         result = torch.library.opcheck(op.default, args)
         assert set(result.values()) == {"SUCCESS"}, (name, result)
         checked.add(op.default.name())
@@ -326,6 +497,43 @@ def test_torch_compile_fullgraph(moe_checkpoint, backend):
         want = module(x)
         got = compiled(x)
         assert got.shape == (tokens, 64) and np.array_equal(bits(got), bits(want))
+
+
+class Engine(torch.nn.Module):
+    """An engine-style forward: quantize, DeepGEMM's call into a preallocated buffer (row-major or
+    MN-major scales), then a projection into the caller's output."""
+
+    def __init__(self, q, s, q2, s2) -> None:
+        super().__init__()
+        self.register_buffer("q", q)
+        self.register_buffer("s", s)
+        self.proj = ops.BlockFp8Linear(q2, s2, (128, 128))
+
+    def forward(self, x, out):
+        xq, xs = torch.ops.mxq.quantize_fp8_groups(x, 128, "fp32")
+        h = torch.empty(x.shape[0], self.q.shape[0], dtype=torch.bfloat16)
+        torch.ops.mxq.fp8_gemm_nt(xq, xs, self.q, self.s, h)
+        m = x.shape[0]
+        storage = torch.zeros(xs.shape[1], (m + 3) // 4 * 4)  # MN-major, ld = round_up(M, 4)
+        storage[:, :m] = xs.t()
+        g = torch.empty(m, self.q.shape[0], dtype=torch.bfloat16)
+        torch.ops.mxq.fp8_gemm_nt(xq, storage.t()[:m], self.q, self.s, g)
+        return self.proj(torch.cat([h, g], dim=-1), out=out)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_fullgraph_out_and_fp8_gemm_nt(backend):
+    torch._dynamo.reset()
+    q, s = quantized_weight(128, 256, (128, 128), seed=7)
+    q2, s2 = quantized_weight(64, 256, (128, 128), seed=8)
+    module = Engine(q, s, q2, s2)
+    compiled = torch.compile(module, fullgraph=True, backend=backend, dynamic=True)
+    for tokens in (8, 3, 12):
+        x = torch.randn(tokens, 256).bfloat16()
+        want = module(x, torch.empty(tokens, 64))
+        out = torch.full((tokens, 64), float("nan"))
+        got = compiled(x, out)
+        assert np.array_equal(bits(got), bits(want)) and np.array_equal(bits(out), bits(want))
 
 
 def test_fake_impls_check_arguments_while_tracing(moe_checkpoint):
@@ -386,7 +594,7 @@ def test_block_fp8_linear_gradient_is_straight_through(n, k, block, mode, bias_d
     # f32 output, frozen bias: only x gets a gradient (from an f32 grad_y)
     x.grad = None
     y = torch.ops.mxq.block_fp8_linear(x, q, s, *block, None if bias is None else bias.detach(),
-                                       "fp32", "f32")
+                                       "fp32", torch.float32)
     grad_y = torch.randn(y.shape)
     y.backward(grad_y)
     assert_straight_through(x, None, grad_y, w_deq)
@@ -432,7 +640,7 @@ def test_opcheck_block_fp8_linear_with_gradients():
     packed = torch.from_numpy(formats.pack_ue8m0(quantized_weight(128, 256, (128, 128),
                                                                   mode="ue8m0")[1].numpy()))
     for args in ((x, q.view(torch.uint8), s, 128, 128, torch.randn(128, requires_grad=True),
-                  "fp32", "bf16", "auto"),
+                  "fp32", torch.bfloat16, "auto"),
                  (x.detach().reshape(1, 3, 256).requires_grad_(True), q.view(torch.uint8), packed,
                   128, 128)):
         result = torch.library.opcheck(torch.ops.mxq.block_fp8_linear.default, args)
@@ -603,7 +811,7 @@ def test_mxq_errors_from_cpp_keep_their_classes():
     q, s = quantized_weight(128, 256, (128, 128))
     with pytest.raises(mxq.Error, match="no-such-tactic"):
         torch.ops.mxq.block_fp8_linear(torch.randn(2, 256).bfloat16(), q, s, 128, 128, None, "fp32",
-                                       "bf16", "no-such-tactic")
+                                       torch.bfloat16, "no-such-tactic")
     with pytest.raises(ValueError, match="scale_rule"):
         torch.ops.mxq.quantize_mxfp4(torch.randn(2, 64), "nearest")
 
@@ -623,8 +831,13 @@ def test_argument_errors_are_mxq_errors_with_codes(moe_checkpoint):
          mxq.InvalidArgumentError, ValueError, "device_mismatch"),
         (lambda: torch.ops.mxq.quantize_mxfp4(torch.randn(64, 4).t()),
          mxq.InvalidArgumentError, ValueError, "invalid_argument"),
-        (lambda: torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128, None, "fp32", "f16"),
-         mxq.InvalidArgumentError, ValueError, "invalid_argument"),
+        (lambda: torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128, None, "fp32", torch.float16),
+         mxq.DtypeError, TypeError, "dtype_mismatch"),
+        (lambda: torch.ops.mxq.block_fp8_linear_out(x, q, s, torch.empty(2, 128, dtype=torch.float16)),
+         mxq.DtypeError, TypeError, "dtype_mismatch"),
+        (lambda: torch.ops.mxq.fp8_gemm_nt(torch.zeros(2, 256, dtype=torch.uint8),
+                                           torch.ones(2, 3), q, s, torch.empty(2, 128)),
+         mxq.InvalidArgumentError, ValueError, "shape_mismatch"),
         (lambda: torch.ops.mxq.quantize_fp8_block(torch.randn(4, 4), 0, 128),
          mxq.InvalidArgumentError, ValueError, "invalid_argument"),
         (lambda: moe(torch.randn(2, 128), torch.zeros(2, 2, dtype=torch.int32)),
@@ -653,24 +866,29 @@ def test_block_fp8_linear_runs_the_tuned_tactic(tmp_path, monkeypatch):
         def __getattr__(self, name):
             return getattr(self._weight, name)
 
-        def linear(self, x, bias, tactic, scales, out, stream, tuner):
-            y, run = self._weight.linear(x, bias, tactic, scales, out, stream, tuner, True)
-            runs.append((run["tactic"], run["from_tuner"]))
-            return y
+        def linear_into(self, x, out, workspace, bias, tactic, scales, stream, tuner, problem):
+            run = self._weight.linear_into(x, out, workspace, bias, tactic, scales, stream, tuner,
+                                           problem, True)
+            runs.append((run["tactic"], run["from_tuner"], problem is not None))
+
+    linear_ops = sys.modules[ops.BlockFp8Linear.__module__]  # the ops' module, whatever its name
 
     spy = types.SimpleNamespace(
         BlockFp8Weight=types.SimpleNamespace(
-            borrow=lambda *args: SpyWeight(_mxq.BlockFp8Weight.borrow(*args))))
+            view=lambda *args: SpyWeight(_mxq.BlockFp8Weight.view(*args))))
     q, s = quantized_weight(256, 512, (128, 128))
-    monkeypatch.setattr(ops.linear_ops, "_mxq", spy)
+    monkeypatch.setattr(linear_ops, "_mxq", spy)
     x = torch.randn(8, 512).bfloat16()
     outside = torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128)
     with mxq.autotune(cache=str(tmp_path / "tactics.json")) as tuner:
         inside = torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128)
-        forced = torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128, None, "fp32", "bf16",
+        forced = torch.ops.mxq.block_fp8_linear(x, q, s, 128, 128, None, "fp32", torch.bfloat16,
                                                 "cpu.reference")
     (record,) = tuner.records
     assert record["status"] == "tuned" and record["bucket"] == 8
-    assert runs[0] == ("cpu.reference", False) and runs[2] == ("cpu.reference", False)
-    assert runs[1][1] and runs[1][0].startswith("cpu.") and record["tactic"].split("[")[0] in runs[1][0]
+    assert runs[0] == ("cpu.reference", False, False)
+    assert runs[2] == ("cpu.reference", False, False)
+    # The tuned tactic ran, looked up with the problem the tuner built once (no allocation).
+    assert runs[1][1] and runs[1][2] and runs[1][0].startswith("cpu.")
+    assert record["tactic"].split("[")[0] in runs[1][0]
     assert inside.shape == outside.shape == forced.shape

@@ -77,6 +77,7 @@ struct LinearBenchArgs {
   int repeats = 30;
   bool no_baseline = false;
   bool no_fallback_64 = false;
+  bool no_op = false;
   bool json = false;
 };
 
@@ -96,6 +97,21 @@ struct LinearBenchArgs {
         std::printf(" %9.2fx", t["speedup_vs_cublaslt"].get<double>());
       }
       std::printf("\n");
+    }
+    if (p.contains("op")) {
+      for (const auto& t : p["op"]["timings"]) {
+        std::printf("%6d %6d %5d  %-32s %-8s %9.1f %8.1f %8.0f", p["n"].get<int>(),
+                    p["k"].get<int>(), p["m"].get<int>(), t["name"].get<std::string>().c_str(),
+                    "128x128", t["us"].get<double>(), t["tflops"].get<double>(),
+                    t["gbps"].get<double>());
+        if (t.contains("speedup_vs_cublaslt")) {
+          std::printf(" %9.2fx", t["speedup_vs_cublaslt"].get<double>());
+        }
+        std::printf("  (%s; host %.1f us per eager call)\n", t["tactic"].get<std::string>().c_str(),
+                    t["host_us"].get<double>());
+      }
+      std::printf("%20s linear_into with MN-major scales gives the tactic's bits: %s\n", "",
+                  p["op"]["mn_major_output_equals_the_tactic"].get<bool>() ? "yes" : "NO");
     }
     if (p.contains("cublaslt_vs_mxq_normalized_difference")) {
       std::printf("%20s cuBLASLt vs mxq output: normalized difference %.2e\n", "",
@@ -153,7 +169,8 @@ void register_bench(CLI::App& app) {
       "linear",
       "Time every supported block-FP8 linear tactic and cuBLASLt's block-scaled FP8 GEMM "
       "(VEC128 activation x BLK128x128 weight scales) on the same inputs; µs, TFLOPS, GB/s, "
-      "speed-up; plus the fallback on 64x64 blocks");
+      "speed-up; plus the fallback on 64x64 blocks and the op as engines call it (linear_into "
+      "into the caller's output and workspace) per activation input");
   linear->add_option("--preset", linear_args->preset, "(N, K) pairs: deepseek-v3")
       ->check(CLI::IsMember({"deepseek-v3"}))
       ->capture_default_str();
@@ -165,6 +182,7 @@ void register_bench(CLI::App& app) {
   linear->add_flag("--no-baseline", linear_args->no_baseline, "Skip cuBLASLt");
   linear->add_flag("--no-fallback-64", linear_args->no_fallback_64,
                    "Skip the fallback on 64x64 blocks");
+  linear->add_flag("--no-op", linear_args->no_op, "Skip timing linear_into");
   linear->add_flag("--json", linear_args->json, "Print JSON");
   linear->callback([linear_args] {
 #if MXQ_WITH_CUDA
@@ -174,6 +192,7 @@ void register_bench(CLI::App& app) {
     options.repeats = linear_args->repeats;
     options.baseline = !linear_args->no_baseline;
     options.fallback_64 = !linear_args->no_fallback_64;
+    options.op = !linear_args->no_op;
     // Progress lines go to stderr, so --json output stays clean.
     const nlohmann::json result = bench::run_linear_bench(options, /*progress=*/true);
     if (linear_args->json) {

@@ -43,6 +43,10 @@ struct Fp8BlockTensor {
 // x: f32 or bf16 [N, K] on the host, contiguous.
 Fp8BlockTensor quantize_fp8_block(const TensorView& x, BlockShape block,
                                   ScaleMode mode = ScaleMode::kFp32);
+// The same into the caller's host memory (for ops that take a workspace and allocate nothing):
+// q e4m3 [N, K] and scale f32 [ceil(N / block.n), ceil(K / block.k)], both contiguous.
+void quantize_fp8_block_into(const TensorView& x, BlockShape block, ScaleMode mode,
+                             const TensorView& q, const TensorView& scale);
 // q: e4m3 [N, K]; scale: f32 [ceil(N / block.n), ceil(K / block.k)]. Returns f32 [N, K].
 Tensor dequantize_fp8_block(const TensorView& q, const TensorView& scale, BlockShape block);
 // Activation groups of 1 x group_k along K: quantize_fp8_block(x, {1, group_k}, mode).

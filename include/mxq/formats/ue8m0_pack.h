@@ -19,5 +19,8 @@ Tensor pack_ue8m0(const TensorView& scales);
 // packed: i32 [ceil(groups / 4), round_up(mn, 4)]. Returns f32 [mn, groups]; byte 0 decodes to
 // 2^-127 and 0xFF to NaN (e8m0_to_float).
 Tensor unpack_ue8m0(const TensorView& packed, std::int64_t mn, std::int64_t groups);
+// The same into the caller's host memory: out f32 [mn, groups], contiguous.
+void unpack_ue8m0_into(const TensorView& packed, std::int64_t mn, std::int64_t groups,
+                       const TensorView& out);
 
 }  // namespace mxq

@@ -10,6 +10,8 @@ op                                        CPU        CUDA   result
 ``mxfp4_moe_into(..., out, workspace)``    yes        yes    None (writes ``out``)
 ``moe_route(x, router_weight, bias, k)``   yes        yes    (int32 ids, float32 weights) [T, k]
 ``block_fp8_linear(x, w, w_scale, ...)``   yes        yes    [..., N] bf16 or float32
+``block_fp8_linear_out(x, w, w_s, out)``   yes        yes    None (writes ``out``)
+``fp8_gemm_nt(x_q, x_s, w, w_s, out)``     yes        yes    None (writes ``out``)
 ``quantize_fp8_groups(x, group_k, mode)``  yes        yes    (e4m3 [M, K], float32 [M, G])
 ``quantize_mxfp4`` / ``dequantize_mxfp4``  yes        no     (uint8 [..., G, 16], e8m0 [..., G])
 ``e4m3_encode`` / ``e4m3_decode``          yes        no     float8_e4m3fn / float32
@@ -32,10 +34,12 @@ without float8 inputs.
   views of the same bytes. **Results** on the CPU are NumPy arrays owned by mxq, wrapped by
   ``torch.from_numpy`` (no copy). On CUDA the work is queued on torch's *current stream* of the
   input's device (``torch.cuda.current_stream(x.device).cuda_stream`` goes to the C++ op as its
-  ``cudaStream_t``) and nothing synchronizes the host. The MoE ops write into tensors torch
-  allocates (``mxfp4_moe_into``: the caller's, nothing allocated: CUDA-graph capturable); ``block_fp8_linear`` and ``quantize_fp8_groups`` return memory that
-  mxq's C++ op allocated (cudaMalloc, handed over through DLPack; freeing it waits for the
-  device) until the C++ linear op takes an output buffer.
+  ``cudaStream_t``) and nothing synchronizes the host. The MoE and linear ops write into
+  outputs that torch allocates (or the caller's: ``mxfp4_moe_into``, ``block_fp8_linear_out``,
+  ``fp8_gemm_nt``), their temporaries come from torch's caching allocator or the caller's
+  workspace, so they can be captured in a CUDA graph; ``quantize_fp8_groups`` returns memory
+  that mxq's C++ op allocated (cudaMalloc, handed over through DLPack; freeing it waits for the
+  device).
 * **Bad arguments** raise :class:`mxq.DtypeError` (a ``TypeError``; code "dtype_mismatch")
   or :class:`mxq.InvalidArgumentError` (a ``ValueError``; code "shape_mismatch",
   "device_mismatch" or "invalid_argument") naming the argument, in the real and in the fake
@@ -57,7 +61,8 @@ from ._common import _from_numpy  # noqa: F401  (tests)
 from .format_ops import (dequantize_fp8_block, dequantize_mxfp4, e4m3_decode, e4m3_encode,
                       quantize_fp8_block, quantize_fp8_groups, quantize_mxfp4)
 from . import format_ops, linear_ops, mxfp4_moe_ops  # noqa: F401  (the ops' modules)
-from .linear_ops import BlockFp8Linear, _unpack_ue8m0, block_fp8_linear  # noqa: F401
+from .linear_ops import (BlockFp8Linear, _unpack_ue8m0, block_fp8_linear,  # noqa: F401
+                         block_fp8_linear_out, fp8_gemm_nt)
 from .mxfp4_moe_ops import (Mxfp4MoE, moe_route, mxfp4_moe, mxfp4_moe_into, mxfp4_moe_prepare,
                             mxfp4_moe_workspace_bytes, prepared_shapes)
 
@@ -65,10 +70,12 @@ __all__ = [
     "BlockFp8Linear",
     "Mxfp4MoE",
     "block_fp8_linear",
+    "block_fp8_linear_out",
     "dequantize_fp8_block",
     "dequantize_mxfp4",
     "e4m3_decode",
     "e4m3_encode",
+    "fp8_gemm_nt",
     "moe_route",
     "mxfp4_moe",
     "mxfp4_moe_into",

@@ -4,7 +4,6 @@ host-only ops and of ops without a gradient."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
@@ -16,7 +15,6 @@ from .._errors import DtypeError, Error, InvalidArgumentError
 _F32, _BF16, _U8 = torch.float32, torch.bfloat16, torch.uint8
 _E4M3 = torch.float8_e4m3fn
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)  # torch >= 2.7
-_OUT_DTYPES = {"bf16": _BF16, "f32": _F32}
 
 
 
@@ -28,7 +26,7 @@ def _names(dtypes: Sequence[torch.dtype]) -> str:
 
 
 def _check(t: Any, name: str, dtypes: Sequence[Optional[torch.dtype]], ndim: Optional[int] = None,
-           min_ndim: int = 0) -> Tensor:
+           min_ndim: int = 0, contiguous: bool = True) -> Tensor:
     if not isinstance(t, Tensor):
         raise DtypeError(f"{name}: expected a torch.Tensor, found {type(t).__name__}")
     dtypes = [d for d in dtypes if d is not None]
@@ -41,7 +39,7 @@ def _check(t: Any, name: str, dtypes: Sequence[Optional[torch.dtype]], ndim: Opt
     if t.dim() < min_ndim:
         raise InvalidArgumentError(f"{name}: expected at least {min_ndim} dimensions, found shape "
                                    f"{list(t.shape)}", "shape_mismatch")
-    if not t.is_contiguous():
+    if contiguous and not t.is_contiguous():
         raise InvalidArgumentError(f"{name}: expected a contiguous tensor, found shape "
                                    f"{list(t.shape)} with strides {list(t.stride())} "
                                    "(use .contiguous())")
@@ -89,9 +87,6 @@ def _from_device(result: Any, dtype: torch.dtype) -> Tensor:
     """torch view of a DLPack result mxq produced on a GPU (storage dtype), no copy."""
     tensor = torch.from_dlpack(result)
     return tensor if tensor.dtype == dtype else tensor.view(dtype)
-
-
-_no_scope = contextlib.nullcontext
 
 
 def _stream(x: Tensor) -> int:

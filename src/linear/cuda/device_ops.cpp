@@ -241,10 +241,11 @@ void unpack_ue8m0_on_device(const TensorView& packed, std::int64_t mn, std::int6
                            as_stream(stream));
 }
 
-void transpose_scales_on_device(const float* in, std::int64_t mn, std::int64_t groups, float* out,
+void transpose_scales_on_device(const float* in, std::int64_t mn, std::int64_t groups,
+                                std::int64_t stride_mn, std::int64_t stride_g, float* out,
                                 std::int64_t out_ld, void* stream) {
-  gpu::launch_transpose_scales(in, static_cast<int>(mn), static_cast<int>(groups), out, out_ld,
-                               as_stream(stream));
+  gpu::launch_transpose_scales(in, static_cast<int>(mn), static_cast<int>(groups), stride_mn,
+                               stride_g, out, out_ld, as_stream(stream));
 }
 
 void quantize_activations_on_device(const TensorView& x, std::int64_t group_k, ScaleMode mode,

@@ -69,8 +69,10 @@ void launch_wgmma_any_block(const WgmmaShape& shape, const BlockFp8GemmArgs& arg
                             cudaStream_t stream);
 
 void launch_quantize_activation(const QuantizeActivationArgs& args, cudaStream_t stream);
-// f32 [mn, groups] row-major -> [groups, out_ld] (rows past mn are 0).
-void launch_transpose_scales(const float* in, int mn, int groups, float* out, std::int64_t out_ld,
+// f32 [mn, groups] with element strides (stride_mn, stride_g) -> [groups, out_ld] (rows past mn
+// are 0).
+void launch_transpose_scales(const float* in, int mn, int groups, std::int64_t stride_mn,
+                             std::int64_t stride_g, float* out, std::int64_t out_ld,
                              cudaStream_t stream);
 // Packed UE8M0 [ceil(groups/4), round_up(mn,4)] -> out[m * stride_mn + g * stride_g] for
 // m < out_rows (rows past mn are 0).

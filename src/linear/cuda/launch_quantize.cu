@@ -38,12 +38,13 @@ void launch_quantize_activation(const QuantizeActivationArgs& args, cudaStream_t
   MXQ_CUDA_CHECK_LAUNCH();
 }
 
-void launch_transpose_scales(const float* in, int mn, int groups, float* out, std::int64_t out_ld,
+void launch_transpose_scales(const float* in, int mn, int groups, std::int64_t stride_mn,
+                             std::int64_t stride_g, float* out, std::int64_t out_ld,
                              cudaStream_t stream) {
   const std::int64_t work = out_ld * groups;
   if (work == 0) return;
   kernels::transpose_scales_kernel<<<blocks_for(work, kElementwiseThreads), kElementwiseThreads, 0,
-                                     stream>>>(in, mn, groups, out, out_ld);
+                                     stream>>>(in, mn, groups, stride_mn, stride_g, out, out_ld);
   MXQ_CUDA_CHECK_LAUNCH();
 }
 

@@ -3,7 +3,7 @@
 //    (one scale per 1 x group_k group, K-group major so a tile's scales are contiguous);
 //    bit-identical to the CPU quantizer (mxq::quantize_fp8_groups): scale from the group's amax
 //    (mxq::fp8_block_scale), q = E4M3-satfinite(x / scale) with IEEE division.
-//  * transpose_scales_kernel: f32 [M, G] row-major -> [G, ld].
+//  * transpose_scales_kernel: f32 [M, G] with any element strides -> [G, ld].
 //  * unpack_ue8m0_kernel: packed UE8M0 int32 [ceil(G/4), round_up(MN, 4)] -> f32 at
 //    out[mn * stride_mn + g * stride_g] (exact: every byte is a power of two).
 #pragma once
@@ -100,14 +100,15 @@ __global__ void __launch_bounds__(kQuantizeWarpsPerBlock * 32)
   }
 }
 
-// in f32 [mn, groups] row-major -> out[g * out_ld + m]; rows [mn, out_ld) are 0.
-__global__ void transpose_scales_kernel(const float* in, int mn, int groups, float* out,
-                                        std::int64_t out_ld) {
+// in f32 [mn, groups], element (m, g) at in[m * stride_mn + g * stride_g] -> out[g * out_ld + m];
+// rows [mn, out_ld) are 0.
+__global__ void transpose_scales_kernel(const float* in, int mn, int groups, std::int64_t stride_mn,
+                                        std::int64_t stride_g, float* out, std::int64_t out_ld) {
   const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (index >= out_ld * groups) return;
   const std::int64_t g = index / out_ld;
   const std::int64_t m = index % out_ld;
-  out[index] = m < mn ? in[m * groups + g] : 0.0F;
+  out[index] = m < mn ? in[m * stride_mn + g * stride_g] : 0.0F;
 }
 
 // packed int32 [ceil(groups/4), round_up(mn, 4)] -> out[m * stride_mn + g * stride_g] for

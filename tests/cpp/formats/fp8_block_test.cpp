@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -275,6 +276,30 @@ TEST(Fp8Groups, AreOneByGroupKBlocks) {
   EXPECT_EQ(groups.block, (BlockShape{1, 128}));
   EXPECT_EQ(groups.scale.shape(), (Shape{9, 3}));
   for (std::int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(codes(groups)[i], codes(blocks)[i]);
+}
+
+TEST(Fp8Block, IntoTheCallersMemoryEqualsTheAllocatingForm) {
+  const Tensor x = random_matrix(70, 300, 9);
+  for (const ScaleMode mode : {ScaleMode::kFp32, ScaleMode::kUe8m0}) {
+    const Fp8BlockTensor want = quantize_fp8_block(x, BlockShape{32, 128}, mode);
+    Tensor q = Tensor::empty(DType::kE4M3, {70, 300});
+    Tensor scale = Tensor::empty(DType::kF32, {3, 3});
+    quantize_fp8_block_into(x, BlockShape{32, 128}, mode, q, scale);
+    EXPECT_EQ(std::memcmp(q.data(), want.q.data(), q.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(scale.data(), want.scale.data(), scale.nbytes()), 0);
+  }
+  Tensor q = Tensor::empty(DType::kE4M3, {70, 300});
+  const Tensor wrong = Tensor::empty(DType::kF32, {3, 2});
+  const std::string m = message_of([&] {
+    quantize_fp8_block_into(x, BlockShape{32, 128}, ScaleMode::kFp32, q, wrong);
+  });
+  EXPECT_NE(m.find("quantize_fp8_block: scale: expected [3, 3], found [3, 2]"), std::string::npos)
+      << m;
+  const Tensor as_f32 = Tensor::empty(DType::kF32, {70, 300});
+  EXPECT_NE(message_of([&] {
+              quantize_fp8_block_into(x, BlockShape{32, 128}, ScaleMode::kFp32, as_f32, wrong);
+            }).find("quantize_fp8_block: q: expected e4m3, found f32"),
+            std::string::npos);
 }
 
 // ---- BlockShape ------------------------------------------------------------------------------

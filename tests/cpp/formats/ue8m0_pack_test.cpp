@@ -102,6 +102,21 @@ TEST(Ue8m0Pack, UnpackDecodesZeroAndNanBytes) {
   EXPECT_TRUE(std::isnan(back.data_as<float>()[3]));  // 0xFF -> NaN, not Inf
 }
 
+TEST(Ue8m0Pack, UnpacksIntoTheCallersMemory) {
+  std::vector<float> values;
+  for (int i = 0; i < 5 * 6; ++i) values.push_back(std::ldexp(1.0F, i - 15));
+  const Tensor packed = pack_ue8m0(scales(5, 6, values));
+  Tensor out = Tensor::empty(DType::kF32, {5, 6});
+  unpack_ue8m0_into(packed, 5, 6, out);
+  const Tensor want = unpack_ue8m0(packed, 5, 6);
+  for (int i = 0; i < 5 * 6; ++i) {
+    EXPECT_EQ(to_bits(out.data_as<float>()[i]), to_bits(want.data_as<float>()[i])) << i;
+  }
+  const Tensor wrong = Tensor::empty(DType::kF32, {6, 5});
+  const std::string m = message_of([&] { unpack_ue8m0_into(packed, 5, 6, wrong); });
+  EXPECT_NE(m.find("unpack_ue8m0: out: expected [5, 6], found [6, 5]"), std::string::npos) << m;
+}
+
 TEST(Ue8m0Pack, RejectsScalesThatAreNotPowersOfTwo) {
   const float inf = std::numeric_limits<float>::infinity();
   for (float bad : {3.0F, 0.0F, -0.0F, -1.0F, 0x1p-128F, 0x1.8p-127F, inf, -inf,

@@ -1,19 +1,25 @@
 // Every CUDA tactic against the CPU reference on identical quantized inputs (outputs poisoned
 // with NaN first, so an element a kernel fails to write is caught), over shapes with M = 1,
 // ragged N and K, and every block shape; the device activation quantizer bit-exact against the
-// host quantizer; the op end to end; UE8M0 scales packed or not giving identical bits.
+// host quantizer; the op end to end; UE8M0 scales packed or not giving identical bits; and
+// linear_into, the op as engines call it: every activation input form into the caller's output
+// within a workspace of exactly the advertised size, captured in a CUDA graph (global capture
+// mode, so an allocation or a synchronization inside fails the capture; the graph holds kernel
+// nodes only) and replayed bit for bit, and bad arguments refused before any kernel runs.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "linear/linear_test_support.h"
 #include "mxq/core/cuda_check.h"
+#include "mxq/formats/bf16.h"
 #include "mxq/formats/ue8m0_pack.h"
 #include "mxq/linear/dispatch.h"
 #include "mxq/linear/linear.h"
@@ -264,6 +270,311 @@ TEST(LinearOnGpu, AnUnsupportedTacticIsNeverRun) {
   forced.tactic = "cuda.sm90_wgmma.m128n128";
   EXPECT_EQ(testing::code_of([&] { (void)linear(x, w, nullptr, forced); }),
             ErrorCode::kUnsupported);
+}
+
+// ---- linear_into: the op as engines call it ------------------------------------------------
+
+// A device workspace of exactly `bytes` at the start of a larger buffer whose tail holds a
+// sentinel: a write past the size linear_workspace_bytes gave shows.
+class DeviceWorkspace {
+ public:
+  explicit DeviceWorkspace(std::size_t bytes)
+      : bytes_(bytes),
+        memory_(Tensor::empty(DType::kU8, {static_cast<std::int64_t>(bytes + kTail)}, kGpu)) {
+    MXQ_CUDA_CHECK(cudaMemset(memory_.data(), 0xA5, memory_.nbytes()));
+  }
+  [[nodiscard]] TensorView view() const {
+    return {memory_.data(), DType::kU8, Shape{static_cast<std::int64_t>(bytes_)}, kGpu};
+  }
+  // The sentinel past the workspace is intact.
+  [[nodiscard]] bool tail_intact() const { return filled_from(bytes_); }
+  // Nothing was written at all, the workspace included.
+  [[nodiscard]] bool untouched() const { return filled_from(0); }
+
+ private:
+  static constexpr std::size_t kTail = 256;
+
+  [[nodiscard]] bool filled_from(std::size_t begin) const {
+    const Tensor host = memory_.to(Device::cpu());
+    const auto* bytes = static_cast<const std::uint8_t*>(host.data());
+    return std::all_of(bytes + begin, bytes + host.nbytes(),
+                       [](std::uint8_t b) { return b == 0xA5; });
+  }
+
+  std::size_t bytes_;
+  Tensor memory_;
+};
+
+// The activations of one case on the GPU in every form linear_into takes.
+struct DeviceActivations {
+  Tensor x;                  // bf16 [M, K]
+  Tensor x_q;                // e4m3 [M, K]
+  Tensor scale_rows;         // f32 [M, G] row-major
+  Tensor scale_storage;      // f32 [G, ld]: the MN-major scales' memory
+  TensorView scale_mn;       // f32 [M, G] view, element (m, g) at m + g * ld
+  Tensor scale_packed;       // i32 packed UE8M0 [ceil(G/4), round_up(M, 4)]
+  Tensor scale_wide;         // f32 [M, 2G]: the scales in its even columns
+  TensorView scale_strided;  // f32 [M, G] view of them: neither row-major nor MN-major
+};
+
+// UE8M0 (power-of-two) scales, so that every form, packed included, holds the same values.
+DeviceActivations device_activations(const Tensor& x_host, std::int64_t group_k,
+                                     std::int64_t extra_ld) {
+  const Fp8BlockTensor q = quantize_fp8_groups(x_host, group_k, ScaleMode::kUe8m0);
+  const std::int64_t m = x_host.shape()[0];
+  const std::int64_t groups = q.scale.shape()[1];
+  const std::int64_t ld = (m + 3) / 4 * 4 + extra_ld;
+  Tensor mn = Tensor::zeros(DType::kF32, {groups, ld});
+  for (std::int64_t r = 0; r < m; ++r) {
+    for (std::int64_t g = 0; g < groups; ++g)
+      mn.data_as<float>()[g * ld + r] = q.scale.data_as<float>()[r * groups + g];
+  }
+  DeviceActivations a;
+  a.x = to_gpu(x_host);
+  a.x_q = to_gpu(q.q);
+  a.scale_rows = to_gpu(q.scale);
+  a.scale_storage = to_gpu(mn);
+  a.scale_mn =
+      TensorView(a.scale_storage.data(), DType::kF32, Shape{m, groups}, Shape{1, ld}, kGpu);
+  a.scale_packed = to_gpu(pack_ue8m0(q.scale));
+  Tensor wide = Tensor::zeros(DType::kF32, {m, 2 * groups});
+  for (std::int64_t r = 0; r < m; ++r) {
+    for (std::int64_t g = 0; g < groups; ++g)
+      wide.data_as<float>()[r * 2 * groups + 2 * g] = q.scale.data_as<float>()[r * groups + g];
+  }
+  a.scale_wide = to_gpu(wide);
+  a.scale_strided =
+      TensorView(a.scale_wide.data(), DType::kF32, Shape{m, groups}, Shape{2 * groups, 2}, kGpu);
+  return a;
+}
+
+constexpr ActivationInput kEveryInput[] = {ActivationInput::kBf16, ActivationInput::kFp8,
+                                           ActivationInput::kFp8MnMajor,
+                                           ActivationInput::kFp8PackedUe8m0};
+
+// linear_into with the activations of `input`, on `stream`.
+void call_linear_into(ActivationInput input, const DeviceActivations& a, const BlockFp8Weight& w,
+                      const TensorView* bias, const TensorView& out, const TensorView& workspace,
+                      LinearOptions options, cudaStream_t stream) {
+  options.stream = stream;
+  switch (input) {
+    case ActivationInput::kBf16:
+      return linear_into(a.x, w, bias, out, workspace, options);
+    case ActivationInput::kFp8:
+      return linear_into(a.x_q, a.scale_rows, w, bias, out, workspace, options);
+    case ActivationInput::kFp8MnMajor:
+      return linear_into(a.x_q, a.scale_mn, w, bias, out, workspace, options);
+    case ActivationInput::kFp8PackedUe8m0:
+      return linear_into(a.x_q, a.scale_packed, w, bias, out, workspace, options);
+  }
+}
+
+struct IntoCase {
+  std::int64_t m, n, k;
+  BlockShape block;
+  std::int64_t extra_ld;  // MN-major scales: ld = round_up(M, 4) + extra_ld
+};
+
+class LinearIntoOnGpu : public ::testing::TestWithParam<IntoCase> {};
+
+TEST_P(LinearIntoOnGpu, EveryInputFormWritesTheSameBitsWithinItsWorkspace) {
+  const IntoCase c = GetParam();
+  const Tensor x_host = random_bf16(c.m, c.k, 120);
+  const BlockFp8Weight w_host =
+      quantize_weight(random_f32(c.n, c.k, 121), c.block, ScaleMode::kUe8m0);
+  Tensor bias_host = Tensor::empty(DType::kF32, {c.n});
+  for (std::int64_t i = 0; i < c.n; ++i) bias_host.data_as<float>()[i] = 0.03F * (i % 17);
+  const Tensor bias = to_gpu(bias_host);
+  const DeviceActivations a = device_activations(x_host, c.block.k, c.extra_ld);
+  const Fp8BlockTensor xq_host = quantize_fp8_groups(x_host, c.block.k, ScaleMode::kUe8m0);
+  cudaStream_t stream = nullptr;
+  MXQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const bool packed_weight : {false, true}) {
+    const BlockFp8Weight w = (packed_weight ? w_host.with_packed_ue8m0_scales() : w_host).to(kGpu);
+    for (const DType out_dtype : {DType::kBF16, DType::kF32}) {
+      const Tensor reference = linear_reference(xq_host, w_host, &bias_host.view(), out_dtype);
+      LinearOptions options;
+      options.activation_scales = ScaleMode::kUe8m0;
+      Tensor first;
+      for (const ActivationInput input : kEveryInput) {
+        const std::string what =
+            describe(Case{c.m, c.n, c.k, c.block, true}) + " " + std::string(to_string(input)) +
+            " out=" + std::string(name(out_dtype)) + (packed_weight ? " packed weight scales" : "");
+        const DeviceWorkspace workspace(linear_workspace_bytes(c.m, w, input));
+        const Tensor out = poisoned_output(c.m, c.n, out_dtype);
+        LinearRun ran;
+        options.ran = &ran;
+        call_linear_into(input, a, w, &bias.view(), out, workspace.view(), options, stream);
+        MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+        ASSERT_NE(ran.tactic, nullptr) << what;
+        const auto result = compare(out, reference);
+        EXPECT_LE(result.normalized_error, kMaxNormalizedError)
+            << what << " " << ran.tactic->name();
+        EXPECT_EQ(result.nan_mismatches, 0) << what;
+        EXPECT_TRUE(workspace.tail_intact()) << what << ": wrote past its workspace";
+        if (!first.defined()) {
+          first = out.to(Device::cpu());
+        } else {
+          // Same quantized inputs (the device quantizer is bit-exact), same tactic: same bits.
+          EXPECT_TRUE(same_bits(out, first)) << what;
+        }
+      }
+      // Scales of other strides are copied K-group major into the workspace (kFp8's size).
+      ASSERT_EQ(activation_input_of(a.scale_strided), ActivationInput::kFp8);
+      const DeviceWorkspace workspace(linear_workspace_bytes(c.m, w, ActivationInput::kFp8));
+      const Tensor out = poisoned_output(c.m, c.n, out_dtype);
+      options.ran = nullptr;
+      linear_into(a.x_q, a.scale_strided, w, &bias.view(), out, workspace.view(), options);
+      MXQ_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_TRUE(same_bits(out, first)) << "strided scales, out=" << name(out_dtype);
+      EXPECT_TRUE(workspace.tail_intact());
+    }
+  }
+  MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, LinearIntoOnGpu,
+    ::testing::Values(
+        // The fast path (M = 1; ragged M with MN-major ld == M when M % 4 == 0), the wgmma
+        // fallback on 64x64 blocks, the mma.sync path (K not a multiple of 16), f32 out and one
+        // K-group (G = 1).
+        IntoCase{1, 256, 512, {128, 128}, 0}, IntoCase{36, 144, 384, {128, 128}, 0},
+        IntoCase{37, 144, 384, {128, 128}, 8}, IntoCase{130, 400, 640, {64, 64}, 4},
+        IntoCase{5, 200, 200, {128, 128}, 0}, IntoCase{9, 96, 128, {32, 128}, 4}));
+
+// The nodes a captured graph holds: kernel nodes only (a stream-ordered allocation would add
+// memory nodes, a copy or memset their own nodes).
+void expect_kernel_nodes_only(cudaGraph_t graph, const std::string& what) {
+  std::size_t count = 0;
+  MXQ_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  MXQ_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+  EXPECT_GT(count, 0U) << what;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    MXQ_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    EXPECT_EQ(type, cudaGraphNodeTypeKernel)
+        << what << ": a node of type " << static_cast<int>(type);
+  }
+}
+
+TEST(LinearIntoOnGpu, CapturedInAGraphItReplaysTheEagerBits) {
+  constexpr std::int64_t kM = 48;
+  constexpr std::int64_t kN = 256;
+  constexpr std::int64_t kK = 1024;
+  const BlockFp8Weight w_host =
+      quantize_weight(random_f32(kN, kK, 122), {128, 128}, ScaleMode::kUe8m0);
+  const Tensor x_first = random_bf16(kM, kK, 123);
+  const Tensor x_second = random_bf16(kM, kK, 124);
+  cudaStream_t stream = nullptr;
+  MXQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const bool packed_weight : {false, true}) {
+    const BlockFp8Weight w = (packed_weight ? w_host.with_packed_ue8m0_scales() : w_host).to(kGpu);
+    for (const ActivationInput input : kEveryInput) {
+      const std::string what =
+          std::string(to_string(input)) + (packed_weight ? " packed weight scales" : "");
+      // Static buffers the graph reads and writes; the caller refills the input between replays.
+      DeviceActivations a = device_activations(x_first, 128, 4);
+      const Tensor out = poisoned_output(kM, kN, DType::kBF16);
+      const DeviceWorkspace workspace(linear_workspace_bytes(kM, w, input));
+      LinearOptions options;
+      options.activation_scales = ScaleMode::kUe8m0;
+      // Eager results of both inputs, into their own outputs.
+      const Tensor eager_first = poisoned_output(kM, kN, DType::kBF16);
+      call_linear_into(input, a, w, nullptr, eager_first, workspace.view(), options, stream);
+      const DeviceActivations second = device_activations(x_second, 128, 4);
+      const Tensor eager_second = poisoned_output(kM, kN, DType::kBF16);
+      call_linear_into(input, second, w, nullptr, eager_second, workspace.view(), options, stream);
+      MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+      // Global mode: any call that is unsafe during capture (cudaMalloc, a synchronization)
+      // invalidates it, from whichever thread.
+      cudaGraph_t graph = nullptr;
+      MXQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      try {
+        call_linear_into(input, a, w, nullptr, out, workspace.view(), options, stream);
+      } catch (...) {
+        (void)cudaStreamEndCapture(stream, &graph);
+        throw;
+      }
+      MXQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      expect_kernel_nodes_only(graph, what);
+      cudaGraphExec_t exec = nullptr;
+      MXQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      // Nothing ran during capture.
+      MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+      EXPECT_TRUE(same_bits(out, poisoned_output(kM, kN, DType::kBF16))) << what;
+
+      MXQ_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+      EXPECT_TRUE(same_bits(out, eager_first)) << what;
+      // New activations in the same buffers: the replay computes them.
+      const auto refill = [&](const Tensor& dst, const Tensor& src) {
+        MXQ_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(),
+                                       cudaMemcpyDeviceToDevice, stream));
+      };
+      refill(a.x, second.x);
+      refill(a.x_q, second.x_q);
+      refill(a.scale_rows, second.scale_rows);
+      refill(a.scale_storage, second.scale_storage);
+      refill(a.scale_packed, second.scale_packed);
+      MXQ_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xFF, out.nbytes(), stream));
+      MXQ_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+      EXPECT_TRUE(same_bits(out, eager_second)) << what;
+      EXPECT_FALSE(same_bits(eager_first, eager_second)) << what;
+      EXPECT_TRUE(workspace.tail_intact()) << what;
+      MXQ_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      MXQ_CUDA_CHECK(cudaGraphDestroy(graph));
+    }
+  }
+  MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST(LinearIntoOnGpu, BadArgumentsAreRefusedBeforeAnyKernelRuns) {
+  constexpr std::int64_t kM = 8;
+  constexpr std::int64_t kN = 128;
+  constexpr std::int64_t kK = 256;
+  const BlockFp8Weight w = quantize_weight(random_f32(kN, kK, 125), {128, 128}).to(kGpu);
+  const DeviceActivations a = device_activations(random_bf16(kM, kK, 126), 128, 0);
+  const std::size_t bytes = linear_workspace_bytes(kM, w, ActivationInput::kBf16);
+  const DeviceWorkspace workspace(bytes);
+  const Tensor out = poisoned_output(kM, kN, DType::kBF16);
+  const Tensor poison = poisoned_output(kM, kN, DType::kBF16);
+  const auto refused = [&](const std::function<void()>& call, const std::string& text) {
+    const std::string message = testing::message_of(call);
+    EXPECT_NE(message.find(text), std::string::npos) << message;
+    MXQ_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(same_bits(out, poison)) << "written before the error: " << message;
+    EXPECT_TRUE(workspace.untouched()) << message;
+  };
+  // An output at an odd offset of a larger buffer: TMA needs 16-byte aligned rows.
+  const Tensor bigger = poisoned_output(kM * kN + 8, 1, DType::kBF16);
+  const TensorView out_odd(static_cast<std::uint16_t*>(bigger.data()) + 1, DType::kBF16,
+                           Shape{kM, kN}, kGpu);
+  refused([&] { linear_into(a.x, w, nullptr, out_odd, workspace.view()); },
+          "out: expected a 16-byte aligned address (TMA)");
+  const TensorView small(workspace.view().data(), DType::kU8,
+                         Shape{static_cast<std::int64_t>(bytes) - 1}, kGpu);
+  refused([&] { linear_into(a.x, w, nullptr, out, small); }, "workspace: expected at least");
+  const Tensor host_out = Tensor::empty(DType::kBF16, {kM, kN});
+  refused([&] { linear_into(a.x, w, nullptr, host_out, workspace.view()); },
+          "out: expected cuda:0, found cpu");
+  const Tensor scales_3 = to_gpu(Tensor::zeros(DType::kF32, {kM, 3}));
+  refused([&] { linear_into(a.x_q, scales_3, w, nullptr, out, workspace.view()); },
+          "x_scale: expected f32 [8, 2]");
+  // A forced tactic that does not support the call fails at dispatch, before the activation
+  // quantization is queued.
+  LinearOptions forced;
+  forced.tactic = "cuda.sm90_wgmma.m64n64";
+  const Tensor out_f32 = poisoned_output(kM, kN, DType::kF32);
+  EXPECT_EQ(
+      testing::code_of([&] { linear_into(a.x, w, nullptr, out_f32, workspace.view(), forced); }),
+      ErrorCode::kUnsupported);
+  MXQ_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_TRUE(workspace.untouched());
+  EXPECT_TRUE(same_bits(out_f32, poisoned_output(kM, kN, DType::kF32)));
 }
 
 }  // namespace
