@@ -256,25 +256,26 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
   op_rank.alignment = options.align;
   const moe::PreparedMoeShapes op_shapes = moe::prepared_moe_shapes(op_layer, op_rank);
   MXQ_CHECK(op_shapes.intermediate_size_per_partition_after_pad == padded, ErrorCode::kInternal,
-            "bench moe: the op's padded I_rank ", op_shapes.intermediate_size_per_partition_after_pad,
-            " differs from the bench's ", padded);
+            "bench moe: the op's padded I_rank ",
+            op_shapes.intermediate_size_per_partition_after_pad, " differs from the bench's ",
+            padded);
   const Device gpu = Device::cuda();
-  const moe::PreparedMoe op_prepared{
-      TensorView(w13, DType::kU8, op_shapes.w13, gpu),
-      TensorView(w13s_device, DType::kU8, op_shapes.w13_scale, gpu),
-      TensorView(b13, DType::kBF16, op_shapes.w13_bias, gpu),
-      TensorView(w2, DType::kU8, op_shapes.w2, gpu),
-      TensorView(w2s_device, DType::kU8, op_shapes.w2_scale, gpu),
-      TensorView(b2, DType::kBF16, op_shapes.w2_bias, gpu)};
-  const moe::MoeRouting op_routing{{}, {}, TensorView(router, DType::kBF16, {experts, hidden}, gpu),
-                                   {}};
+  const moe::PreparedMoe op_prepared{TensorView(w13, DType::kU8, op_shapes.w13, gpu),
+                                     TensorView(w13s_device, DType::kU8, op_shapes.w13_scale, gpu),
+                                     TensorView(b13, DType::kBF16, op_shapes.w13_bias, gpu),
+                                     TensorView(w2, DType::kU8, op_shapes.w2, gpu),
+                                     TensorView(w2s_device, DType::kU8, op_shapes.w2_scale, gpu),
+                                     TensorView(b2, DType::kBF16, op_shapes.w2_bias, gpu)};
+  const moe::MoeRouting op_routing{
+      {}, {}, TensorView(router, DType::kBF16, {experts, hidden}, gpu), {}};
   moe::Mxfp4MoeOptions op_options;
   op_options.top_k = k;
   op_options.max_tokens = max_tokens;
-  const Tensor op_workspace = Tensor::zeros(
-      DType::kU8,
-      {static_cast<std::int64_t>(moe::mxfp4_moe_workspace_bytes(op_layer, op_rank, op_options, gpu))},
-      gpu);
+  const Tensor op_workspace =
+      Tensor::zeros(DType::kU8,
+                    {static_cast<std::int64_t>(
+                        moe::mxfp4_moe_workspace_bytes(op_layer, op_rank, op_options, gpu))},
+                    gpu);
   const double prepare_ms =
       time_device_prepare_ms(experts, hidden, preset->inter, options.tp, options.align, 5, stream);
 

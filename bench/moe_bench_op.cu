@@ -111,14 +111,15 @@ double time_device_prepare_ms(int experts, int hidden, int intermediate, int tp,
   // The checkpoint's tensors (gpt-oss layout; the bytes do not change the work) and the rank's.
   const Device gpu = Device::cuda();
   const auto make = [&](DType dtype, Shape shape) { return Tensor::zeros(dtype, shape, gpu); };
-  const Tensor in[6] = {make(DType::kU8, {e, 2 * i, h / 32, 16}), make(DType::kU8, {e, 2 * i, h / 32}),
-                        make(DType::kBF16, {e, 2 * i}),          make(DType::kU8, {e, h, i / 32, 16}),
-                        make(DType::kU8, {e, h, i / 32}),         make(DType::kBF16, {e, h})};
-  const Tensor out[6] = {make(DType::kU8, shapes.w13),      make(DType::kU8, shapes.w13_scale),
+  const Tensor in[6] = {
+      make(DType::kU8, {e, 2 * i, h / 32, 16}), make(DType::kU8, {e, 2 * i, h / 32}),
+      make(DType::kBF16, {e, 2 * i}),           make(DType::kU8, {e, h, i / 32, 16}),
+      make(DType::kU8, {e, h, i / 32}),         make(DType::kBF16, {e, h})};
+  const Tensor out[6] = {make(DType::kU8, shapes.w13),        make(DType::kU8, shapes.w13_scale),
                          make(DType::kBF16, shapes.w13_bias), make(DType::kU8, shapes.w2),
-                         make(DType::kU8, shapes.w2_scale), make(DType::kBF16, shapes.w2_bias)};
-  const moe::MoeExpertTensors experts_in{moe::CheckpointLayout::kGptOss, in[0], in[1], in[2],
-                                         in[3], in[4], in[5]};
+                         make(DType::kU8, shapes.w2_scale),   make(DType::kBF16, shapes.w2_bias)};
+  const moe::MoeExpertTensors experts_in{
+      moe::CheckpointLayout::kGptOss, in[0], in[1], in[2], in[3], in[4], in[5]};
   const moe::PreparedMoe prepared{out[0], out[1], out[2], out[3], out[4], out[5]};
   EventPair events;
   std::vector<float> ms;

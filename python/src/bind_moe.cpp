@@ -22,7 +22,6 @@ namespace {
 
 using moe::MoeLayer;
 
-
 nb::dict padding_dict(const moe::PaddingSummary& s) {
   nb::dict d;
   d["intermediate_size"] = s.intermediate_size;

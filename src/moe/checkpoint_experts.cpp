@@ -35,8 +35,7 @@ Tensor copy_of(const TensorView& view) {
 
 // Copies `view` (one expert's tensor) into slot `expert` of `stacked` at byte `offset` within
 // that expert's slice.
-void place(const Tensor& stacked, std::int64_t expert, std::size_t offset,
-           const TensorView& view) {
+void place(const Tensor& stacked, std::int64_t expert, std::size_t offset, const TensorView& view) {
   const std::size_t per_expert = stacked.nbytes() / static_cast<std::size_t>(stacked.shape()[0]);
   auto* base = static_cast<std::byte*>(stacked.data());
   std::memcpy(base + static_cast<std::size_t>(expert) * per_expert + offset, view.data(),

@@ -9,10 +9,10 @@
 #include "cuda_common/pdl.cuh"
 #include "gemm_common.cuh"
 #include "gemm_register_stream.cuh"
+#include "moe/layout/row_groups.h"
 #include "mxq/moe/cuda_moe.h"
 #include "mxq/moe/cuda_moe_trace.h"
 #include "routing.cuh"
-#include "moe/layout/row_groups.h"
 #include "workspace.cuh"
 
 namespace mxq::moe::gpu::detail {

@@ -20,11 +20,11 @@
 #include "block_trace.cuh"
 #include "cuda_common/pdl.cuh"
 #include "gemm_common.cuh"
+#include "moe/layout/row_groups.h"
+#include "moe/layout/w4a8_layout.h"
 #include "mxfp4_mma.cuh"
 #include "mxq/moe/cuda_moe.h"
 #include "mxq/moe/cuda_moe_trace.h"
-#include "moe/layout/row_groups.h"
-#include "moe/layout/w4a8_layout.h"
 #include "w4a8_mma.cuh"
 #include "workspace.cuh"
 

@@ -48,8 +48,8 @@
 #include "cuda_common/tma.cuh"
 #include "cuda_common/wgmma.cuh"
 #include "gemm_common.cuh"
-#include "mxfp4_mma.cuh"
 #include "moe/layout/row_groups.h"
+#include "mxfp4_mma.cuh"
 #include "wgmma_k_order.h"
 
 namespace mxq::moe::gpu::detail {

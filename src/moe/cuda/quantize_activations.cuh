@@ -5,9 +5,9 @@
 #include <cstdint>
 
 #include "cuda_common/pdl.cuh"
+#include "moe/layout/w4a8_layout.h"
 #include "mxq/formats/e4m3.h"
 #include "mxq/formats/fp8_block_scale.h"
-#include "moe/layout/w4a8_layout.h"
 
 namespace mxq::moe::gpu::detail {
 

@@ -16,8 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "mxq/moe/cuda_moe.h"
 #include "moe/layout/w4a8_layout.h"
+#include "mxq/moe/cuda_moe.h"
 
 namespace mxq::moe::gpu::detail {
 
