@@ -10,150 +10,25 @@
 
 #include "mxq/core/error.h"
 #include "tune/cache_json.h"
+#include "tune/cache_json_values.h"
 
 namespace mxq::tune {
 namespace {
 
 using detail::append_json_int;
 using detail::append_json_string;
+using detail::append_scalar;
+using detail::complete_entry;
+using detail::describe;
+using detail::EntryState;
+using detail::fingerprint_int;
+using detail::fingerprint_string;
+using detail::known_entry_member;
+using detail::Scalar;
+using detail::TopLevel;
 using Json = nlohmann::json;
 
 constexpr std::size_t kMaxDepth = 64;  // a corrupt file must not make the writer recurse deep
-
-// A JSON scalar as the SAX parser hands it over (a non-negative integer comes as kUnsigned).
-struct Scalar {
-  enum class Type { kNull, kBool, kInteger, kUnsigned, kFloat, kString };
-  Type type = Type::kNull;
-  bool boolean = false;
-  std::int64_t integer = 0;
-  std::uint64_t unsigned_integer = 0;
-  double number = 0;
-  const std::string* lexeme = nullptr;  // kFloat: as written
-  std::string* string = nullptr;        // kString (may be moved from)
-
-  [[nodiscard]] bool is_number() const {
-    return type == Type::kInteger || type == Type::kUnsigned || type == Type::kFloat;
-  }
-  [[nodiscard]] double as_double() const {
-    if (type == Type::kInteger) return static_cast<double>(integer);
-    if (type == Type::kUnsigned) return static_cast<double>(unsigned_integer);
-    return number;
-  }
-  // An integer (no fraction or exponent) that fits in int64.
-  [[nodiscard]] std::optional<std::int64_t> as_int64() const {
-    if (type == Type::kInteger) return integer;
-    if (type == Type::kUnsigned && unsigned_integer <= static_cast<std::uint64_t>(INT64_MAX))
-      return static_cast<std::int64_t>(unsigned_integer);
-    return std::nullopt;
-  }
-};
-
-void append_scalar(std::string& out, const Scalar& s) {
-  switch (s.type) {
-    case Scalar::Type::kNull:
-      out += "null";
-      break;
-    case Scalar::Type::kBool:
-      out += s.boolean ? "true" : "false";
-      break;
-    case Scalar::Type::kInteger:
-      append_json_int(out, s.integer);
-      break;
-    case Scalar::Type::kUnsigned:
-      append_json_int(out, s.unsigned_integer);
-      break;
-    case Scalar::Type::kFloat:
-      out += *s.lexeme;
-      break;
-    case Scalar::Type::kString:
-      append_json_string(out, *s.string);
-      break;
-  }
-}
-
-// A value where an integer belongs, for a message: `"1" (a string)`, `1.5 (not an integer)`.
-std::string describe(const Scalar& s) {
-  std::string text;
-  append_scalar(text, s);
-  switch (s.type) {
-    case Scalar::Type::kString:
-      return text + " (a string)";
-    case Scalar::Type::kBool:
-      return text + " (a boolean)";
-    case Scalar::Type::kFloat:
-      return text + " (not an integer)";
-    case Scalar::Type::kUnsigned:
-      return text + " (out of range)";
-    default:
-      return text;
-  }
-}
-
-std::string* fingerprint_string(Fingerprint& fp, std::string_view name) {
-  if (name == "backend") return &fp.backend;
-  if (name == "device") return &fp.device;
-  if (name == "compute_capability") return &fp.compute_capability;
-  if (name == "mxq_version") return &fp.mxq_version;
-  if (name == "registry_hash") return &fp.registry_hash;
-  return nullptr;
-}
-
-int* fingerprint_int(Fingerprint& fp, std::string_view name) {
-  if (name == "cpu_threads") return &fp.cpu_threads;
-  if (name == "sm_count") return &fp.sm_count;
-  if (name == "driver_version") return &fp.driver_version;
-  if (name == "runtime_version") return &fp.runtime_version;
-  return nullptr;
-}
-
-bool known_entry_member(std::string_view name) {
-  for (const std::string_view known : {"op", "shape", "dtypes", "bucket", "tactic", "median_us",
-                                       "default_us", "pass", "tuned_at", "ranks", "candidates"}) {
-    if (name == known) return true;
-  }
-  return false;
-}
-
-// What the top level of a cache file held, besides the entries.
-struct TopLevel {
-  bool is_object = true;
-  std::string format;
-  bool have_version = false;
-  std::optional<std::int64_t> version;  // when given as an integer
-  std::string version_found;            // else what was there, for the message
-  bool have_fingerprint = false;
-  std::string fingerprint_problem;
-  std::string entries_problem = "missing \"entries\"";
-};
-
-// The entry being read.
-struct EntryState {
-  CacheEntry e;
-  std::string op;
-  std::vector<ShapeDim> dims;
-  std::vector<DtypeField> dtypes;
-  bool have_op = false, have_shape = false, have_dtypes = false, have_bucket = false,
-       have_tactic = false;
-  std::string problem;  // the first thing wrong with it
-};
-
-// Why a well-formed entry cannot be served ("" when it can; then s.e is complete).
-std::string complete_entry(EntryState& s) {
-  for (const auto& [present, field] : {std::pair{s.have_op, "op"},
-                                       {s.have_shape, "shape"},
-                                       {s.have_dtypes, "dtypes"},
-                                       {s.have_bucket, "bucket"},
-                                       {s.have_tactic, "tactic"}}) {
-    if (!present) return std::string("missing \"") + field + "\"";
-  }
-  if (s.e.bucket < 1) return "bucket " + std::to_string(s.e.bucket) + " < 1";
-  try {
-    s.e.problem = Problem(std::move(s.op), std::move(s.dims), std::move(s.dtypes));
-  } catch (const Error& error) {
-    return std::string("problem: ") + error.what();
-  }
-  return {};
-}
 
 // Reads a cache file from nlohmann/json's SAX events, without building a DOM (10,000 entries
 // load in the time budget of docs/PERF.md). Each element of "entries" is also written down as
