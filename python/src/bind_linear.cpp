@@ -363,6 +363,32 @@ void bind_linear(nb::module_& m) {
       nb::arg("x"), nb::arg("group_k"), nb::arg("scale_mode") = "fp32", nb::arg("stream") = 0,
       "The linear op's activation quantization of bf16 x [M, K] (host or CUDA): e4m3 codes and "
       "f32 scales [M, ceil(K/group_k)], on x's device in the order of `stream`.");
+
+  m.def(
+      "quantize_activations_into",
+      [](nb::handle x, std::int64_t group_k, const std::string& scale_mode, nb::handle q,
+         nb::handle scale, nb::handle workspace, std::uintptr_t stream) {
+        const ArrayArg xa = array_arg(x, "x", {{DType::kBF16}, 2, true, kAnyDevice});
+        const ArrayArg qa = array_arg(q, "q", {{DType::kU8, DType::kE4M3}, 2, true, kAnyDevice});
+        const ArrayArg sa = array_arg(scale, "scale", {{DType::kF32}, 2, true, kAnyDevice});
+        const ArrayArg wa = array_arg(workspace, "workspace", {{DType::kU8}, 1, true, kAnyDevice});
+        const ScaleMode mode = parse_scale_mode(scale_mode, "scale_mode");
+        // uint8 codes are e4m3 bytes (float8 tensors cross DLPack as uint8).
+        const TensorView q_view(qa.view.data(), DType::kE4M3, qa.view.shape(), qa.view.device());
+        const nb::gil_scoped_release release;
+        linear::quantize_activations_into(xa.view, group_k, mode, q_view, sa.view, wa.view,
+                                          stream_arg(stream));
+      },
+      nb::arg("x"), nb::arg("group_k"), nb::arg("scale_mode"), nb::arg("q"), nb::arg("scale"),
+      nb::arg("workspace"), nb::arg("stream") = 0,
+      "quantize_activations into the caller's q (e4m3 bytes) and scale, with its workspace.");
+  m.def(
+      "quantize_activations_workspace_bytes",
+      [](std::int64_t m, std::int64_t k, std::int64_t group_k, bool cuda) {
+        return linear::quantize_activations_workspace_bytes(m, k, group_k,
+                                                            cuda ? Device::cuda() : Device::cpu());
+      },
+      nb::arg("m"), nb::arg("k"), nb::arg("group_k"), nb::arg("cuda"));
 }
 
 }  // namespace mxq::python

@@ -1,6 +1,7 @@
 #include "mxq/linear/linear.h"
 
 #include <cstdint>
+#include <utility>
 
 #include "linear/cpu/block_fp8_linear.h"
 #include "linear/device_ops.h"
@@ -512,19 +513,65 @@ Fp8BlockTensor quantize_activations(const TensorView& x, std::int64_t group_k, S
   const mxq::detail::DeviceScope scope(x.device());
   const std::int64_t m = x.size(0);
   const std::int64_t k = x.size(1);
-  const std::int64_t groups = ceil_div(k, group_k);
   Fp8BlockTensor out{Tensor::empty(DType::kE4M3, {m, k}, x.device()),
-                     Tensor::empty(DType::kF32, {m, groups}, x.device()), BlockShape{1, group_k}};
-  if (m == 0 || k == 0) return out;
-  const std::shared_ptr<void> group_major =
-      internal::stream_ordered_buffer(static_cast<std::size_t>(groups * m) * sizeof(float), stream);
-  auto* scales = static_cast<float*>(group_major.get());
-  internal::quantize_activations_on_device(
-      x, group_k, mode, static_cast<std::uint8_t*>(out.q.data()), k, scales, m, stream);
-  // [G, M] -> [M, G]: a transpose whose "rows" are the K-groups.
-  internal::transpose_scales_on_device(scales, groups, m, m, 1, out.scale.data_as<float>(), groups,
-                                       stream);
+                     Tensor::empty(DType::kF32, {m, ceil_div(k, group_k)}, x.device()),
+                     BlockShape{1, group_k}};
+  const std::size_t bytes = quantize_activations_workspace_bytes(m, k, group_k, x.device());
+  const std::shared_ptr<void> workspace = internal::stream_ordered_buffer(bytes, stream);
+  quantize_activations_into(
+      x, group_k, mode, out.q, out.scale,
+      TensorView(workspace.get(), DType::kU8, {static_cast<std::int64_t>(bytes)}, x.device()),
+      stream);
   return out;
+}
+
+std::size_t quantize_activations_workspace_bytes(std::int64_t m, std::int64_t k,
+                                                 std::int64_t group_k, Device device) {
+  if (group_k < 1)
+    fail_argument(ErrorCode::kInvalidArgument, "group_k", "a positive size", group_k);
+  if (device.is_cpu() || m <= 0 || k <= 0) return 0;
+  return static_cast<std::size_t>(ceil_div(k, group_k) * m) * sizeof(float);
+}
+
+void quantize_activations_into(const TensorView& x, std::int64_t group_k, ScaleMode mode,
+                               const TensorView& q, const TensorView& scale,
+                               const TensorView& workspace, void* stream) {
+  require_rank(x, "x", 2);
+  require_dtype(x, "x", DType::kBF16);
+  require_contiguous(x, "x");
+  const std::int64_t m = x.size(0);
+  const std::int64_t k = x.size(1);
+  const std::size_t needed = quantize_activations_workspace_bytes(m, k, group_k, x.device());
+  const std::int64_t groups = ceil_div(k, group_k);
+  require_shape(q, "q", {m, k});
+  require_dtype(q, "q", DType::kE4M3);
+  require_shape(scale, "scale", {m, groups});
+  require_dtype(scale, "scale", DType::kF32);
+  for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&scale, "scale"}}) {
+    require_device(*t, name, x.device());
+    require_contiguous(*t, name);
+  }
+  if (x.device().is_cpu()) {
+    quantize_fp8_block_into(x, BlockShape{1, group_k}, mode, q, scale);
+    return;
+  }
+  if (workspace.nbytes() < needed) {
+    fail_argument(ErrorCode::kInvalidArgument, "workspace",
+                  detail::concat("at least ", needed, " bytes"),
+                  detail::concat(workspace.nbytes(), " bytes"));
+  }
+  if (needed > 0) require_device(workspace, "workspace", x.device());
+  if (reinterpret_cast<std::uintptr_t>(workspace.data()) % 16 != 0) {
+    fail_argument(ErrorCode::kInvalidArgument, "workspace", "a 16-byte aligned address",
+                  "a misaligned one");
+  }
+  if (m == 0 || k == 0) return;
+  const mxq::detail::DeviceScope scope(x.device());
+  auto* scales = static_cast<float*>(workspace.data());
+  internal::quantize_activations_on_device(x, group_k, mode, static_cast<std::uint8_t*>(q.data()),
+                                           k, scales, m, stream);
+  internal::transpose_scales_on_device(scales, groups, m, m, 1, static_cast<float*>(scale.data()),
+                                       groups, stream);
 }
 
 Tensor linear_reference(const Fp8BlockTensor& x, const BlockFp8Weight& w, const TensorView* bias,

@@ -140,6 +140,15 @@ LinearProblem make_problem(const TensorView& x, const BlockFp8Weight& w, const T
 // to the host quantizer). Returns q e4m3 [M, K] and scale f32 [M, ceil(K/group_k)].
 Fp8BlockTensor quantize_activations(const TensorView& x, std::int64_t group_k,
                                     ScaleMode mode = ScaleMode::kFp32, void* stream = nullptr);
+// The same into the caller's q e4m3 [M, K] and scale f32 [M, ceil(K/group_k)] (contiguous, on
+// x's device), nothing allocated: on CUDA the kernel's group-major scales go through `workspace`
+// (u8, at least quantize_activations_workspace_bytes, 16-byte aligned; empty on the CPU), in the
+// order of `stream`.
+void quantize_activations_into(const TensorView& x, std::int64_t group_k, ScaleMode mode,
+                               const TensorView& q, const TensorView& scale,
+                               const TensorView& workspace, void* stream = nullptr);
+std::size_t quantize_activations_workspace_bytes(std::int64_t m, std::int64_t k,
+                                                 std::int64_t group_k, Device device);
 
 // Everything a tactic needs, prepared once: the problem and its operands (activation scales in
 // the layout tactics share, packed UE8M0 scales unpacked, bias and output bound). `storage`

@@ -19,7 +19,6 @@ from ._common import (
     _check,
     _check_size,
     _codes,
-    _from_device,
     _from_numpy,
     _register_cpu_only,
     _register_no_gradient,
@@ -177,9 +176,16 @@ def quantize_fp8_groups(x: Tensor, group_k: int = 128,
 
         q, scale = formats.quantize_fp8_groups(x, group_k, scale_mode)
         return _from_numpy(q, _E4M3), _from_numpy(scale, _F32)
+    # CUDA: outputs and the workspace from torch's caching allocator; nothing mxq allocates.
+    m, k = x.shape
+    q = torch.empty((m, k), dtype=_E4M3, device=x.device)
+    scale = torch.empty((m, _ceil_div(k, group_k)), dtype=_F32, device=x.device)
+    workspace = torch.empty(_mxq.quantize_activations_workspace_bytes(m, k, group_k, True),
+                            dtype=torch.uint8, device=x.device)
     with torch.cuda.device(x.device):
-        q, scale = _mxq.quantize_activations(x, group_k, scale_mode, _stream(x))
-        return _from_device(q, _E4M3), _from_device(scale, _F32)
+        _mxq.quantize_activations_into(x, group_k, scale_mode, q.view(torch.uint8), scale,
+                                       workspace, _stream(x))
+    return q, scale
 
 
 @quantize_fp8_groups.register_fake

@@ -487,3 +487,35 @@ TEST(LinearInto, ConsultsTheAutotunerWithAPrebuiltProblem) {
 
 }  // namespace
 }  // namespace mxq::linear
+
+namespace mxq::linear {
+namespace {
+
+TEST(QuantizeActivationsInto, WritesWhatQuantizeActivationsReturnsAndChecksItsOutputs) {
+  const Tensor x = random_bf16(5, 300, 41);
+  const Fp8BlockTensor want = quantize_activations(x, 128, ScaleMode::kUe8m0);
+  Tensor q = Tensor::zeros(DType::kE4M3, {5, 300});
+  Tensor scale = Tensor::zeros(DType::kF32, {5, 3});
+  EXPECT_EQ(quantize_activations_workspace_bytes(5, 300, 128, Device::cpu()), 0U);
+  EXPECT_EQ(quantize_activations_workspace_bytes(5, 300, 128, Device::cuda()), 5U * 3 * 4);
+  quantize_activations_into(x, 128, ScaleMode::kUe8m0, q, scale, TensorView());
+  EXPECT_EQ(std::memcmp(q.data(), want.q.data(), q.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(scale.data(), want.scale.data(), scale.nbytes()), 0);
+  const Tensor short_scale = Tensor::zeros(DType::kF32, {5, 2});
+  EXPECT_NE(message_of([&] {
+              quantize_activations_into(x, 128, ScaleMode::kFp32, q, short_scale, TensorView());
+            }).find("scale"),
+            std::string::npos);
+  const Tensor f32_q = Tensor::zeros(DType::kF32, {5, 300});
+  EXPECT_NE(message_of([&] {
+              quantize_activations_into(x, 128, ScaleMode::kFp32, f32_q, scale, TensorView());
+            }).find("q"),
+            std::string::npos);
+  EXPECT_EQ(code_of([&] {
+              quantize_activations_into(x, 0, ScaleMode::kFp32, q, scale, TensorView());
+            }),
+            ErrorCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace mxq::linear
