@@ -511,10 +511,9 @@ TEST(QuantizeActivationsInto, WritesWhatQuantizeActivationsReturnsAndChecksItsOu
               quantize_activations_into(x, 128, ScaleMode::kFp32, f32_q, scale, TensorView());
             }).find("q"),
             std::string::npos);
-  EXPECT_EQ(code_of([&] {
-              quantize_activations_into(x, 0, ScaleMode::kFp32, q, scale, TensorView());
-            }),
-            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(
+      code_of([&] { quantize_activations_into(x, 0, ScaleMode::kFp32, q, scale, TensorView()); }),
+      ErrorCode::kInvalidArgument);
 }
 
 }  // namespace
