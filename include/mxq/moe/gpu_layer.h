@@ -66,10 +66,7 @@ class MoeGpuLayer {
 
   // What forward() runs on `rank` for `tokens` tokens (kAuto resolved), and whether the tuner's
   // cache chose it.
-  struct GemmChoice {
-    gpu::GemmVariant gemm = gpu::GemmVariant::kDecodeMma;
-    bool from_tuner = false;
-  };
+  using GemmChoice = gpu::GemmChoice;
   [[nodiscard]] GemmChoice gemm_choice(std::int64_t tokens, int rank = 0) const noexcept;
   // The tactic name of gemm_choice(tokens, rank).
   [[nodiscard]] std::string tactic_name(std::int64_t tokens, int rank = 0) const;

@@ -1,8 +1,8 @@
 #include "mxq/moe/gpu_layer.h"
 
-#include <any>
 #include <cstdint>
 
+#include "gemm_choice.h"
 #include "host_forward.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/device.h"
@@ -39,6 +39,10 @@ struct MoeGpuLayer::State {
 };
 
 namespace {
+
+bool is_w4a8(const gpu::MoeParams& params) {
+  return params.activation_quant == gpu::GpuActivationQuant::kFp8Group128;
+}
 
 Tensor upload_view(const TensorView& view, Device device) {
   Tensor out = Tensor::empty(view.dtype(), view.shape(), device);
@@ -216,39 +220,21 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
 int MoeGpuLayer::max_tokens() const { return state_->max_tokens; }
 const MoeConfig& MoeGpuLayer::config() const { return state_->config; }
 int MoeGpuLayer::num_ranks() const { return static_cast<int>(state_->ranks.size()); }
-namespace {
-// "cuda.moe.w4a16.<variant>" (W4A8: "cuda.moe.w4a8.<variant>").
-std::string tactic_name_of(const gpu::MoeParams& params, gpu::GemmVariant gemm) {
-  const bool w4a8 = params.activation_quant == gpu::GpuActivationQuant::kFp8Group128;
-  return std::string(w4a8 ? "cuda.moe.w4a8." : "cuda.moe.w4a16.") + gpu::to_string(gemm);
-}
-}  // namespace
-
 std::string MoeGpuLayer::tactic_name() const {
-  return tactic_name_of(state_->params, state_->params.gemm);
+  return detail::moe_tactic_name(is_w4a8(state_->params), state_->params.gemm);
 }
 
 MoeGpuLayer::GemmChoice MoeGpuLayer::gemm_choice(std::int64_t tokens, int rank) const noexcept {
   const State& s = *state_;
   if (rank < 0 || rank >= static_cast<int>(s.ranks.size())) return {s.params.gemm, false};
-  const gpu::MoeParams& params = s.params;
-  const GemmChoice fallback{
-      gpu::resolve_gemm_variant(s.ranks[static_cast<std::size_t>(rank)].weights, params,
-                                static_cast<int>(tokens)),
-      false};
-  if (s.tuner == nullptr) return fallback;
-  const tune::Problem& problem = s.ranks[static_cast<std::size_t>(rank)].problem;
-  if (problem.empty()) return fallback;
-  const tune::Selection selection = s.tuner->lookup(problem, tokens);
-  if (selection.source != tune::SelectionSource::kTuned || selection.tactic == nullptr) {
-    return fallback;
-  }
-  const auto* variant = std::any_cast<gpu::GemmVariant>(&selection.tactic->native);
-  return variant == nullptr ? fallback : GemmChoice{*variant, true};
+  const State::Rank& held = s.ranks[static_cast<std::size_t>(rank)];
+  return detail::choose_gemm(
+      s.tuner, held.problem, tokens,
+      gpu::resolve_gemm_variant(held.weights, s.params, static_cast<int>(tokens)));
 }
 
 std::string MoeGpuLayer::tactic_name(std::int64_t tokens, int rank) const {
-  return tactic_name_of(state_->params, gemm_choice(tokens, rank).gemm);
+  return detail::moe_tactic_name(is_w4a8(state_->params), gemm_choice(tokens, rank).gemm);
 }
 
 const tune::Problem* MoeGpuLayer::tune_problem(int rank) const {
