@@ -171,6 +171,9 @@ TEST(MoeDistLayer, EachRankHoldsItsShardAndThePartialsSumToTheSimulatedRanks) {
       // Its partial through the op, added in rank order as the simulation adds the ranks.
       Mxfp4MoeOptions options;
       options.top_k = whole.config.top_k;
+      options.activation = whole.config.activation;
+      options.swiglu_alpha = whole.config.swiglu_alpha;
+      options.swiglu_limit = whole.config.swiglu_limit;
       options.max_tokens = tokens;
       const Tensor workspace =
           Tensor::zeros(DType::kU8,
