@@ -170,4 +170,24 @@ void check_forward_request(const MoeConfig& config, std::int64_t width, std::int
                      format_bytes(held_bytes), " held besides, would take"));
 }
 
+std::vector<MoeRankShape> layer_rank_shapes(const MoeConfig& config, const ShardOptions& shards,
+                                            std::int64_t alignment) {
+  std::vector<MoeRankShape> out;
+  for (int ep = 0; ep < shards.ep_size; ++ep) {
+    for (int tp = 0; tp < shards.tp_size; ++tp) {
+      MoeRankShape shape;
+      shape.hidden = config.hidden_size;
+      shape.has_bias = config.has_bias;
+      shape.tp =
+          tp_shard(config.intermediate_size, shards.tp_size, tp, shards.intermediate_per_rank);
+      shape.ep = ep_shard(config.num_experts, shards.ep_size, ep);
+      shape.intermediate_size_per_partition_after_pad =
+          alignment == 0 ? shape.tp.width : padded_intermediate(shape.tp.width, alignment);
+      shape.alignment = alignment;
+      out.push_back(shape);
+    }
+  }
+  return out;
+}
+
 }  // namespace mxq::moe

@@ -67,6 +67,16 @@ void run_prepared_on_device(const ForwardPlan& plan, void* stream);
 std::size_t device_workspace_bytes(const PreparedMoeShapes& shapes, std::int64_t num_experts,
                                    std::int64_t hidden, ActivationQuant activation_quant,
                                    std::int64_t top_k, std::int64_t max_tokens);
+// For a layer that holds the op's tensors (MoeDistLayer; CUDA builds only): the variant the device
+// forward of `tokens` tokens runs with `options` (kAuto resolved by the dispatch rule), and why
+// the kernels cannot run this rank (null: they can; the router's width is checked by the forward),
+// so that the layer refuses it before reading its weights.
+gpu::GemmVariant device_gemm_variant(const PreparedMoeShapes& shapes, std::int64_t num_experts,
+                                     std::int64_t hidden, ActivationQuant activation_quant,
+                                     const Mxfp4MoeOptions& options, std::int64_t tokens);
+const char* device_unsupported_reason(const PreparedMoeShapes& shapes, std::int64_t num_experts,
+                                      std::int64_t hidden, ActivationQuant activation_quant,
+                                      const Mxfp4MoeOptions& options, bool has_bias);
 
 // The router alone on the device (checked arguments; mxfp4_moe.h).
 struct RoutePlan {

@@ -46,15 +46,19 @@ std::vector<std::string> own_arguments() {
 
 }  // namespace
 
-RankSetup launch_ranks(const std::string& command, int ranks, bool on_gpu) {
-  RankSetup setup;
+dist::LaunchPlan plan_ranks(int ranks, bool on_gpu) {
   dist::LaunchRequest request;
   request.ranks = ranks;
   request.on_gpu = on_gpu;
   request.visible_gpus = on_gpu ? static_cast<int>(query_gpus().gpus.size()) : 0;
   request.have_nccl = MXQ_WITH_NCCL != 0;
   request.env = on_gpu ? dist::rank_info_from_env() : dist::RankInfo{};
-  setup.plan = dist::plan_launch(request);
+  return dist::plan_launch(request);
+}
+
+RankSetup launch_ranks(const std::string& command, int ranks, bool on_gpu) {
+  RankSetup setup;
+  setup.plan = plan_ranks(ranks, on_gpu);
   if (setup.plan.mode == dist::LaunchMode::kSpawn) {
     std::cerr << "mxq " << command << ": " << setup.plan.reason << std::endl;
     const std::vector<std::string> argv = own_arguments();

@@ -28,4 +28,8 @@ struct RankSetup {
 // which becomes current. kInProcess: nothing to do.
 RankSetup launch_ranks(const std::string& command, int ranks, bool on_gpu);
 
+// The plan launch_ranks(command, ranks, on_gpu) follows, with nothing started: a command refuses
+// with it, before any process starts, what only ranks simulated in one process support.
+dist::LaunchPlan plan_ranks(int ranks, bool on_gpu);
+
 }  // namespace mxq::cli

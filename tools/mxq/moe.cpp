@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
+#include <vector>
 
 #include "autotune_cli.h"
 #include "cli_util.h"
@@ -80,19 +82,45 @@ void run_moe(const MoeOptions& options) {
       " --intermediate-per-rank " + std::to_string(options.intermediate_per_rank) + " --align " +
       std::to_string(options.align) + " (" + std::to_string(x.shape()[0]) + " tokens of --input)";
   const bool on_gpu = options.device == "cuda";
-  const RankSetup group = launch_ranks("moe", options.tp * options.ep, on_gpu);
+  const int num_ranks = options.tp * options.ep;
+  // One process per rank reads and prepares only its own rank through the engine-facing op,
+  // which splits I by the automatic rule; a forced width is for ranks simulated in one process.
+  const std::int64_t automatic_width = moe::tp_shard(config.intermediate_size, options.tp, 0).width;
+  if (width != automatic_width &&
+      plan_ranks(num_ranks, on_gpu).mode != dist::LaunchMode::kInProcess) {
+    fail_argument(ErrorCode::kInvalidArgument, "--intermediate-per-rank",
+                  "0 or the automatic width " + std::to_string(automatic_width) +
+                      " when the ranks run one per process (a forced width is for ranks "
+                      "simulated in one process, e.g. with CUDA_VISIBLE_DEVICES naming one GPU)",
+                  options.intermediate_per_rank);
+  }
+  const RankSetup group = launch_ranks("moe", num_ranks, on_gpu);
   if (group.spawned()) return;  // rank 0 wrote the output and printed the report
 
-  moe::MoeLayer layer = naming_allocation_failures(
-      sizes, [&] { return moe::MoeLayer::load(checkpoint, options.layer, config, shards); });
-  const double load_seconds = seconds_since(start);
-  const nlohmann::json before = rank_shapes_json(layer);
-  const auto prepare_start = std::chrono::steady_clock::now();
-  if (options.align != 0) {
-    naming_allocation_failures(sizes, [&] { (void)layer.prepare(options.align); });
+  // In one process every rank is loaded (MoeLayer); one rank per process reads only its own
+  // (run_moe_distributed) and describes the others from the shapes they hold.
+  std::optional<moe::MoeLayer> layer;
+  std::vector<moe::MoeRankShape> before_shapes;
+  std::vector<moe::MoeRankShape> after_shapes;
+  double load_seconds = 0.0;
+  double prepare_seconds = 0.0;
+  if (group.joined()) {
+    before_shapes = moe::layer_rank_shapes(config, shards, 0);
+    after_shapes = moe::layer_rank_shapes(config, shards, options.align);
+  } else {
+    layer = naming_allocation_failures(
+        sizes, [&] { return moe::MoeLayer::load(checkpoint, options.layer, config, shards); });
+    load_seconds = seconds_since(start);
+    before_shapes = rank_shapes(*layer);
+    const auto prepare_start = std::chrono::steady_clock::now();
+    if (options.align != 0) {
+      naming_allocation_failures(sizes, [&] { (void)layer->prepare(options.align); });
+    }
+    prepare_seconds = seconds_since(prepare_start);
+    after_shapes = rank_shapes(*layer);
   }
-  const double prepare_seconds = seconds_since(prepare_start);
-  const moe::PaddingSummary padding = layer.padding_summary();
+  const nlohmann::json before = rank_shapes_json(before_shapes);
+  const moe::PaddingSummary padding = padding_summary(config, options.tp, after_shapes.front());
 
   GpuMoeRun gpu_run;
   ServingTuner serving;
@@ -100,16 +128,24 @@ void run_moe(const MoeOptions& options) {
   if (on_gpu) {
     serving = serving_tuner(tune::Backend::kCuda, std::nullopt, group.rank.local_rank,
                             group.joined() ? group.comm.get() : nullptr);
-    gpu_run = group.joined() ? run_moe_distributed(layer, x, *group.comm, group.rank.local_rank,
-                                                   serving.tuner.get())
-                             : run_moe_on_gpu(layer, x, serving.tuner.get());
+    if (group.joined()) {
+      const DistributedMoeLayer part{&checkpoint, options.layer, overrides,
+                                     options.tp,  options.ep,    options.align};
+      const double before_setup = seconds_since(start);
+      gpu_run =
+          run_moe_distributed(part, x, *group.comm, group.rank.local_rank, serving.tuner.get());
+      // This rank's read and its preparation on the GPU, together.
+      load_seconds = before_setup + gpu_run.setup_seconds;
+    } else {
+      gpu_run = run_moe_on_gpu(*layer, x, serving.tuner.get());
+    }
     result.output = gpu_run.output;
     result.total_seconds = gpu_run.forward_ms * 1e-3;
-    result.rank_seconds.assign(static_cast<std::size_t>(layer.num_ranks()), 0.0);
+    result.rank_seconds.assign(static_cast<std::size_t>(num_ranks), 0.0);
   } else {
     serving = serving_tuner(tune::Backend::kCpu, std::nullopt);
     result = naming_allocation_failures(
-        sizes, [&] { return layer.forward(x, nullptr, serving.tuner.get()); });
+        sizes, [&] { return layer->forward(x, nullptr, serving.tuner.get()); });
   }
   if (!group.prints()) return;  // every rank got the same output; rank 0 writes it
   io::write_npy(options.output, result.output);
@@ -125,7 +161,7 @@ void run_moe(const MoeOptions& options) {
     return from_cache ? "from the autotune cache" : otherwise;
   };
   if (options.json) {
-    nlohmann::json ranks = rank_shapes_json(layer);
+    nlohmann::json ranks = rank_shapes_json(after_shapes);
     for (std::size_t r = 0; r < ranks.size(); ++r) {
       ranks[r]["before"] = before[r]["shapes"];
       ranks[r]["after"] = ranks[r]["shapes"];
@@ -140,7 +176,7 @@ void run_moe(const MoeOptions& options) {
       } else {
         ranks[r]["tactic"] = "moe_expert_gemm " + result.rank_tactics[r];
         ranks[r]["tactic_from_cache"] = static_cast<bool>(result.rank_tactics_from_cache[r]);
-        ranks[r]["tune_problem"] = layer.tune_problem(static_cast<int>(r)).canonical();
+        ranks[r]["tune_problem"] = layer->tune_problem(static_cast<int>(r)).canonical();
       }
     }
     nlohmann::json out = {
@@ -236,7 +272,8 @@ void register_moe(CLI::App& app) {
                   "Pad I_rank to a multiple of this (a multiple of 32; 0 = no padding)")
       ->capture_default_str();
   cmd->add_option("--intermediate-per-rank", options->intermediate_per_rank,
-                  "Force the per-rank intermediate width (a multiple of 32; 0 = automatic)")
+                  "Force the per-rank intermediate width (a multiple of 32; 0 = automatic; ranks "
+                  "simulated in one process only: one process per rank uses the automatic width)")
       ->capture_default_str();
   cmd->add_option("--device", options->device,
                   "Where to run (cuda: GPU 0). With MXQ_AUTOTUNE=load|tune and MXQ_AUTOTUNE_CACHE "

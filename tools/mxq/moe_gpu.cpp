@@ -1,6 +1,7 @@
 #include "moe_gpu.h"
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "mxq/core/build_info.h"
@@ -81,26 +82,30 @@ GpuMoeRun run_moe_on_gpu(const moe::MoeLayer& layer, const Tensor& x,
 #endif
 }
 
-GpuMoeRun run_moe_distributed(const moe::MoeLayer& layer, const Tensor& x, dist::Communicator& comm,
-                              int device, const tune::Autotuner* tuner) {
+GpuMoeRun run_moe_distributed(const DistributedMoeLayer& layer, const Tensor& x,
+                              dist::Communicator& comm, int device, const tune::Autotuner* tuner) {
   require_gpu_for_device_cuda();
 #if MXQ_WITH_CUDA
   const GpuQuery query = query_gpus();
   require_rank(x, "--input", 2);
   const int tokens = static_cast<int>(x.shape()[0]);
   MXQ_CUDA_CHECK(cudaSetDevice(device));
-  const moe::MoeDistLayer dist = moe::MoeDistLayer::upload(
-      layer, comm, std::max(tokens, 1), Device::cuda(device), moe::gpu::GemmVariant::kAuto, tuner);
+  const auto setup_start = std::chrono::steady_clock::now();
+  const moe::MoeDistLayer dist = moe::MoeDistLayer::from_checkpoint(
+      *layer.checkpoint, layer.layer, layer.overrides, comm, layer.tp_size, layer.ep_size,
+      layer.alignment, std::max(tokens, 1), Device::cuda(device), moe::gpu::GemmVariant::kAuto,
+      tuner);
   GpuMoeRun run;
+  run.setup_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_start).count();
   run.world = comm.size();
-  run.ranks.resize(static_cast<std::size_t>(layer.num_ranks()));
-  for (int r = 0; r < layer.num_ranks(); ++r) {
+  run.ranks.resize(static_cast<std::size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) {
     run.ranks[static_cast<std::size_t>(r)].tactic = "(in rank " + std::to_string(r) + "'s process)";
   }
-  const moe::MoeGpuLayer& local = dist.local();
-  const tune::Problem* problem = local.tune_problem(0);
+  const tune::Problem* problem = dist.tune_problem();
   run.ranks[static_cast<std::size_t>(comm.rank())] = {
-      local.tactic_name(tokens, 0), local.gemm_choice(tokens, 0).from_tuner,
+      dist.tactic_name(tokens), dist.gemm_choice(tokens).from_tuner,
       problem != nullptr ? problem->canonical() : std::string()};
   run.tactic = run.ranks[static_cast<std::size_t>(comm.rank())].tactic;
   run.from_tuner = run.ranks[static_cast<std::size_t>(comm.rank())].from_tuner;

@@ -3,10 +3,12 @@
 // compares outputs with the CPU reference's.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "mxq/core/tensor.h"
+#include "mxq/moe/checkpoint.h"
 #include "mxq/moe/layer.h"
 
 namespace mxq::tune {
@@ -33,7 +35,8 @@ struct GpuMoeRun {
   // Distributed (one rank per process): device time of the all-reduce + bf16 rounding within
   // forward_ms (median of repeats); 0 when the ranks were simulated in one process.
   double allreduce_ms = 0.0;
-  int world = 1;  // processes the forward ran on
+  int world = 1;               // processes the forward ran on
+  double setup_seconds = 0.0;  // distributed: this rank's read and preparation of its weights
 };
 
 // Throws mxq::Error(kUnsupported) naming --device cuda in builds without CUDA or without a
@@ -45,10 +48,24 @@ void require_gpu_for_device_cuda();
 GpuMoeRun run_moe_on_gpu(const moe::MoeLayer& layer, const Tensor& x,
                          const tune::Autotuner* tuner = nullptr);
 
-// Collective over `comm` (one rank of the layer per process, comm.size() == layer.num_ranks()):
-// this process uploads rank comm.rank() to GPU `device` and the ranks' partials are all-reduced
-// (moe::MoeDistLayer). Every rank returns the same output.
-GpuMoeRun run_moe_distributed(const moe::MoeLayer& layer, const Tensor& x, dist::Communicator& comm,
-                              int device, const tune::Autotuner* tuner = nullptr);
+// What one rank of a distributed run reads and prepares: layer `layer` of `checkpoint` (config
+// from the checkpoint and `overrides`) split over tp_size x ep_size ranks, padded to `alignment`
+// (0: unpadded).
+struct DistributedMoeLayer {
+  const moe::MoeCheckpoint* checkpoint = nullptr;
+  std::int64_t layer = 0;
+  moe::MoeConfigOverrides overrides;
+  int tp_size = 1;
+  int ep_size = 1;
+  std::int64_t alignment = 0;
+};
+
+// Collective over `comm` (one rank of the layer per process, comm.size() == tp_size x ep_size):
+// this process reads and prepares only rank comm.rank() of the layer on GPU `device`
+// (moe::MoeDistLayer::from_checkpoint) and the ranks' partials are all-reduced. Every rank
+// returns the same output; setup_seconds is this rank's read + preparation.
+GpuMoeRun run_moe_distributed(const DistributedMoeLayer& layer, const Tensor& x,
+                              dist::Communicator& comm, int device,
+                              const tune::Autotuner* tuner = nullptr);
 
 }  // namespace mxq::cli

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <ctime>
 #include <iostream>
+#include <optional>
+#include <vector>
 
 #include "autotune_cli.h"
 #include "cli_util.h"
@@ -89,17 +91,30 @@ void run_main(const RunOptions& options) {
   const Tensor x = naming_allocation_failures(
       sizes, [&] { return moe::synthetic_tokens(options.tokens, config.hidden_size, 1); });
 
-  // The run under test: TP ranks, padded to the kernel alignment.
-  progress("loading TP=" + std::to_string(options.tp) + " and padding to 128");
-  auto phase = std::chrono::steady_clock::now();
+  // The run under test: TP ranks, padded to the kernel alignment. In one process every rank is
+  // loaded (MoeLayer); one rank per process reads and prepares only its own on its GPU
+  // (run_moe_distributed) and describes the others from the shapes they hold.
   moe::ShardOptions shards;
   shards.tp_size = options.tp;
-  moe::MoeLayer layer = naming_allocation_failures(
-      sizes, [&] { return moe::MoeLayer::load(checkpoint, 0, config, shards); });
-  const nlohmann::json before = rank_shapes_json(layer);
-  const moe::PaddingSummary padding =
-      naming_allocation_failures(sizes, [&] { return layer.prepare(moe::kDefaultAlignment); });
-  const double load_seconds = seconds_since(phase);
+  std::optional<moe::MoeLayer> layer;
+  std::vector<moe::MoeRankShape> before_shapes;
+  std::vector<moe::MoeRankShape> after_shapes;
+  double load_seconds = 0.0;
+  if (group.joined()) {
+    before_shapes = moe::layer_rank_shapes(config, shards, 0);
+    after_shapes = moe::layer_rank_shapes(config, shards, moe::kDefaultAlignment);
+  } else {
+    progress("loading TP=" + std::to_string(options.tp) + " and padding to 128");
+    const auto phase = std::chrono::steady_clock::now();
+    layer = naming_allocation_failures(
+        sizes, [&] { return moe::MoeLayer::load(checkpoint, 0, config, shards); });
+    before_shapes = rank_shapes(*layer);
+    naming_allocation_failures(sizes, [&] { (void)layer->prepare(moe::kDefaultAlignment); });
+    after_shapes = rank_shapes(*layer);
+    load_seconds = seconds_since(phase);
+  }
+  const nlohmann::json before = rank_shapes_json(before_shapes);
+  const moe::PaddingSummary padding = padding_summary(config, options.tp, after_shapes.front());
   progress("forward: " + std::to_string(options.tokens) + " tokens on " + options.device);
   const std::clock_t cpu_start = std::clock();  // process CPU time: all threads together
   GpuMoeRun gpu_run;
@@ -111,20 +126,27 @@ void run_main(const RunOptions& options) {
                             preset_deployment("gpt-oss-20b", {options.tp, 1}, tune::Backend::kCuda),
                             group.rank.local_rank, group.joined() ? group.comm.get() : nullptr);
     progress("autotune: " + serving.note);
-    gpu_run = group.joined() ? run_moe_distributed(layer, x, *group.comm, group.rank.local_rank,
-                                                   serving.tuner.get())
-                             : run_moe_on_gpu(layer, x, serving.tuner.get());
+    if (group.joined()) {
+      progress("rank " + std::to_string(group.rank.rank) + ": reading and padding its part of TP=" +
+               std::to_string(options.tp) + " on its GPU");
+      const DistributedMoeLayer part{&checkpoint, 0, {}, options.tp, 1, moe::kDefaultAlignment};
+      gpu_run =
+          run_moe_distributed(part, x, *group.comm, group.rank.local_rank, serving.tuner.get());
+      load_seconds = gpu_run.setup_seconds;  // this rank's read and its preparation on the GPU
+    } else {
+      gpu_run = run_moe_on_gpu(*layer, x, serving.tuner.get());
+    }
     result.output = gpu_run.output;
     result.total_seconds = gpu_run.forward_ms * 1e-3;
   } else {
-    result = naming_allocation_failures(sizes, [&] { return layer.forward(x); });
+    result = naming_allocation_failures(sizes, [&] { return layer->forward(x); });
   }
   const double cpu_seconds = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
   if (!group.prints()) return;  // every rank got the same output; rank 0 checks and prints it
 
   // The independent reference: one rank, no padding.
   progress("reference: TP=1, unpadded");
-  phase = std::chrono::steady_clock::now();
+  const auto phase = std::chrono::steady_clock::now();
   const moe::MoeLayer reference_layer = naming_allocation_failures(
       sizes, [&] { return moe::MoeLayer::load(checkpoint, 0, config, {}); });
   const moe::MoeForwardResult reference =
@@ -141,14 +163,14 @@ void run_main(const RunOptions& options) {
     gpu_error = moe::normalized_error(result.output, reference.output, &nan_mismatches);
     pass = gpu_error <= 4e-3 && nan_mismatches == 0;
   } else {
-    comparison = moe::compare_forward(result, layer.num_ranks(), reference, 1, config.top_k);
+    comparison = moe::compare_forward(result, options.tp, reference, 1, config.top_k);
     pass = comparison.within_fp32_summation_error();
   }
   const double per_token_ms = 1e3 * result.total_seconds / static_cast<double>(options.tokens);
   const double total_seconds = seconds_since(start);
 
   if (options.json) {
-    nlohmann::json ranks = rank_shapes_json(layer);
+    nlohmann::json ranks = rank_shapes_json(after_shapes);
     for (std::size_t r = 0; r < ranks.size(); ++r) {
       ranks[r]["before"] = before[r]["shapes"];
       ranks[r]["after"] = ranks[r]["shapes"];

@@ -18,8 +18,10 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "mxq/moe/config.h"
+#include "mxq/moe/rank_weights.h"
 #include "mxq/moe/sharding.h"
 
 namespace mxq::moe {
@@ -58,5 +60,12 @@ void check_layer_request(const MoeConfig& config, const ShardOptions& shards,
 // holds besides: the layer, other buffers) against host_memory(); the error names names.tokens.
 void check_forward_request(const MoeConfig& config, std::int64_t width, std::int64_t tokens,
                            std::uint64_t held_bytes, const SizeArgumentNames& names = {});
+
+// The shapes of every rank (rank id = ep_rank * tp_size + tp_rank) of a layer loaded with
+// `shards` (MoeLayer::load) and, when alignment != 0, prepared with it: MoeLayer's rank(r).shape()
+// computed without loading, for a process that loads only its own rank (MoeDistLayer) and reports
+// the others. `shards` and `alignment` must have passed check_layer_request.
+std::vector<MoeRankShape> layer_rank_shapes(const MoeConfig& config, const ShardOptions& shards,
+                                            std::int64_t alignment = 0);
 
 }  // namespace mxq::moe

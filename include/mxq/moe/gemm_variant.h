@@ -31,4 +31,11 @@ const char* to_string(GemmVariant variant);
 std::optional<GemmVariant> gemm_variant_from_string(std::string_view text);
 inline constexpr int kPrefillMinSlotsPerExpert = 12;
 
+// What a CUDA MoE forward of some token count runs (kAuto resolved), and whether an autotuner's
+// cache chose it (MoeGpuLayer::gemm_choice, MoeDistLayer::gemm_choice).
+struct GemmChoice {
+  GemmVariant gemm = GemmVariant::kDecodeMma;
+  bool from_tuner = false;
+};
+
 }  // namespace mxq::moe::gpu

@@ -4,8 +4,8 @@
 // buffers are allocated up front for `max_tokens`, so forward() allocates nothing and can be
 // captured in a CUDA graph.
 //
-// Distributed execution (moe/dist_layer.h) uploads one rank per process instead (upload_rank) and
-// asks for that rank's fp32 partial (forward_partial); the ranks' sum is then an all-reduce.
+// Distributed execution (moe/dist_layer.h) holds one rank per process instead, through the
+// engine-facing op (mxq/moe/mxfp4_moe.h), and sums the ranks' partials with an all-reduce.
 //
 // Autotuner: given a tune::Autotuner of backend cuda at upload, forward() asks its cache, per rank
 // and per call, which GEMM variant to run for the call's token count (op moe_gpu_forward,
@@ -13,7 +13,7 @@
 // allocation-free and safe under graph capture). Without a cached decision the variant given at
 // upload runs. The tuner must outlive the layer.
 //
-// Devices: upload, forward and forward_partial make the layer's device current while they work
+// Devices: upload and forward make the layer's device current while they work
 // and give the caller's current device back, also when they throw; `stream` must belong to the
 // layer's device.
 #pragma once
@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "mxq/core/tensor.h"
 #include "mxq/moe/cuda_moe.h"
@@ -46,30 +45,18 @@ class MoeGpuLayer {
                             gpu::GemmVariant gemm = gpu::GemmVariant::kAuto,
                             const tune::Autotuner* tuner = nullptr);
 
-  // Only rank `rank` of the layer's TP x EP grid (rank id = ep_rank * tp_size + tp_rank): what
-  // one process of a distributed layer holds. Same contract as upload otherwise.
-  static MoeGpuLayer upload_rank(const MoeLayer& layer, int rank, int max_tokens,
-                                 Device device = Device::cuda(0),
-                                 gpu::GemmVariant gemm = gpu::GemmVariant::kAuto,
-                                 const tune::Autotuner* tuner = nullptr);
-
   [[nodiscard]] int max_tokens() const;
   [[nodiscard]] Device device() const;
   [[nodiscard]] const MoeConfig& config() const;
-  // Ranks held (all of the layer's after upload, one after upload_rank).
+  // Ranks held: all of the layer's (rank id = ep_rank * tp_size + tp_rank).
   [[nodiscard]] int num_ranks() const;
-  // The MoeLayer rank that held rank `rank` (0..num_ranks()-1) of this GPU layer.
-  [[nodiscard]] int layer_rank(int rank) const;
   // The tactic of the variant given at upload, e.g. "cuda.moe.w4a16.auto" (a layer
   // of activation_quant fp8_g128: "cuda.moe.w4a8.*", decode_mma only, untuned).
   [[nodiscard]] std::string tactic_name() const;
 
   // What forward() runs on `rank` for `tokens` tokens (kAuto resolved), and whether the tuner's
   // cache chose it.
-  struct GemmChoice {
-    gpu::GemmVariant gemm = gpu::GemmVariant::kDecodeMma;
-    bool from_tuner = false;
-  };
+  using GemmChoice = gpu::GemmChoice;
   [[nodiscard]] GemmChoice gemm_choice(std::int64_t tokens, int rank = 0) const noexcept;
   // The tactic name of gemm_choice(tokens, rank).
   [[nodiscard]] std::string tactic_name(std::int64_t tokens, int rank = 0) const;
@@ -82,20 +69,11 @@ class MoeGpuLayer {
   void forward(const TensorView& x, const TensorView& out, cudaStream_t stream,
                const TensorView& topk_ids = {}, const TensorView& topk_weights = {}) const;
 
-  // One rank's fp32 partial output [T, H] (f32, on the device; before the sum over ranks and
-  // the bf16 rounding) into `partial`. Only for a layer of one rank (upload_rank). Same inputs
-  // as forward().
-  void forward_partial(const TensorView& x, const TensorView& partial, cudaStream_t stream,
-                       const TensorView& topk_ids = {}, const TensorView& topk_weights = {}) const;
-
   // Host convenience with MoeLayer::forward's contract: x f32 (bf16 values) or bf16 [T, H] on
   // the host; returns f32 [T, H] (bf16 values). Synchronizes.
   [[nodiscard]] Tensor forward_host(const TensorView& x, const Routing* routing = nullptr) const;
 
  private:
-  static MoeGpuLayer upload_ranks(const MoeLayer& layer, const std::vector<int>& rank_ids,
-                                  int max_tokens, Device device, gpu::GemmVariant gemm,
-                                  const tune::Autotuner* tuner);
   // Enqueues held rank `r`: its fp32 partial into `partial` and/or its bf16 output into
   // `out_bf16` (either may be null).
   void run_rank(std::size_t r, const TensorView& x, float* partial, std::uint16_t* out_bf16,

@@ -1,8 +1,8 @@
 #include "mxq/moe/gpu_layer.h"
 
-#include <any>
 #include <cstdint>
 
+#include "gemm_choice.h"
 #include "host_forward.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/device.h"
@@ -27,7 +27,6 @@ struct MoeGpuLayer::State {
   struct Rank {
     std::vector<Tensor> params;  // keeps the device copies alive
     gpu::MoeDeviceWeights weights;
-    int layer_rank = 0;     // index in the MoeLayer's TP x EP grid
     bool active = true;     // false when the rank holds no valid channels
     tune::Problem problem;  // moe_gpu_forward of this rank (active ranks), built once
   };
@@ -39,6 +38,10 @@ struct MoeGpuLayer::State {
 };
 
 namespace {
+
+bool is_w4a8(const gpu::MoeParams& params) {
+  return params.activation_quant == gpu::GpuActivationQuant::kFp8Group128;
+}
 
 Tensor upload_view(const TensorView& view, Device device) {
   Tensor out = Tensor::empty(view.dtype(), view.shape(), device);
@@ -64,22 +67,6 @@ Tensor upload_scales(const TensorView& view, Device device) {
 
 MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device device,
                                 gpu::GemmVariant gemm, const tune::Autotuner* tuner) {
-  std::vector<int> all(static_cast<std::size_t>(layer.num_ranks()));
-  for (int r = 0; r < layer.num_ranks(); ++r) all[static_cast<std::size_t>(r)] = r;
-  return upload_ranks(layer, all, max_tokens, device, gemm, tuner);
-}
-
-MoeGpuLayer MoeGpuLayer::upload_rank(const MoeLayer& layer, int rank, int max_tokens, Device device,
-                                     gpu::GemmVariant gemm, const tune::Autotuner* tuner) {
-  MXQ_CHECK(rank >= 0 && rank < layer.num_ranks(), ErrorCode::kOutOfRange,
-            "MoeGpuLayer::upload_rank: rank: expected 0..", layer.num_ranks() - 1, ", found ",
-            rank);
-  return upload_ranks(layer, {rank}, max_tokens, device, gemm, tuner);
-}
-
-MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<int>& rank_ids,
-                                      int max_tokens, Device device, gpu::GemmVariant gemm,
-                                      const tune::Autotuner* tuner) {
   MXQ_CHECK(device.is_cuda(), ErrorCode::kDeviceMismatch,
             "MoeGpuLayer::upload: device: expected a CUDA device, found ", device);
   MXQ_CHECK(max_tokens >= 1, ErrorCode::kInvalidArgument,
@@ -112,11 +99,10 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
     if (layer.router_bias().defined()) state->router_b = upload_view(layer.router_bias(), device);
   }
   std::size_t workspace_bytes = 0;
-  for (const int r : rank_ids) {
+  for (int r = 0; r < layer.num_ranks(); ++r) {
     const MoeRankWeights& rank = layer.rank(r);
     const MoeRankShape& shape = rank.shape();
     State::Rank out;
-    out.layer_rank = r;
     out.active = shape.tp.valid > 0;
     gpu::MoeDeviceWeights& w = out.weights;
     for (const MoeParam param : kAllMoeParams) {
@@ -216,39 +202,21 @@ MoeGpuLayer MoeGpuLayer::upload_ranks(const MoeLayer& layer, const std::vector<i
 int MoeGpuLayer::max_tokens() const { return state_->max_tokens; }
 const MoeConfig& MoeGpuLayer::config() const { return state_->config; }
 int MoeGpuLayer::num_ranks() const { return static_cast<int>(state_->ranks.size()); }
-namespace {
-// "cuda.moe.w4a16.<variant>" (W4A8: "cuda.moe.w4a8.<variant>").
-std::string tactic_name_of(const gpu::MoeParams& params, gpu::GemmVariant gemm) {
-  const bool w4a8 = params.activation_quant == gpu::GpuActivationQuant::kFp8Group128;
-  return std::string(w4a8 ? "cuda.moe.w4a8." : "cuda.moe.w4a16.") + gpu::to_string(gemm);
-}
-}  // namespace
-
 std::string MoeGpuLayer::tactic_name() const {
-  return tactic_name_of(state_->params, state_->params.gemm);
+  return detail::moe_tactic_name(is_w4a8(state_->params), state_->params.gemm);
 }
 
 MoeGpuLayer::GemmChoice MoeGpuLayer::gemm_choice(std::int64_t tokens, int rank) const noexcept {
   const State& s = *state_;
   if (rank < 0 || rank >= static_cast<int>(s.ranks.size())) return {s.params.gemm, false};
-  const gpu::MoeParams& params = s.params;
-  const GemmChoice fallback{
-      gpu::resolve_gemm_variant(s.ranks[static_cast<std::size_t>(rank)].weights, params,
-                                static_cast<int>(tokens)),
-      false};
-  if (s.tuner == nullptr) return fallback;
-  const tune::Problem& problem = s.ranks[static_cast<std::size_t>(rank)].problem;
-  if (problem.empty()) return fallback;
-  const tune::Selection selection = s.tuner->lookup(problem, tokens);
-  if (selection.source != tune::SelectionSource::kTuned || selection.tactic == nullptr) {
-    return fallback;
-  }
-  const auto* variant = std::any_cast<gpu::GemmVariant>(&selection.tactic->native);
-  return variant == nullptr ? fallback : GemmChoice{*variant, true};
+  const State::Rank& held = s.ranks[static_cast<std::size_t>(rank)];
+  return detail::choose_gemm(
+      s.tuner, held.problem, tokens,
+      gpu::resolve_gemm_variant(held.weights, s.params, static_cast<int>(tokens)));
 }
 
 std::string MoeGpuLayer::tactic_name(std::int64_t tokens, int rank) const {
-  return tactic_name_of(state_->params, gemm_choice(tokens, rank).gemm);
+  return detail::moe_tactic_name(is_w4a8(state_->params), gemm_choice(tokens, rank).gemm);
 }
 
 const tune::Problem* MoeGpuLayer::tune_problem(int rank) const {
@@ -260,8 +228,7 @@ const tune::Problem* MoeGpuLayer::tune_problem(int rank) const {
 
 namespace {
 
-// The checks forward() and forward_partial() share: x bf16 [T, H] and routing on the layer's
-// device. Returns T.
+// The checks of forward(): x bf16 [T, H] and routing on the layer's device. Returns T.
 std::int64_t check_forward_inputs(const MoeConfig& config, Device device, int max_tokens,
                                   bool has_router, const TensorView& x, const TensorView& topk_ids,
                                   const TensorView& topk_weights) {
@@ -349,30 +316,6 @@ void MoeGpuLayer::forward(const TensorView& x, const TensorView& out, cudaStream
     gpu::sum_ranks_to_bf16(s.partials.data_as<float>(), static_cast<int>(s.ranks.size()), elements,
                            static_cast<std::uint16_t*>(out.data()), stream);
   }
-}
-
-void MoeGpuLayer::forward_partial(const TensorView& x, const TensorView& partial,
-                                  cudaStream_t stream, const TensorView& topk_ids,
-                                  const TensorView& topk_weights) const {
-  const State& s = *state_;
-  MXQ_CHECK(
-      s.ranks.size() == 1, ErrorCode::kUnsupported,
-      "MoeGpuLayer::forward_partial: needs a layer of one rank (upload_rank), this one holds ",
-      s.ranks.size());
-  const std::int64_t tokens = check_forward_inputs(s.config, s.device, s.max_tokens,
-                                                   s.router_w.defined(), x, topk_ids, topk_weights);
-  require_shape(partial, "partial", {tokens, s.config.hidden_size});
-  require_dtype(partial, "partial", DType::kF32);
-  require_device(partial, "partial", s.device);
-  require_contiguous(partial, "partial");
-  const mxq::detail::DeviceScope on_device(s.device);
-  run_rank(0, x, static_cast<float*>(partial.data()), nullptr, stream, topk_ids, topk_weights);
-}
-
-int MoeGpuLayer::layer_rank(int rank) const {
-  MXQ_CHECK(rank >= 0 && rank < num_ranks(), ErrorCode::kOutOfRange,
-            "MoeGpuLayer::layer_rank: rank: expected 0..", num_ranks() - 1, ", found ", rank);
-  return state_->ranks[static_cast<std::size_t>(rank)].layer_rank;
 }
 
 Device MoeGpuLayer::device() const { return state_->device; }

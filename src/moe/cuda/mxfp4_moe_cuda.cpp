@@ -50,6 +50,22 @@ std::size_t device_workspace_bytes(const PreparedMoeShapes& shapes, std::int64_t
                                   static_cast<int>(max_tokens));
 }
 
+gpu::GemmVariant device_gemm_variant(const PreparedMoeShapes& shapes, std::int64_t num_experts,
+                                     std::int64_t hidden, ActivationQuant activation_quant,
+                                     const Mxfp4MoeOptions& options, std::int64_t tokens) {
+  return gpu::resolve_gemm_variant(device_weights(shapes, num_experts, hidden),
+                                   device_params(activation_quant, options, false),
+                                   static_cast<int>(tokens));
+}
+
+const char* device_unsupported_reason(const PreparedMoeShapes& shapes, std::int64_t num_experts,
+                                      std::int64_t hidden, ActivationQuant activation_quant,
+                                      const Mxfp4MoeOptions& options, bool has_bias) {
+  if (shapes.tp.valid == 0) return nullptr;  // the forward writes a zero partial, no kernel runs
+  return gpu::moe_forward_unsupported_reason(device_weights(shapes, num_experts, hidden),
+                                             device_params(activation_quant, options, has_bias));
+}
+
 void run_prepared_on_device(const ForwardPlan& plan, void* stream) {
   const mxq::detail::DeviceScope on_device(plan.x.device());
   auto* const cuda_stream = static_cast<cudaStream_t>(stream);

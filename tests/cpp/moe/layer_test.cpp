@@ -9,6 +9,7 @@
 
 #include "moe_test_util.h"
 #include "mxq/moe/compare.h"
+#include "mxq/moe/footprint.h"
 #include "mxq/moe/layer.h"
 #include "mxq/moe/synthetic.h"
 
@@ -178,6 +179,38 @@ TEST_F(SmallCheckpoint, SplitSizesBelowOneAreRefusedByName) {
     const std::string message =
         testing::error_of([&] { (void)MoeLayer::load(checkpoint_, 1, config_, shards); });
     EXPECT_NE(message.find(std::string(name) + ": expected >= 1"), std::string::npos) << message;
+  }
+}
+
+TEST_F(SmallCheckpoint, RankShapesWithoutLoadingAreTheLoadedLayers) {
+  // What a process that loads only its own rank reports for every rank (mxq moe under a launcher).
+  for (const auto& [tp, ep, forced] :
+       {std::tuple{1, 1, 0}, std::tuple{2, 1, 0}, std::tuple{3, 2, 0}, std::tuple{2, 3, 64}}) {
+    const ShardOptions shards{tp, ep, forced};
+    MoeLayer layer = MoeLayer::load(checkpoint_, 1, config_, shards);
+    for (const std::int64_t alignment : {std::int64_t{0}, std::int64_t{128}}) {
+      if (alignment != 0) (void)layer.prepare(alignment);
+      const std::vector<MoeRankShape> shapes = layer_rank_shapes(config_, shards, alignment);
+      ASSERT_EQ(static_cast<int>(shapes.size()), layer.num_ranks());
+      for (int r = 0; r < layer.num_ranks(); ++r) {
+        const MoeRankShape& got = shapes[static_cast<std::size_t>(r)];
+        const MoeRankShape& want = layer.rank(r).shape();
+        const std::string what = "tp " + std::to_string(tp) + " ep " + std::to_string(ep) +
+                                 " align " + std::to_string(alignment) + " rank " +
+                                 std::to_string(r);
+        EXPECT_EQ(got.tp, want.tp) << what;
+        EXPECT_EQ(got.ep, want.ep) << what;
+        EXPECT_EQ(got.hidden, want.hidden) << what;
+        EXPECT_EQ(got.has_bias, want.has_bias) << what;
+        EXPECT_EQ(got.intermediate_size_per_partition_after_pad,
+                  want.intermediate_size_per_partition_after_pad)
+            << what;
+        EXPECT_EQ(got.alignment, want.alignment) << what;
+        for (const MoeParam param : kAllMoeParams) {
+          EXPECT_EQ(got.shape_of(param), want.shape_of(param)) << what;
+        }
+      }
+    }
   }
 }
 

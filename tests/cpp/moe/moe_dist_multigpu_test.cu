@@ -37,9 +37,11 @@ int device_count() {
   return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
 }
 
-// One rank per GPU as threads; returns each rank's output.
-std::vector<Tensor> run_ranks_in_threads(const MoeLayer& layer, const Tensor& x) {
-  const int n = layer.num_ranks();
+// One rank per GPU as threads, each reading only its own shard of layer 0 (tp x ep, padded to
+// 128); returns each rank's output.
+std::vector<Tensor> run_ranks_in_threads(const MoeCheckpoint& checkpoint, int tp, int ep,
+                                         const Tensor& x) {
+  const int n = tp * ep;
   const dist::NcclUniqueId id = dist::nccl_unique_id();
   std::vector<Tensor> out(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
@@ -49,7 +51,8 @@ std::vector<Tensor> run_ranks_in_threads(const MoeLayer& layer, const Tensor& x)
         EXPECT_EQ(cudaSetDevice(r), cudaSuccess);
         dist::NcclCommunicator comm(r, n, id, r, std::chrono::seconds(120));
         const MoeDistLayer dist =
-            MoeDistLayer::upload(layer, comm, static_cast<int>(x.shape()[0]), Device::cuda(r));
+            MoeDistLayer::from_checkpoint(checkpoint, 0, {}, comm, tp, ep, kDefaultAlignment,
+                                          static_cast<int>(x.shape()[0]), Device::cuda(r));
         out[static_cast<std::size_t>(r)] = dist.forward_host(x);
       } catch (const std::exception& e) {
         ADD_FAILURE() << "rank " << r << ": " << e.what();
@@ -72,7 +75,8 @@ void check_split(int tp, int ep) {
   const Tensor simulated = MoeGpuLayer::upload(split, 9).forward_host(x);
   const Tensor single = MoeGpuLayer::upload(whole, 9).forward_host(x);
   const Tensor reference = whole.forward(x).output;
-  const std::vector<Tensor> ranks = run_ranks_in_threads(split, x);
+  const std::vector<Tensor> ranks =
+      run_ranks_in_threads(MoeCheckpoint::open(dir.file("ckpt")), tp, ep, x);
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     ASSERT_TRUE(ranks[r].defined()) << "rank " << r;
     // With two ranks the all-reduce adds the same two fp32 partials as the simulation.

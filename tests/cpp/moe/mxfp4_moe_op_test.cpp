@@ -1,7 +1,8 @@
 // The engine-facing MoE op on the CPU (mxq/moe/mxfp4_moe.h): its preparation equals the layer's
 // (MoeLayer::prepare, then the kernels' layout) bit for bit from either checkpoint layout and
-// from inputs already sliced to the rank; one rank per call, the ranks' partials summed in rank
-// order equal the layer's fp32 sum bit for bit; bad arguments are refused by name.
+// from inputs already sliced to the rank (a rank's own read of the checkpoint too); one rank per
+// call, the ranks' partials summed in rank order equal the layer's fp32 sum bit for bit; bad
+// arguments are refused by name.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -285,6 +286,53 @@ TEST_F(Mxfp4MoeOp, CheckpointExpertsOfEitherLayoutPrepareAsTheLayer) {
     }
   }
   EXPECT_NE(testing::error_of([&] { (void)read_checkpoint_experts(checkpoint_, 5); }).find("5"),
+            std::string::npos);
+}
+
+TEST_F(Mxfp4MoeOp, ARanksReadHoldsOnlyItsShardsAndPreparesAsTheWholeRead) {
+  testing::TempDir native_dir{"native"};
+  SyntheticSpec spec = testing::small_spec();
+  spec.layout = CheckpointLayout::kNative;
+  write_synthetic_checkpoint(native_dir.path(), spec);
+  const MoeCheckpoint native = MoeCheckpoint::open(native_dir.path());
+  const std::int64_t h = config_.hidden_size;
+  for (const MoeCheckpoint* source : {static_cast<const MoeCheckpoint*>(&checkpoint_), &native}) {
+    const CheckpointExperts whole = read_checkpoint_experts(*source, 0);
+    // TP = 4 over I = 96: width 32, and rank 3 is past the last channel (it reads 0 channels).
+    for (const auto& [tp, ep] : {std::pair{1, 1}, {2, 1}, {1, 2}, {2, 3}, {4, 1}}) {
+      for (int r = 0; r < tp * ep; ++r) {
+        const MoeRank rank{r % tp, tp, r / tp, ep};
+        const PreparedMoeShapes s = prepared_moe_shapes(whole.layer_shape(), rank);
+        const CheckpointExperts part = read_checkpoint_experts(*source, 0, {}, rank);
+        const std::string what = std::string(to_string(whole.layout)) + " tp " +
+                                 std::to_string(tp) + " ep " + std::to_string(ep) + " rank " +
+                                 std::to_string(r);
+        EXPECT_EQ(part.layout, whole.layout) << what;
+        EXPECT_EQ(part.config, whole.config) << what;
+        EXPECT_EQ(part.w13.shape(), (Shape{s.ep.count, 2 * s.tp.valid, h / 32, 16})) << what;
+        EXPECT_EQ(part.w13_scale.shape(), (Shape{s.ep.count, 2 * s.tp.valid, h / 32})) << what;
+        EXPECT_EQ(part.w13_bias.shape(), (Shape{s.ep.count, 2 * s.tp.valid})) << what;
+        EXPECT_EQ(part.w2.shape(), (Shape{s.ep.count, h, s.tp.valid / 32, 16})) << what;
+        EXPECT_EQ(part.w2_scale.shape(), (Shape{s.ep.count, h, s.tp.valid / 32})) << what;
+        EXPECT_EQ(part.w2_bias.shape(), (Shape{s.ep.count, h})) << what;
+        EXPECT_EQ(testing::bytes_of(part.router_weight), testing::bytes_of(whole.router_weight));
+        EXPECT_EQ(testing::bytes_of(part.router_bias), testing::bytes_of(whole.router_bias));
+        Prepared from_whole = allocate(s);
+        prepare_mxfp4_moe(whole.expert_tensors(), whole.layer_shape(), rank, from_whole.view());
+        Prepared from_part = allocate(s);
+        prepare_mxfp4_moe(part.expert_tensors(), part.layer_shape(), rank, from_part.view());
+        expect_same_bytes(from_part, from_whole, what);
+      }
+    }
+  }
+  // A rank the layer cannot have is refused by name before anything is read.
+  EXPECT_NE(testing::error_of([&] {
+              (void)read_checkpoint_experts(checkpoint_, 0, {}, MoeRank{2, 2, 0, 1});
+            }).find("tp_rank"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] {
+              (void)read_checkpoint_experts(checkpoint_, 0, {}, MoeRank{0, 1, 0, 7});
+            }).find("ep_size"),
             std::string::npos);
 }
 
