@@ -15,7 +15,6 @@
 namespace mxq::tune {
 namespace {
 
-using detail::append_json_int;
 using detail::append_json_string;
 using detail::append_scalar;
 using detail::complete_entry;
