@@ -13,7 +13,9 @@
 // the host time of one eager call (argument checks, dispatch, launches).
 #include "linear_bench.h"
 
-#include <cublasLt.h>
+#include "cublaslt_block_fp8.h"
+#include "linear_summary.h"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -38,16 +40,8 @@ namespace {
 using linear::BlockFp8Weight;
 using linear::LinearTactic;
 
-#define MXQ_CUBLASLT_CHECK(call)                                                                \
-  do {                                                                                          \
-    const cublasStatus_t status_ = (call);                                                      \
-    if (status_ != CUBLAS_STATUS_SUCCESS)                                                       \
-      ::mxq::fail(::mxq::ErrorCode::kCuda, #call, " failed: ", cublasGetStatusString(status_)); \
-  } while (0)
-
 constexpr std::int64_t kWorkingSetBytes = 120LL << 20;  // > 2x the H200's 50 MB L2
 constexpr int kMaxSets = 16;
-constexpr std::size_t kCublasWorkspace = 32U << 20;
 
 __device__ __forceinline__ std::uint64_t mix(std::uint64_t z) {
   z += 0x9E3779B97F4A7C15ULL;
@@ -226,124 +220,10 @@ double time_us(const std::function<void(int, cudaStream_t)>& launch, int sets, i
   return median(times);
 }
 
-// cuBLASLt's block-scaled FP8 GEMM on the same operands. Preferred orientation: A = W with
-// 128x128 block scales, B = activations with 1x128 scales, D col-major N x M = y row-major.
-// If cuBLASLt has no algorithm for that, the transposed orientation (A = activations VEC128,
-// B = W BLK128x128, D = y^T) is timed instead and reported as such.
-class CublasLtBlockFp8 {
- public:
-  // `first` provides the scale pointers set while cuBLASLt picks an algorithm.
-  CublasLtBlockFp8(cublasLtHandle_t handle, int m, int n, int k, void* workspace,
-                   const OperandSet& first)
-      : handle_(handle), m_(m), n_(n), k_(k), workspace_(workspace) {
-    for (const bool transposed : {false, true}) {
-      if (try_orientation(transposed, first)) {
-        transposed_ = transposed;
-        ok_ = true;
-        return;
-      }
-    }
-  }
-  ~CublasLtBlockFp8() { release(); }
-  CublasLtBlockFp8(const CublasLtBlockFp8&) = delete;
-  CublasLtBlockFp8& operator=(const CublasLtBlockFp8&) = delete;
-
-  [[nodiscard]] bool ok() const { return ok_; }
-  [[nodiscard]] bool transposed() const { return transposed_; }
-
-  void run(const OperandSet& s, cudaStream_t stream) {
-    const void* w_scale = s.w_scale.data();
-    const void* a_scale = s.a_scale.data();
-    const void* a_ptr = transposed_ ? s.a.data() : s.w.data();
-    const void* b_ptr = transposed_ ? s.w.data() : s.a.data();
-    const void* a_scale_ptr = transposed_ ? a_scale : w_scale;
-    const void* b_scale_ptr = transposed_ ? w_scale : a_scale;
-    MXQ_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                      &a_scale_ptr, sizeof(a_scale_ptr)));
-    MXQ_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                      &b_scale_ptr, sizeof(b_scale_ptr)));
-    const float alpha = 1.0F;
-    const float beta = 0.0F;
-    MXQ_CUBLASLT_CHECK(cublasLtMatmul(handle_, desc_, &alpha, a_ptr, a_desc_, b_ptr, b_desc_, &beta,
-                                      s.out.data(), d_desc_, s.out.data(), d_desc_, &algo_,
-                                      workspace_, kCublasWorkspace, stream));
-  }
-
- private:
-  bool try_orientation(bool transposed, const OperandSet& first) {
-    release();
-    // cuBLAS sizes: D (rows x cols) = op(A) (rows x K) * op(B) (K x cols), col-major.
-    const int rows = transposed ? m_ : n_;
-    const int cols = transposed ? n_ : m_;
-    if (cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
-      return false;
-    const cublasOperation_t op_t = CUBLAS_OP_T;
-    const cublasOperation_t op_n = CUBLAS_OP_N;
-    const std::int32_t vec128 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    const std::int32_t blk128 = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
-    const std::int32_t a_mode = transposed ? vec128 : blk128;
-    const std::int32_t b_mode = transposed ? blk128 : vec128;
-    bool ok = cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_t,
-                                             sizeof(op_t)) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_n,
-                                             sizeof(op_n)) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
-                                             sizeof(a_mode)) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
-                                             sizeof(b_mode)) == CUBLAS_STATUS_SUCCESS;
-    const void* w_scale = first.w_scale.data();
-    const void* a_scale = first.a_scale.data();
-    const void* a_scale_ptr = transposed ? a_scale : w_scale;
-    const void* b_scale_ptr = transposed ? w_scale : a_scale;
-    ok = ok &&
-         cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale_ptr,
-                                        sizeof(a_scale_ptr)) == CUBLAS_STATUS_SUCCESS &&
-         cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale_ptr,
-                                        sizeof(b_scale_ptr)) == CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatrixLayoutCreate(&a_desc_, CUDA_R_8F_E4M3, k_, rows, k_) ==
-                   CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatrixLayoutCreate(&b_desc_, CUDA_R_8F_E4M3, k_, cols, k_) ==
-                   CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatrixLayoutCreate(&d_desc_, CUDA_R_16BF, rows, cols, rows) ==
-                   CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatmulPreferenceCreate(&preference_) == CUBLAS_STATUS_SUCCESS;
-    const std::size_t workspace = kCublasWorkspace;
-    ok = ok && cublasLtMatmulPreferenceSetAttribute(
-                   preference_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                   sizeof(workspace)) == CUBLAS_STATUS_SUCCESS;
-    int found = 0;
-    cublasLtMatmulHeuristicResult_t result{};
-    ok = ok &&
-         cublasLtMatmulAlgoGetHeuristic(handle_, desc_, a_desc_, b_desc_, d_desc_, d_desc_,
-                                        preference_, 1, &result, &found) == CUBLAS_STATUS_SUCCESS &&
-         found > 0;
-    if (ok) algo_ = result.algo;
-    return ok;
-  }
-
-  void release() {
-    if (preference_ != nullptr) cublasLtMatmulPreferenceDestroy(preference_);
-    if (d_desc_ != nullptr) cublasLtMatrixLayoutDestroy(d_desc_);
-    if (b_desc_ != nullptr) cublasLtMatrixLayoutDestroy(b_desc_);
-    if (a_desc_ != nullptr) cublasLtMatrixLayoutDestroy(a_desc_);
-    if (desc_ != nullptr) cublasLtMatmulDescDestroy(desc_);
-    preference_ = nullptr;
-    d_desc_ = b_desc_ = a_desc_ = nullptr;
-    desc_ = nullptr;
-  }
-
-  cublasLtHandle_t handle_;
-  int m_, n_, k_;
-  void* workspace_;
-  bool ok_ = false;
-  bool transposed_ = false;
-  cublasLtMatmulDesc_t desc_ = nullptr;
-  cublasLtMatrixLayout_t a_desc_ = nullptr;
-  cublasLtMatrixLayout_t b_desc_ = nullptr;
-  cublasLtMatrixLayout_t d_desc_ = nullptr;
-  cublasLtMatmulPreference_t preference_ = nullptr;
-  cublasLtMatmulAlgo_t algo_{};
-};
+// cuBLASLt's view of an operand set (128x128 weight blocks, 1x128 activation groups).
+BlockFp8GemmOperands cublas_operands(const OperandSet& s) {
+  return {s.a.data(), s.a_scale.data(), s.w.data(), s.w_scale.data(), s.out.data()};
+}
 
 // ||a - b|| / ||b|| of two bf16 device matrices, `a` [rows, cols], `b` the same or transposed.
 double normalized_difference(const Tensor& a, const Tensor& b, bool b_transposed) {
@@ -558,11 +438,12 @@ nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress
       // cuBLASLt baseline.
       double cublas_us = 0.0;
       if (options.baseline) {
-        CublasLtBlockFp8 cublas(handle, m, n, k, workspace.data(), operand_sets[0]);
+        CublasLtBlockFp8 cublas(handle, m, n, k, workspace.data(),
+                                cublas_operands(operand_sets[0]));
         if (cublas.ok()) {
           cublas_us = time_us(
               [&](int s, cudaStream_t st) {
-                cublas.run(operand_sets[static_cast<std::size_t>(s)], st);
+                cublas.run(cublas_operands(operand_sets[static_cast<std::size_t>(s)]), st);
               },
               sets, options.repeats, stream);
           record(cublas.transposed() ? "cublaslt (y^T)" : "cublaslt", "128x128", cublas_us);
@@ -579,7 +460,7 @@ nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress
           linear::LinearOperands ops = operands_of(s0, false, stream);
           ops.out = mxq_out.data();
           linear::select_tactic(p).run(ops, p);
-          cublas.run(s0, stream);
+          cublas.run(cublas_operands(s0), stream);
           MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
           point["cublaslt_vs_mxq_normalized_difference"] =
               cublas.transposed() ? normalized_difference(mxq_out, s0.out, /*b_transposed=*/true)
@@ -623,6 +504,7 @@ nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress
       points.push_back(point);
     }
   }
+  result["summary"] = summarize_linear_points(points);
   result["points"] = points;
   MXQ_CUBLASLT_CHECK(cublasLtDestroy(handle));
   MXQ_CUDA_CHECK(cudaStreamDestroy(stream));

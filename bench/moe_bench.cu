@@ -560,7 +560,11 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
     MXQ_CHECK(trace_file.good(), ErrorCode::kIo, "--block-trace: cannot write '",
               options.block_trace_path, "'");
   }
-  return {{"preset", preset->name},
+  cudaDeviceProp props{};
+  MXQ_CUDA_CHECK(cudaGetDeviceProperties(&props, 0));
+  return {{"gpu", props.name},
+          {"sm_count", props.multiProcessorCount},
+          {"preset", preset->name},
           {"experts", experts},
           {"hidden", hidden},
           {"intermediate_per_rank", inter},

@@ -121,6 +121,12 @@ struct LinearBenchArgs {
       std::printf("%20s %s\n", "", p["cublaslt_note"].get<std::string>().c_str());
     }
   }
+  for (const auto& m : result.value("summary", nlohmann::json::array())) {
+    std::printf(
+        "M=%d: the dispatch's choice vs cuBLASLt over %d shapes: geomean %.2fx, min %.2fx (%s)\n",
+        m["m"].get<int>(), m["shapes"].get<int>(), m["geomean_vs_cublaslt"].get<double>(),
+        m["min_vs_cublaslt"].get<double>(), m["min_at"].get<std::string>().c_str());
+  }
 }
 
 }  // namespace

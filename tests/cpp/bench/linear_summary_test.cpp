@@ -1,0 +1,53 @@
+// The per-M summary of `mxq bench linear` (bench/linear_summary.h) on hand-made bench results.
+#include "linear_summary.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace mxq::bench {
+namespace {
+
+nlohmann::json timing(const std::string& name, const std::string& blocks, double speedup) {
+  return {{"name", name}, {"blocks", blocks}, {"us", 10.0}, {"speedup_vs_cublaslt", speedup}};
+}
+
+nlohmann::json point(int m, int n, int k, nlohmann::json timings) {
+  return {{"m", m}, {"n", n}, {"k", k}, {"timings", std::move(timings)}};
+}
+
+TEST(LinearSummary, GeomeanAndMinimumOfTheDispatchChoicePerM) {
+  nlohmann::json points = nlohmann::json::array();
+  // Other tactics, the 64x64 fallback and cuBLASLt's own row must not count.
+  points.push_back(point(128, 2112, 7168,
+                         {{{"name", "cublaslt"}, {"blocks", "128x128"}, {"us", 20.0}},
+                          timing("wgmma_128 *", "128x128", 0.5),
+                          timing("mma_sync", "128x128", 9.0),
+                          timing("fallback *", "64x64", 9.0)}));
+  points.push_back(point(64, 7168, 16384, {timing("wgmma_64 *", "128x128", 2.0)}));
+  points.push_back(point(128, 4096, 7168, {timing("wgmma_128 *", "128x128", 2.0)}));
+  points.push_back(point(64, 2112, 7168, {timing("wgmma_64 *", "128x128", 1.0)}));
+  const nlohmann::json summary = summarize_linear_points(points);
+  ASSERT_EQ(summary.size(), 2U);
+  EXPECT_EQ(summary[0]["m"], 64);
+  EXPECT_EQ(summary[0]["shapes"], 2);
+  EXPECT_NEAR(summary[0]["geomean_vs_cublaslt"].get<double>(), std::sqrt(2.0), 1e-12);
+  EXPECT_DOUBLE_EQ(summary[0]["min_vs_cublaslt"].get<double>(), 1.0);
+  EXPECT_EQ(summary[0]["min_at"], "2112x7168");
+  EXPECT_EQ(summary[1]["m"], 128);
+  EXPECT_EQ(summary[1]["shapes"], 2);
+  EXPECT_NEAR(summary[1]["geomean_vs_cublaslt"].get<double>(), 1.0, 1e-12);
+  EXPECT_DOUBLE_EQ(summary[1]["min_vs_cublaslt"].get<double>(), 0.5);
+  EXPECT_EQ(summary[1]["min_at"], "2112x7168");
+}
+
+TEST(LinearSummary, PointsWithoutACublasTimeAreLeftOut) {
+  nlohmann::json points = nlohmann::json::array();
+  points.push_back(
+      point(64, 2112, 7168, {{{"name", "wgmma_64 *"}, {"blocks", "128x128"}, {"us", 10.0}}}));
+  EXPECT_TRUE(summarize_linear_points(points).empty());
+  EXPECT_TRUE(summarize_linear_points(nlohmann::json::array()).empty());
+}
+
+}  // namespace
+}  // namespace mxq::bench
