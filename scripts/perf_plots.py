@@ -16,6 +16,7 @@ links the charts. Exit status: 0 done, 2 an error.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -148,10 +149,14 @@ def plot_linear(run: perf_page.Run, out: Path) -> Path:
     return out
 
 
+# docs/perf-log/data/ keeps runs of several cards: their names may end in the card (`-h100`).
+DATED_TAGGED = re.compile(r"^(?P<prefix>.+)-(?P<date>\d{4}-\d{2}-\d{2})(-[a-z0-9]+)?\.json$")
+
+
 def plot_file(path: Path) -> Path:
-    m = perf_page.DATED.match(path.name)
+    m = DATED_TAGGED.match(path.name)
     if m is None:
-        raise perf_page.PageError(f"{path}: expected a name <prefix>-<YYYY-MM-DD>.json")
+        raise perf_page.PageError(f"{path}: expected a name <prefix>-<YYYY-MM-DD>[-<card>].json")
     run = perf_page.load_run(m.group("date"), path, ".")
     out = path.with_suffix(".png")
     if "experts" in run.data and "top_k" in run.data:
