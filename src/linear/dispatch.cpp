@@ -1,6 +1,7 @@
 #include "mxq/linear/dispatch.h"
 
 #include <algorithm>
+#include <array>
 #include <sstream>
 
 #include <any>
@@ -45,39 +46,45 @@ struct Preference {
 // H200 (docs/PERF.md): with many waves of 128x128 tiles the large tile wins (fewer operand bytes
 // per FLOP); otherwise the last wave's idle SMs dominate, so the tile whose count fills the SMs
 // best wins, and among near-equal fills the larger tile (the 64x128 one overlapping promotion
-// with the next wgmma).
-Preference preferred_fast(const LinearProblem& p) {
+// with the next wgmma). `because` is written only when `explained` (the text costs more than the
+// choice, and the per-call path does not print it).
+Preference preferred_fast(const LinearProblem& p, bool explained) {
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
   if (p.m > 64 && tiles(p, 128, 128) >= 2 * sms) {
     return {"cuda.sm90_wgmma.m128n128",
-            detail::concat("M > 64 and ", tiles(p, 128, 128), " 128x128 tiles fill ", sms,
-                           " SMs at least twice")};
+            explained ? detail::concat("M > 64 and ", tiles(p, 128, 128), " 128x128 tiles fill ",
+                                       sms, " SMs at least twice")
+                      : std::string()};
   }
   struct Candidate {
     const char* name;
     std::int64_t tiles;
   };
-  std::vector<Candidate> candidates;  // larger tiles first
-  if (p.m > 64) candidates.push_back({"cuda.sm90_wgmma.m128n128", tiles(p, 128, 128)});
-  candidates.push_back({"cuda.sm90_wgmma.m64n128_overlap", tiles(p, 64, 128)});
-  candidates.push_back({"cuda.sm90_wgmma.m64n64", tiles(p, 64, 64)});
+  std::array<Candidate, 3> candidates{};  // larger tiles first
+  std::size_t count = 0;
+  if (p.m > 64) candidates[count++] = {"cuda.sm90_wgmma.m128n128", tiles(p, 128, 128)};
+  candidates[count++] = {"cuda.sm90_wgmma.m64n128_overlap", tiles(p, 64, 128)};
+  candidates[count++] = {"cuda.sm90_wgmma.m64n64", tiles(p, 64, 64)};
   // Fraction of the SM slots of all waves that hold a tile.
   const auto fill = [&](const Candidate& c) {
     return static_cast<double>(c.tiles) / static_cast<double>(ceil_div(c.tiles, sms) * sms);
   };
   double best_fill = 0;
-  for (const Candidate& c : candidates) best_fill = std::max(best_fill, fill(c));
+  for (std::size_t i = 0; i < count; ++i) best_fill = std::max(best_fill, fill(candidates[i]));
   constexpr double kFillTolerance = 0.05;
-  for (const Candidate& c : candidates) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const Candidate& c = candidates[i];
     if (fill(c) >= best_fill - kFillTolerance) {
-      return {c.name, detail::concat(c.tiles, " tiles fill ", static_cast<int>(100 * fill(c) + 0.5),
-                                     "% of the SM slots of their waves (", sms, " SMs)")};
+      return {c.name, explained ? detail::concat(c.tiles, " tiles fill ",
+                                                 static_cast<int>(100 * fill(c) + 0.5),
+                                                 "% of the SM slots of their waves (", sms, " SMs)")
+                                : std::string()};
     }
   }
-  return {candidates.back().name, "smallest tile"};  // not reached: the best fill is a candidate
+  return {candidates[count - 1].name, "smallest tile"};  // not reached: the best is a candidate
 }
 
-Preference preferred_fallback(const LinearProblem& p) {
+Preference preferred_fallback(const LinearProblem& p, bool explained) {
   if (p.device.is_cpu()) {
     return {"cpu.blocked_f32.n64", "64-column tiles"};
   }
@@ -85,29 +92,90 @@ Preference preferred_fallback(const LinearProblem& p) {
   {
     // The wgmma kernel where it supports the block: the fast path's tile rule, else the first
     // wgmma tile that supports the block.
-    Preference tile = preferred_fast(p);
+    Preference tile = preferred_fast(p, explained);
     tile.name.replace(0, std::string_view("cuda.sm90_wgmma").size(), "cuda.sm90_wgmma_any");
     if (tile.name.ends_with("_overlap")) tile.name.resize(tile.name.size() - 8);  // not compiled
     const LinearTactic* preferred = find_tactic(tile.name);
     if (preferred != nullptr && preferred->supports(p)) return tile;
     for (const auto& tactic : linear_tactics()) {
       if (tactic->name().starts_with("cuda.sm90_wgmma_any.") && tactic->supports(p)) {
-        return {tactic->name(), "the wgmma tile that supports block " + to_string(p.block)};
+        return {tactic->name(), explained
+                                    ? "the wgmma tile that supports block " + to_string(p.block)
+                                    : std::string()};
       }
     }
   }
   if (p.block.k % 64 != 0) {
     return {"cuda.mma_sync.m64n128k32",
-            detail::concat("block K extent ", p.block.k,
-                           " is not a multiple of 64: 32-byte K chunks waste no work")};
+            explained ? detail::concat("block K extent ", p.block.k,
+                                       " is not a multiple of 64: 32-byte K chunks waste no work")
+                      : std::string()};
   }
   if (p.m <= 16) return {"cuda.mma_sync.m16n64k64", "M <= 16: 16-row tiles"};
   if (p.m <= 64 || tiles(p, 128, 128) < sms) {
-    return {"cuda.mma_sync.m64n128k64",
-            detail::concat("M = ", p.m, ": 64x128 tiles (", tiles(p, 64, 128), " tiles)")};
+    return {"cuda.mma_sync.m64n128k64", explained ? detail::concat("M = ", p.m, ": 64x128 tiles (",
+                                                                   tiles(p, 64, 128), " tiles)")
+                                                  : std::string()};
   }
   return {"cuda.mma_sync.m128n128k64",
-          detail::concat(tiles(p, 128, 128), " 128x128 tiles fill ", sms, " SMs")};
+          explained ? detail::concat(tiles(p, 128, 128), " 128x128 tiles fill ", sms, " SMs")
+                    : std::string()};
+}
+
+// What the rules choose for `requested` (no autotuner): the first kind in the device's order
+// (CUDA: fast, fallback, reference; CPU: reference, fallback, fast) with a supported tactic, and
+// within it the preferred one (else the first supported). Only the tactics of the kinds looked at
+// are asked whether they support the problem, and the reasons are written only when `explained`:
+// this is the per-call path of select_tactic.
+struct RuleChoice {
+  const LinearTactic* tactic = nullptr;  // null: nothing requested supports the problem
+  TacticKind kind = TacticKind::kReference;
+  std::string because;  // why this tactic within its kind (when explained)
+};
+
+RuleChoice choose_by_rule(const LinearProblem& problem, std::string_view requested,
+                          bool explained) {
+  static constexpr std::array<TacticKind, 3> kCudaOrder{TacticKind::kFast, TacticKind::kFallback,
+                                                        TacticKind::kReference};
+  static constexpr std::array<TacticKind, 3> kCpuOrder{TacticKind::kReference,
+                                                       TacticKind::kFallback, TacticKind::kFast};
+  for (const TacticKind kind : problem.device.is_cuda() ? kCudaOrder : kCpuOrder) {
+    const LinearTactic* first = nullptr;
+    const LinearTactic* preferred = nullptr;
+    Preference preference;
+    for (const auto& tactic : linear_tactics()) {
+      if (tactic->kind() != kind || !requested_includes(requested, *tactic) ||
+          !tactic->supports(problem)) {
+        continue;
+      }
+      if (first == nullptr) {
+        first = tactic.get();
+        if (!is_kind_request(requested)) {
+          preference = {first->name(), "requested by name"};
+        } else if (kind == TacticKind::kFast) {
+          preference = preferred_fast(problem, explained);
+        } else if (kind == TacticKind::kFallback) {
+          preference = preferred_fallback(problem, explained);
+        } else {
+          preference = {first->name(), "the CPU reference (fp64 accumulation)"};
+        }
+      }
+      if (preferred == nullptr && tactic->name() == preference.name) preferred = tactic.get();
+    }
+    if (first == nullptr) continue;
+    RuleChoice choice{preferred != nullptr ? preferred : first, kind,
+                      std::move(preference.because)};
+    if (explained) {
+      // A preferred name that is not among the candidates falls back to the first candidate.
+      if (preferred == nullptr)
+        choice.because = "first supported " + std::string(to_string(kind)) + " tactic";
+      if (requested == "auto" && kind == TacticKind::kFallback && problem.device.is_cuda()) {
+        choice.because = "no fast tactic supports the problem; " + choice.because;
+      }
+    }
+    return choice;
+  }
+  return {};
 }
 
 std::string params_text(const LinearTactic& tactic) {
@@ -240,51 +308,14 @@ Explanation explain(const LinearProblem& problem, std::string_view requested,
   support.reserve(tactics.size());
   for (const auto& tactic : tactics) support.push_back(tactic->supports(problem));
 
-  // Supported tactics among those requested, best kind first (fast, fallback, reference).
-  const auto supported_of = [&](TacticKind kind) {
-    std::vector<const LinearTactic*> list;
-    for (std::size_t i = 0; i < tactics.size(); ++i) {
-      if (support[i] && tactics[i]->kind() == kind && requested_includes(requested, *tactics[i]))
-        list.push_back(tactics[i].get());
-    }
-    return list;
-  };
-  Preference preference;
-  // CUDA: fast before fallback. CPU: the reference by default, the blocked tactics on request.
-  const std::vector<TacticKind> kinds =
-      problem.device.is_cuda() ? std::vector<TacticKind>{TacticKind::kFast, TacticKind::kFallback,
-                                                         TacticKind::kReference}
-                               : std::vector<TacticKind>{TacticKind::kReference,
-                                                         TacticKind::kFallback, TacticKind::kFast};
-  for (const TacticKind kind : kinds) {
-    const auto candidates = supported_of(kind);
-    if (candidates.empty()) continue;
-    if (!is_kind_request(requested)) {
-      preference = {candidates.front()->name(), "requested by name"};
-    } else if (kind == TacticKind::kFast) {
-      preference = preferred_fast(problem);
-    } else if (kind == TacticKind::kFallback) {
-      preference = preferred_fallback(problem);
-    } else {
-      preference = {candidates.front()->name(), "the CPU reference (fp64 accumulation)"};
-    }
-    // A preferred name that is not among the candidates falls back to the first candidate.
-    result.chosen = candidates.front();
-    for (const LinearTactic* candidate : candidates) {
-      if (candidate->name() == preference.name) result.chosen = candidate;
-    }
-    if (result.chosen->name() != preference.name) {
-      preference.because = "first supported " + std::string(to_string(kind)) + " tactic";
-    }
-    if (requested == "auto" && kind == TacticKind::kFallback && problem.device.is_cuda()) {
-      preference.because = "no fast tactic supports the problem; " + preference.because;
-    }
-    result.chosen_because = std::string(to_string(kind)) + " path; " + preference.because;
-    break;
+  const RuleChoice rule = choose_by_rule(problem, requested, /*explained=*/true);
+  result.chosen = rule.tactic;
+  if (rule.tactic != nullptr) {
+    result.chosen_because = std::string(to_string(rule.kind)) + " path; " + rule.because;
   }
 
   // The autotuner's cached tactic overrides the rules' choice.
-  const LinearTactic* rule_choice = result.chosen;
+  const LinearTactic* rule_choice = rule.tactic;
   if (cached != nullptr) {
     result.chosen = cached;
     result.chosen_because = "autotuner cache (" + verdict->selection.tactic->id() + ")";
@@ -302,7 +333,7 @@ Explanation explain(const LinearProblem& problem, std::string_view requested,
     std::string reason;
     if (cached != nullptr && support[i]) {
       reason = &tactic == rule_choice
-                   ? "the dispatch rule's choice (" + preference.because +
+                   ? "the dispatch rule's choice (" + rule.because +
                          "), but the autotuner's cache chose " + cached->name()
                    : "supported, but the autotuner's cache chose " + cached->name();
     } else if (!support[i]) {
@@ -314,7 +345,7 @@ Explanation explain(const LinearProblem& problem, std::string_view requested,
                " tactic is preferred";
     } else {
       reason = "supported, but " + (result.chosen ? result.chosen->name() : std::string("?")) +
-               " is preferred: " + preference.because;
+               " is preferred: " + rule.because;
     }
     result.rejected.push_back({tactic.name(), reason});
   }
@@ -369,6 +400,8 @@ const LinearTactic& select_tactic(const LinearProblem& problem, std::string_view
     fail_argument(ErrorCode::kInvalidArgument, "tactic", detail::concat("one of: ", known.str()),
                   detail::concat('\'', requested, '\''));
   }
+  const RuleChoice rule = choose_by_rule(problem, requested, /*explained=*/false);
+  if (rule.tactic != nullptr) return *rule.tactic;
   const Explanation explanation = explain(problem, requested);
   if (explanation.chosen == nullptr) {
     if (!is_kind_request(requested)) {

@@ -54,6 +54,42 @@ TEST(Dispatch, RegistryNamesAreUniqueAndEveryTacticHasARange) {
   EXPECT_EQ(find_tactic("no-such-tactic"), nullptr);
 }
 
+// select_tactic chooses without writing the explanation (the per-call path); it must choose what
+// explain() explains, for every request on every device, block, shape and SM count.
+TEST(Dispatch, SelectTacticChoosesWhatExplainExplains) {
+  std::vector<std::string> requests = {"auto", "fast", "fallback", "reference"};
+  for (const auto& tactic : linear_tactics()) requests.push_back(tactic->name());
+  int compared = 0;
+  for (const Device device : {Device::cpu(), Device::cuda(0)}) {
+    for (const int sm_count : {132, 114, 8}) {
+      for (const BlockShape block : {BlockShape{128, 128}, BlockShape{64, 64}, BlockShape{128, 64},
+                                     BlockShape{64, 128}, BlockShape{32, 48}, BlockShape{1, 128}}) {
+        for (const std::int64_t m : {1, 16, 17, 64, 65, 128, 300, 4096}) {
+          for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+                   {2112, 7168}, {7168, 2048}, {32768, 512}, {96, 384}, {100, 200}}) {
+            LinearProblem p = h200_problem(m, n, k, block);
+            p.device = device;
+            p.sm = device.is_cuda() ? 90 : 0;
+            p.sm_count = device.is_cuda() ? sm_count : 0;
+            for (const std::string& request : requests) {
+              const Explanation e = explain(p, request);
+              if (e.chosen == nullptr) {
+                EXPECT_EQ(code_of([&] { (void)select_tactic(p, request); }),
+                          ErrorCode::kUnsupported)
+                    << p.str() << " " << request;
+              } else {
+                EXPECT_EQ(&select_tactic(p, request), e.chosen) << p.str() << " " << request;
+                ++compared;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 1000);
+}
+
 TEST(Dispatch, DeepSeekBlocksTakeTheFastPathOnSm90) {
   REQUIRE_CUDA_TACTICS();
   for (const std::int64_t m : {1, 64, 128, 4096}) {
