@@ -384,8 +384,8 @@ void bind_linear(nb::module_& m) {
       "quantize_activations into the caller's q (e4m3 bytes) and scale, with its workspace.");
   m.def(
       "quantize_activations_workspace_bytes",
-      [](std::int64_t m, std::int64_t k, std::int64_t group_k, bool cuda) {
-        return linear::quantize_activations_workspace_bytes(m, k, group_k,
+      [](std::int64_t rows, std::int64_t k, std::int64_t group_k, bool cuda) {
+        return linear::quantize_activations_workspace_bytes(rows, k, group_k,
                                                             cuda ? Device::cuda() : Device::cpu());
       },
       nb::arg("m"), nb::arg("k"), nb::arg("group_k"), nb::arg("cuda"));
