@@ -103,6 +103,16 @@ def test_prepared_buffers_are_the_modules_state(moe_checkpoint, tmp_path):
         assert torch.equal(t, state[name]), name
 
 
+def test_dtype_conversions_of_a_model_keep_the_prepared_dtypes(moe_checkpoint):
+    module = module_of(experts_of(moe_checkpoint))
+    x = torch.randn(3, H).bfloat16()
+    expected = module(x)
+    parent = torch.nn.Sequential(module).float().half().to(torch.float64)
+    assert module.w13_bias.dtype == module.router_weight.dtype == torch.bfloat16
+    assert module.w13.dtype == torch.uint8
+    assert torch.equal(parent[0](x), expected)
+
+
 def test_a_weight_update_rewrites_the_same_storage(moe_checkpoint):
     first, second = experts_of(moe_checkpoint, 0), experts_of(moe_checkpoint, 1)
     module = module_of(first)

@@ -382,6 +382,17 @@ class Mxfp4MoE(torch.nn.Module):
         return module.load_experts(*(tensors[name] for name in _PREPARED), read["layout"],
                                    tensors["router_weight"], tensors["router_bias"])
 
+    def _apply(self, fn: Any, recurse: bool = True) -> "Mxfp4MoE":
+        """Module.to() and friends, minus dtype changes: the prepared tensors are the op's
+        layout (bf16 biases and router included), so ``model.float()`` / ``.half()`` of a model
+        holding this module move them only where ``fn`` changes the device."""
+
+        def keep_dtype(t: Tensor) -> Tensor:
+            probe = fn(torch.empty(1, dtype=t.dtype, device=t.device))  # where fn sends t
+            return fn(t) if probe.dtype == t.dtype else t.to(device=probe.device)
+
+        return super()._apply(keep_dtype, recurse)
+
     def _workspace(self, x: Tensor) -> Optional[Tensor]:
         if x.device.type != "cuda" or self.max_tokens <= 0:
             return None
