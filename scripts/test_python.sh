@@ -4,9 +4,10 @@
 # rebuilds: this script's own opt-in, -Cbuild-dir; MXQ_PYTHON_BUILD_DIR names another folder, and
 # a plain `pip install .` builds in a temporary folder), then pytest tests/python.
 # CUDA follows MXQ_CUDA (AUTO by default, as in the C++ build); warnings are errors here.
-# PyTorch (for torch.ops.mxq and its tests) comes from PyPI into the venv and the torch tests
-# are then required (MXQ_REQUIRE_TORCH=1: a missing torch fails the run instead of skipping
-# them); MXQ_PYTHON_TORCH=0 leaves torch out. A cold install is ~3 GB of wheels (torch and its
+# PyTorch (for torch.ops.mxq and its tests) and transformers >= 5.17 with accelerate (for
+# mxq.integrations.transformers) come from PyPI into the venv, and their tests are then required
+# (MXQ_REQUIRE_TORCH=1: a missing torch or transformers fails the run instead of skipping the
+# tests); MXQ_PYTHON_TORCH=0 leaves them out. A cold install is ~3 GB of wheels (torch and its
 # CUDA libraries): about a minute at 100 MB/s, seconds when already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,9 @@ if [[ "${MXQ_PYTHON_TORCH:-1}" == 1 ]]; then
     "$venv/bin/python" -m pip install --quiet torch
     echo "test_python.sh: torch installed in $((SECONDS - start)) s" >&2
   fi
+  # The transformers integration's tests (mxq.integrations.transformers; accelerate loads
+  # transformers' quantized checkpoints); required with torch, like torch.
+  "$venv/bin/python" -m pip install --quiet "transformers>=5.17" accelerate
   export MXQ_REQUIRE_TORCH=1
 fi
 # No build isolation: the build uses the venv's nanobind and keeps its CMake cache between runs.

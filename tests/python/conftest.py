@@ -33,11 +33,24 @@ def pytest_configure(config):
     if os.environ.get("MXQ_REQUIRE_TORCH") == "1" and _torch() is None:
         raise pytest.UsageError("MXQ_REQUIRE_TORCH=1 but `import torch` fails: the torch tests "
                                 "would be skipped (install torch into this environment)")
+    # The same script installs transformers for mxq.integrations.transformers' tests.
+    if os.environ.get("MXQ_REQUIRE_TORCH") == "1" and not _importable("transformers"):
+        raise pytest.UsageError("MXQ_REQUIRE_TORCH=1 but `import transformers` fails: the "
+                                "transformers integration's tests would be skipped (install "
+                                "transformers >= 5.17 into this environment)")
     # scripts/gpu_python_check.sh sets MXQ_REQUIRE_CUDA=1 on the GPU machine: likewise for the
     # CUDA tests.
     if os.environ.get("MXQ_REQUIRE_CUDA") == "1" and not _cuda_available():
         raise pytest.UsageError("MXQ_REQUIRE_CUDA=1 but torch sees no CUDA GPU: the CUDA tests "
                                 "would be skipped")
+
+
+def _importable(name: str) -> bool:
+    try:
+        __import__(name)
+        return True
+    except ImportError:
+        return False
 
 
 def _cuda_available() -> bool:
