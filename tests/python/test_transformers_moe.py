@@ -202,6 +202,19 @@ def test_greedy_generation_matches_transformers_eager(checkpoints, kind, device)
     assert (our_logits[:steps].float() - eager_logits[:steps].float()).abs().max() <= ABS_TOL
 
 
+def test_the_forward_takes_the_routing_in_any_dtype_and_layout(checkpoints):
+    from mxq.integrations.transformers import mxq_experts_forward
+
+    model = use_mxq_experts(_load("gpt-oss", checkpoints["gpt-oss"]), checkpoints["gpt-oss"])
+    experts = _experts(model)[0]
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(128, 10, generator=generator).t()  # [10, 128], not contiguous
+    weights, ids = torch.randn(10, 8, generator=generator).softmax(-1).topk(2)  # int64 ids
+    expected = mxq_experts_forward(experts, x.contiguous(), ids.int(), weights.float())
+    got = mxq_experts_forward(experts, x, ids.t().contiguous().t(), weights.double())
+    assert got.dtype == torch.float32 and torch.equal(got, expected)
+
+
 def test_compiled_experts_fullgraph_match_eager_mxq(checkpoints):
     model = use_mxq_experts(_load("gpt-oss", checkpoints["gpt-oss"]), checkpoints["gpt-oss"])
     mlp = model.model.layers[1].mlp  # router (transformers) + experts (dispatched to mxq)

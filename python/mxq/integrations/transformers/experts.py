@@ -73,10 +73,10 @@ def mxq_experts_forward(self: torch.nn.Module, hidden_states: Tensor, top_k_inde
             "after loading (docs/transformers.md)")
     shape = hidden_states.shape
     # mxq computes in bf16 activations (on the CPU too, so CPU and CUDA agree) and accumulates
-    # in fp32; ids and weights go in the op's dtypes.
-    x = hidden_states.reshape(-1, shape[-1]).to(torch.bfloat16)
-    ids = top_k_index.reshape(x.shape[0], -1).to(torch.int32)
-    weights = top_k_weights.reshape(x.shape[0], -1).to(torch.float32)
+    # in fp32; ids and weights go in the op's dtypes, every input contiguous as the op wants.
+    x = hidden_states.reshape(-1, shape[-1]).to(torch.bfloat16).contiguous()
+    ids = top_k_index.reshape(x.shape[0], -1).to(torch.int32).contiguous()
+    weights = top_k_weights.reshape(x.shape[0], -1).to(torch.float32).contiguous()
     return moe(x, ids, weights).to(hidden_states.dtype).reshape(shape)
 
 
