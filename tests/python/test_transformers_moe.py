@@ -369,6 +369,15 @@ def test_cuda_without_cuda_is_refused(checkpoints):
     _assert_unchanged(model, snapshot)
 
 
+@pytest.mark.cuda
+def test_a_device_other_than_the_models_is_refused(checkpoints):
+    model = _load("gpt-oss", checkpoints["gpt-oss"])  # on the CPU
+    snapshot = _snapshot(model)
+    with pytest.raises(mxq.InvalidArgumentError, match="but the experts are on cpu"):
+        use_mxq_experts(model, checkpoints["gpt-oss"], device="cuda")
+    _assert_unchanged(model, snapshot)
+
+
 def test_dequantized_weights_without_a_checkpoint_are_refused_not_requantized(checkpoints):
     model = _load("gpt-oss", checkpoints["gpt-oss"])
     model.config._name_or_path = ""  # as if built in memory

@@ -400,8 +400,9 @@ def use_mxq_experts(model: torch.nn.Module,
     dequantized weights), or from the experts modules themselves when transformers kept them
     quantized (DeepSeek-V4's int8 FP4 experts). ``quantize=True`` instead quantizes the
     modules' floating weights with mxq's MXFP4 quantizer: an explicit opt-in, not lossless in
-    general. ``device`` (default: where each module's weights are) is where the prepared
-    tensors live and the forward runs; ``alignment`` is the kernels' padding of the
+    general. The prepared tensors are made where each experts module's weights are (where its
+    forward runs); ``device``, when given, says where the model is meant to run and is checked
+    against that (move the model first). ``alignment`` is the kernels' padding of the
     intermediate size.
 
     Raises :class:`mxq.Error` (code "unsupported", "format" or "io") naming what is missing
@@ -419,11 +420,17 @@ def use_mxq_experts(model: torch.nn.Module,
     model_type = getattr(getattr(model, "config", None), "model_type", "")
     classes = _experts_classes()
     specs = {name: _spec(name, m, model_type, classes) for name, m in experts.items()}
-    devices = {name: torch.device(device) if device is not None else _module_device(m)
-               for name, m in experts.items()}
+    devices = {name: _module_device(m) for name, m in experts.items()}
     for name, m in experts.items():
         _check_not_distributed(name, m)
-        _check_device(devices[name], name)
+        where = devices[name]
+        wanted = torch.device(device) if device is not None else where
+        _check_device(wanted, name)
+        if wanted.type != where.type or wanted.index not in (None, where.index):
+            raise InvalidArgumentError(
+                f"{name}: device={wanted}, but the experts are on {where} (the forward runs where "
+                "the hidden states are): move the model first, e.g. model.to(device)",
+                "device_mismatch")
 
     ckpt = None
     if not quantize and any(s.source == "bf16" for s in specs.values()):
