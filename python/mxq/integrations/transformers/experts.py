@@ -147,12 +147,7 @@ def _spec(name: str, module: torch.nn.Module, model_type: str,
                            float(getattr(module, "alpha", 1.702)),
                            float(getattr(module, "limit", 7.0)), "bf16")
     if kind is classes.get("deepseek-v4"):
-        _check_silu(name, config)
-        limit = getattr(module, "limit", None)
-        return ExpertsSpec("deepseek-v4", module.num_experts, module.hidden_dim,
-                           module.intermediate_dim, False,
-                           "swiglu" if limit is None else "swiglu_clamp", 1.702,
-                           7.0 if limit is None else float(limit), "bf16")
+        return _deepseek_v4_spec(name, module, config, "bf16")
     if kind is classes.get("fp8") and model_type == "deepseek_v4":
         weight = getattr(module, "gate_up_proj", None)
         if weight is None or weight.dtype != torch.int8:
@@ -162,12 +157,7 @@ def _spec(name: str, module: torch.nn.Module, model_type: str,
         if getattr(module, "swiglu_alpha", None) is not None or module.has_bias:
             raise _unsupported(f"{name}: FP8Experts with swiglu_alpha or biases is not "
                                "DeepSeek-V4's expert math; mxq does not serve it")
-        _check_silu(name, config)
-        limit = getattr(module, "limit", None)
-        return ExpertsSpec("deepseek-v4", module.num_experts, module.hidden_dim,
-                           module.intermediate_dim, False,
-                           "swiglu" if limit is None else "swiglu_clamp", 1.702,
-                           7.0 if limit is None else float(limit), "fp4")
+        return _deepseek_v4_spec(name, module, config, "fp4")
     if kind is classes.get("mxfp4"):
         raise _unsupported(
             f"{name}: transformers' own MXFP4 experts (Mxfp4GptOssExperts: its Triton kernels "
@@ -178,10 +168,16 @@ def _spec(name: str, module: torch.nn.Module, model_type: str,
                        "GptOssExperts, DeepSeek-V4's DeepseekV4Experts or its FP4 FP8Experts)")
 
 
-def _check_silu(name: str, config: Any) -> None:
+def _deepseek_v4_spec(name: str, module: torch.nn.Module, config: Any,
+                      source: str) -> ExpertsSpec:
     act = getattr(config, "hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise _unsupported(f"{name}: hidden_act {act!r}: mxq's DeepSeek-V4 experts use SiLU")
+    limit = getattr(module, "limit", None)  # silu(min(g, L)) * clamp(u, -L, L); none: plain
+    return ExpertsSpec("deepseek-v4", module.num_experts, module.hidden_dim,
+                       module.intermediate_dim, False,
+                       "swiglu" if limit is None else "swiglu_clamp", 1.702,
+                       7.0 if limit is None else float(limit), source)
 
 
 def _find_experts(model: torch.nn.Module) -> Dict[str, torch.nn.Module]:
