@@ -81,26 +81,60 @@ void write_natural(const PreparePlan& plan) {
   });
 }
 
-// Scale rows of `pitch` bytes -> [rows, k/32] (the reference's layout).
-std::vector<std::uint8_t> unpitched(const std::uint8_t* scales, std::int64_t rows, std::int64_t k) {
-  const std::int64_t width = k / 32;
-  const std::int64_t pitch = scale_pitch(k);
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(rows * width));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    std::memcpy(out.data() + r * width, scales + r * pitch, static_cast<std::size_t>(width));
+// An expert's rows in a prepared tensor [E_local, rows, ...]: how many, and the K they hold.
+struct ExpertRows {
+  std::int64_t rows;
+  std::int64_t k;
+};
+
+// The scale rows (`scale_pitch(k)` bytes each) of the `touched` experts -> [n, rows, k/32], the
+// reference's layout.
+std::vector<std::uint8_t> unpitched_experts(const std::uint8_t* scales, ExpertRows expert,
+                                            const std::vector<std::int64_t>& touched) {
+  const std::int64_t width = expert.k / 32;
+  const std::int64_t pitch = scale_pitch(expert.k);
+  std::vector<std::uint8_t> out(touched.size() * static_cast<std::size_t>(expert.rows * width));
+  std::uint8_t* to = out.data();
+  for (const std::int64_t e : touched) {
+    const std::uint8_t* from = scales + e * expert.rows * pitch;
+    for (std::int64_t r = 0; r < expert.rows; ++r, to += width) {
+      std::memcpy(to, from + r * pitch, static_cast<std::size_t>(width));
+    }
   }
   return out;
 }
 
-// Packed rows of the prepared layout -> the checkpoint layout.
-std::vector<std::uint8_t> natural_rows(const std::uint8_t* packed, std::int64_t rows,
-                                       std::int64_t k, ActivationQuant quant) {
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(rows * k / 2));
-  const auto n = static_cast<std::size_t>(rows);
-  if (quant == ActivationQuant::kFp8Group128) {
-    gpu::detail::from_w4a8_layout_host(packed, out.data(), n, static_cast<int>(k));
-  } else {
-    gpu::detail::from_device_layout_host(packed, out.data(), n, static_cast<int>(k));
+// The packed rows of the `touched` experts, from the prepared layout back to the checkpoint
+// layout -> [n, rows, k/2]. An expert's rows are whole row groups (rows is a multiple of 16), so
+// each converts on its own.
+std::vector<std::uint8_t> natural_experts(const std::uint8_t* packed, ExpertRows expert,
+                                          const std::vector<std::int64_t>& touched,
+                                          ActivationQuant quant) {
+  MXQ_CHECK(expert.rows % 16 == 0, ErrorCode::kInternal, "prepared experts of ", expert.rows,
+            " rows are not whole row groups of 16");
+  const auto bytes = static_cast<std::size_t>(expert.rows * expert.k / 2);
+  std::vector<std::uint8_t> out(touched.size() * bytes);
+  for (std::size_t i = 0; i < touched.size(); ++i) {
+    const std::uint8_t* from = packed + static_cast<std::size_t>(touched[i]) * bytes;
+    const auto rows = static_cast<std::size_t>(expert.rows);
+    if (quant == ActivationQuant::kFp8Group128) {
+      gpu::detail::from_w4a8_layout_host(from, out.data() + i * bytes, rows,
+                                         static_cast<int>(expert.k));
+    } else {
+      gpu::detail::from_device_layout_host(from, out.data() + i * bytes, rows,
+                                           static_cast<int>(expert.k));
+    }
+  }
+  return out;
+}
+
+// The `width`-element bias rows of the `touched` experts -> [n, width].
+std::vector<std::uint16_t> touched_rows(const std::uint16_t* rows, std::int64_t width,
+                                        const std::vector<std::int64_t>& touched) {
+  std::vector<std::uint16_t> out(touched.size() * static_cast<std::size_t>(width));
+  for (std::size_t i = 0; i < touched.size(); ++i) {
+    std::memcpy(out.data() + i * static_cast<std::size_t>(width), rows + touched[i] * width,
+                static_cast<std::size_t>(width) * sizeof(std::uint16_t));
   }
   return out;
 }
@@ -161,30 +195,62 @@ void run_prepared_on_host(const ForwardPlan& plan) {
                                  plan.routing.router_bias, top_k);
   }
 
-  // The prepared weights back in the layout the reference reads.
+  // The experts this call routes to on this rank, in increasing order, and each slot's index
+  // among them (-1: dropped, or another rank's expert): only their prepared weights go back to
+  // the layout the reference reads, so a call costs its tokens' work, not the rank's whole
+  // weights (a decode step touches top_k experts of E).
+  const std::int64_t slots = t * top_k;
+  const auto* global_ids = routing.ids.data_as<std::int32_t>();
+  std::vector<std::int64_t> compact_of(static_cast<std::size_t>(e_local), -1);
+  for (std::int64_t i = 0; i < slots; ++i) {
+    const std::int64_t e = static_cast<std::int64_t>(global_ids[i]) - s.ep.begin;
+    if (global_ids[i] >= 0 && e >= 0 && e < e_local) compact_of[static_cast<std::size_t>(e)] = 0;
+  }
+  std::vector<std::int64_t> touched;
+  for (std::int64_t e = 0; e < e_local; ++e) {
+    if (compact_of[static_cast<std::size_t>(e)] < 0) continue;
+    compact_of[static_cast<std::size_t>(e)] = static_cast<std::int64_t>(touched.size());
+    touched.push_back(e);
+  }
+  std::vector<std::int32_t> compact_ids(static_cast<std::size_t>(slots), -1);
+  for (std::int64_t i = 0; i < slots; ++i) {
+    const std::int64_t e = static_cast<std::int64_t>(global_ids[i]) - s.ep.begin;
+    if (global_ids[i] >= 0 && e >= 0 && e < e_local) {
+      compact_ids[static_cast<std::size_t>(i)] =
+          static_cast<std::int32_t>(compact_of[static_cast<std::size_t>(e)]);
+    }
+  }
+  const ExpertRows w13_rows{2 * p, h};  // an expert's rows and their K
+  const ExpertRows w2_rows{h, p};
   const std::vector<std::uint8_t> w13 =
-      natural_rows(static_cast<const std::uint8_t*>(plan.prepared.w13.data()), e_local * 2 * p, h,
-                   plan.activation_quant);
-  const std::vector<std::uint8_t> w13_scale = unpitched(
-      static_cast<const std::uint8_t*>(plan.prepared.w13_scale.data()), e_local * 2 * p, h);
+      natural_experts(static_cast<const std::uint8_t*>(plan.prepared.w13.data()), w13_rows, touched,
+                      plan.activation_quant);
+  const std::vector<std::uint8_t> w13_scale = unpitched_experts(
+      static_cast<const std::uint8_t*>(plan.prepared.w13_scale.data()), w13_rows, touched);
   const std::vector<std::uint8_t> w2 =
-      natural_rows(static_cast<const std::uint8_t*>(plan.prepared.w2.data()), e_local * h, p,
-                   plan.activation_quant);
-  const std::vector<std::uint8_t> w2_scale =
-      unpitched(static_cast<const std::uint8_t*>(plan.prepared.w2_scale.data()), e_local * h, p);
+      natural_experts(static_cast<const std::uint8_t*>(plan.prepared.w2.data()), w2_rows, touched,
+                      plan.activation_quant);
+  const std::vector<std::uint8_t> w2_scale = unpitched_experts(
+      static_cast<const std::uint8_t*>(plan.prepared.w2_scale.data()), w2_rows, touched);
+  std::vector<std::uint16_t> w13_bias;
+  std::vector<std::uint16_t> w2_bias;
   cpu::RankWeightsView view;
   view.hidden = h;
   view.width = p;
-  view.experts_local = e_local;
-  view.first_expert = s.ep.begin;
+  view.experts_local = static_cast<std::int64_t>(touched.size());
+  view.first_expert = 0;  // compact_ids index the touched experts
   view.w13 = w13.data();
   view.w13_scale = w13_scale.data();
   view.w2 = w2.data();
   view.w2_scale = w2_scale.data();
   if (plan.has_bias) {
-    view.w13_bias = static_cast<const std::uint16_t*>(plan.prepared.w13_bias.data());
+    w13_bias = touched_rows(static_cast<const std::uint16_t*>(plan.prepared.w13_bias.data()), 2 * p,
+                            touched);
+    view.w13_bias = w13_bias.data();
     if (plan.options.add_down_bias) {
-      view.w2_bias = static_cast<const std::uint16_t*>(plan.prepared.w2_bias.data());
+      w2_bias =
+          touched_rows(static_cast<const std::uint16_t*>(plan.prepared.w2_bias.data()), h, touched);
+      view.w2_bias = w2_bias.data();
     }
   }
   MoeConfig config;
@@ -199,7 +265,7 @@ void run_prepared_on_host(const ForwardPlan& plan) {
   cpu::RankForwardInput input;
   input.x = x_f64.data();
   input.tokens = t;
-  input.ids = routing.ids.data_as<std::int32_t>();
+  input.ids = compact_ids.data();
   input.weights = routing.weights.data_as<float>();
   input.top_k = top_k;
   std::vector<float> partial(static_cast<std::size_t>(t * h));
