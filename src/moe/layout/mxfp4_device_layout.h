@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "moe/layout/row_groups.h"
+#include "moe/layout/word_permutation.h"
 #include "mxq/core/macros.h"
 
 namespace mxq::moe::gpu::detail {
@@ -98,13 +99,19 @@ MXQ_HD_INLINE constexpr std::uint32_t from_device_word(std::uint32_t device) {
   return out;
 }
 
+// to_device_word and from_device_word as tables, for the host's conversions.
+inline constexpr WordPermutation kToDeviceWord =
+    tabulate_word_permutation([](std::uint32_t w) { return to_device_word(w); });
+inline constexpr WordPermutation kFromDeviceWord =
+    tabulate_word_permutation([](std::uint32_t w) { return from_device_word(w); });
+
 // Converts packed FP4 bytes (a multiple of 4, little-endian words) to device words in place, rows
 // untouched (the word-level tests' view).
 inline void to_device_words_host(std::uint8_t* packed, std::size_t bytes) {
   for (std::size_t i = 0; i + 4 <= bytes; i += 4) {
     std::uint32_t w;
     std::memcpy(&w, packed + i, 4);
-    w = to_device_word(w);
+    w = kToDeviceWord(w);
     std::memcpy(packed + i, &w, 4);
   }
 }
@@ -112,7 +119,11 @@ inline void to_device_words_host(std::uint8_t* packed, std::size_t bytes) {
 // One row chunk (nb blocks = 4 * nb words) into the device layout, out of place: device words in
 // the checkpoint's order (lane c of a quad reads MX block c: 16 bytes at 16 c).
 MXQ_HD_INLINE void device_convert_chunk(const std::uint32_t* in, int nb, std::uint32_t* out) {
+#if defined(__CUDA_ARCH__)
   for (int j = 0; j < 4 * nb; ++j) out[j] = to_device_word(in[j]);
+#else
+  for (int j = 0; j < 4 * nb; ++j) out[j] = kToDeviceWord(in[j]);
+#endif
 }
 
 // The W4A16 device layout of `rows` (a multiple of 16) packed rows of k values (a multiple of
@@ -123,7 +134,11 @@ inline void to_device_layout_host(std::uint8_t* packed, std::size_t rows, int k)
 
 // The inverse of device_convert_chunk: checkpoint-layout words.
 MXQ_HD_INLINE void device_unconvert_chunk(const std::uint32_t* in, int nb, std::uint32_t* out) {
+#if defined(__CUDA_ARCH__)
   for (int j = 0; j < 4 * nb; ++j) out[j] = from_device_word(in[j]);
+#else
+  for (int j = 0; j < 4 * nb; ++j) out[j] = kFromDeviceWord(in[j]);
+#endif
 }
 
 // The checkpoint layout of `rows` rows in the W4A16 device layout, out of place.

@@ -32,6 +32,7 @@
 #include <cstring>
 
 #include "moe/layout/row_groups.h"
+#include "moe/layout/word_permutation.h"
 #include "mxq/core/macros.h"
 
 namespace mxq::moe::gpu::detail {
@@ -65,6 +66,12 @@ MXQ_HD_INLINE constexpr std::uint32_t from_w4a8_word(std::uint32_t device) {
   return out;
 }
 
+// to_w4a8_word and from_w4a8_word as tables, for the host's conversions (word_permutation.h).
+inline constexpr WordPermutation kToW4a8Word =
+    tabulate_word_permutation([](std::uint32_t w) { return to_w4a8_word(w); });
+inline constexpr WordPermutation kFromW4a8Word =
+    tabulate_word_permutation([](std::uint32_t w) { return from_w4a8_word(w); });
+
 // Position within its chunk of word c of block b, for a chunk of nb blocks.
 MXQ_HD_INLINE constexpr int w4a8_word_position(int block, int word, int nb) {
   return word * nb + block;
@@ -73,8 +80,15 @@ MXQ_HD_INLINE constexpr int w4a8_word_position(int block, int word, int nb) {
 // One row-chunk (nb blocks = 4 * nb words from `words`) from the checkpoint layout into the
 // device layout, out of place.
 MXQ_HD_INLINE void w4a8_convert_chunk(const std::uint32_t* in, int nb, std::uint32_t* out) {
-  for (int b = 0; b < nb; ++b)
-    for (int c = 0; c < 4; ++c) out[w4a8_word_position(b, c, nb)] = to_w4a8_word(in[4 * b + c]);
+  for (int b = 0; b < nb; ++b) {
+    for (int c = 0; c < 4; ++c) {
+#if defined(__CUDA_ARCH__)
+      out[w4a8_word_position(b, c, nb)] = to_w4a8_word(in[4 * b + c]);
+#else
+      out[w4a8_word_position(b, c, nb)] = kToW4a8Word(in[4 * b + c]);
+#endif
+    }
+  }
 }
 
 // Converts `rows` (a multiple of 16) packed rows of K values (K/2 bytes each, K a multiple of
@@ -85,8 +99,15 @@ inline void to_w4a8_layout_host(std::uint8_t* packed, std::size_t rows, int k) {
 
 // The inverse of w4a8_convert_chunk: checkpoint-layout words in their order.
 MXQ_HD_INLINE void w4a8_unconvert_chunk(const std::uint32_t* in, int nb, std::uint32_t* out) {
-  for (int b = 0; b < nb; ++b)
-    for (int c = 0; c < 4; ++c) out[4 * b + c] = from_w4a8_word(in[w4a8_word_position(b, c, nb)]);
+  for (int b = 0; b < nb; ++b) {
+    for (int c = 0; c < 4; ++c) {
+#if defined(__CUDA_ARCH__)
+      out[4 * b + c] = from_w4a8_word(in[w4a8_word_position(b, c, nb)]);
+#else
+      out[4 * b + c] = kFromW4a8Word(in[w4a8_word_position(b, c, nb)]);
+#endif
+    }
+  }
 }
 
 // The checkpoint layout of `rows` rows in the W4A8 device layout, out of place.
