@@ -1,0 +1,1 @@
+"""mxq inside other frameworks: ``mxq.integrations.transformers`` (Hugging Face transformers)."""
