@@ -24,6 +24,8 @@ if [[ "${MXQ_PYTHON_TORCH:-1}" == 1 ]]; then
     "$venv/bin/python" -m pip install --quiet torch
     echo "test_python.sh: torch installed in $((SECONDS - start)) s" >&2
   fi
+  # mxq.integrations.transformers and its tests (tests/python/test_transformers_*.py).
+  "$venv/bin/python" -m pip install --quiet 'transformers>=5.17'
   export MXQ_REQUIRE_TORCH=1
 fi
 # No build isolation: the build uses the venv's nanobind and keeps its CMake cache between runs.
