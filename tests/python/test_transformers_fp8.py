@@ -8,17 +8,19 @@ dequantized weights q·scale (the eager path with the same weights).
 Tolerances (docs/transformers-fp8.md). The tiny model's routing is chaotic, as a random MoE's
 is: a logit moved by a rounding can flip a token's expert choice, and that token moves by far
 more. The bounds therefore hold for most tokens, and a bound for all covers the flips.
-* mxq against the same model with a torch emulation of DeepSeek's W8A8 (activations rounded to
-  E4M3 per 1x128 group, scale max(amax, 1e-4)/448, then the dequantized weight): most tokens'
-  logits identical (median per-token error < 1e-3); the rest move by a rounding of the bf16
-  output at most and what it does downstream: in all <= 5e-2 (measured <= 1.5e-2).
+* mxq against the same model with a torch emulation of DeepSeek's W8A8 in every linear and
+  expert (activations rounded to E4M3 per 1x128 group, scale max(amax, 1e-4)/448, times the
+  dequantized weight): most tokens' logits identical (median per-token error < 1e-3); the rest
+  move by a rounding of a bf16 output and what it does downstream: in all <= 5e-2 (measured
+  <= 9e-3).
 * mxq against the bf16 eager path (weights q·scale, activations not quantized): normalized
-  error <= 0.05 in all (measured ~0.016: E4M3 activations), 90% of the tokens <= 0.03.
+  error <= 5e-2 in all (measured ~2e-2: E4M3 activations), 90% of the tokens <= 4e-2
+  (measured <= 2.5e-2).
 * greedy generation (32 tokens, 2 prompts, cached decoding): every step's logits near the
-  reference's at that step (teacher-forced along mxq's tokens; 90% of the steps within 2e-2 of
-  the emulation, 5e-2 of bf16), and at those steps mxq's token is the reference's argmax
-  wherever the reference's top-2 logits are >= TIE = 0.25 apart (the other steps are expert
-  choices that flipped: one moved the logits by 39% against the emulation).
+  reference's at that step (teacher-forced along mxq's tokens; 90% of the steps within 3e-2 of
+  the emulation, 5e-2 of bf16; measured <= 1.8e-2 and 2.4e-2), and at those steps mxq's token
+  is the reference's argmax wherever the reference's top-2 logits are >= TIE = 0.25 apart (a
+  step off by more is an expert choice that flipped).
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import mxq  # noqa: E402
-from mxq.integrations.transformers import (MxqFp8Linear, load_deepseek_v3_fp8,  # noqa: E402
-                                           replace_fp8_linears)
+from mxq.integrations.transformers import (MxqFp8Experts, MxqFp8Linear,  # noqa: E402
+                                           load_deepseek_v3_fp8, replace_fp8_linears)
 from mxq.integrations.transformers.synth_deepseek_v3 import (QUANTIZATION_CONFIG,  # noqa: E402
                                                              main, synthesize)
 from mxq.torch_ops.linear_ops import _dequantized_weight  # noqa: E402
@@ -70,27 +72,33 @@ def bf16_model(checkpoint):
     return load_deepseek_v3_fp8(checkpoint, linears="dequantized")
 
 
-class W8A8Emulation(torch.nn.Module):
+def w8a8_emulation(x, weight, scale, block, bias=None):
     """DeepSeek-V3's W8A8 linear in plain torch, independent of mxq: x rounded to E4M3 per
     1 x bk group with scale max(amax, 1e-4) / 448, times the dequantized weight (float32)."""
+    k, bk = x.shape[-1], block[1]
+    groups = -(-k // bk)
+    xg = torch.nn.functional.pad(x.float(), (0, groups * bk - k)).unflatten(-1, (groups, bk))
+    x_scale = xg.abs().amax(-1, keepdim=True).clamp_min(1e-4) / 448
+    xq = (xg / x_scale).clamp(-448, 448).to(torch.float8_e4m3fn).float() * x_scale
+    y = xq.flatten(-2)[..., :k] @ _dequantized_weight(weight, scale, *block).T
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x.dtype)
 
+
+class W8A8Emulation(torch.nn.Module):
     def __init__(self, linear):
         super().__init__()
-        self.w = _dequantized_weight(linear.weight, linear.weight_scale_inv, *linear.block_size)
-        self.bias = linear.bias
-        self.bk = linear.block_size[1]
+        self.linear = linear
 
     def forward(self, x):
-        k = x.shape[-1]
-        groups = -(-k // self.bk)
-        xg = torch.nn.functional.pad(x.float(), (0, groups * self.bk - k)).unflatten(
-            -1, (groups, self.bk))
-        scale = xg.abs().amax(-1, keepdim=True).clamp_min(1e-4) / 448
-        xq = ((xg / scale).clamp(-448, 448).to(torch.float8_e4m3fn).float() * scale)
-        y = xq.flatten(-2)[..., :k] @ self.w.T
-        if self.bias is not None:
-            y = y + self.bias.float()
-        return y.to(x.dtype)
+        m = self.linear
+        return w8a8_emulation(x, m.weight, m.weight_scale_inv, m.block_size, m.bias)
+
+
+class W8A8EmulatedExperts(MxqFp8Experts):
+    def project(self, x, weight, scale):
+        return w8a8_emulation(x, weight, scale, self.block_size)
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +107,8 @@ def emulated_model(checkpoint):
     for name, module in list(model.named_modules()):
         if isinstance(module, MxqFp8Linear):
             model.set_submodule(name, W8A8Emulation(module))
+        elif isinstance(module, MxqFp8Experts):
+            module.__class__ = W8A8EmulatedExperts
     return model
 
 
@@ -174,14 +184,34 @@ def test_loaded_modules_hold_the_files_bytes(mxq_model, file_tensors):
         assert module.weight_scale_inv.dtype == torch.float32
         assert torch.equal(module.weight_scale_inv, file_tensors[name + ".weight_scale_inv"])
         assert module.block_size == (128, 128)
-    # The rest as in the file; experts dequantized (gate rows then up rows).
     assert torch.equal(mxq_model.lm_head.weight, file_tensors["lm_head.weight"])
+    # The routed experts: each expert's gate rows then up rows, as the file holds them.
     experts = mxq_model.model.layers[1].mlp.experts
+    assert isinstance(experts, MxqFp8Experts)
+    for e in range(4):
+        p = f"model.layers.1.mlp.experts.{e}."
+        for suffix, index in (("weight", 0), ("weight_scale_inv", 1)):
+            gate_up = (experts.gate_up_proj, experts.gate_up_proj_scale_inv)[index][e]
+            down = (experts.down_proj, experts.down_proj_scale_inv)[index][e]
+            want = torch.cat([file_tensors[p + "gate_proj." + suffix],
+                              file_tensors[p + "up_proj." + suffix]])
+            assert torch.equal(gate_up.view(torch.uint8), want.view(torch.uint8)), (e, suffix)
+            assert torch.equal(down.view(torch.uint8),
+                               file_tensors[p + "down_proj." + suffix].view(torch.uint8))
+
+
+def test_dequantized_reference_holds_q_times_scale(bf16_model, file_tensors):
     p = "model.layers.1.mlp.experts.3."
     want = torch.cat([_dequantized_weight(file_tensors[p + f"{proj}.weight"],
                                           file_tensors[p + f"{proj}.weight_scale_inv"], 128, 128)
                       for proj in ("gate_proj", "up_proj")]).bfloat16()
-    assert torch.equal(experts.gate_up_proj[3], want)
+    assert torch.equal(bf16_model.model.layers[1].mlp.experts.gate_up_proj[3], want)
+    name = "model.layers.0.self_attn.o_proj"
+    linear = bf16_model.get_submodule(name)
+    assert type(linear) is torch.nn.Linear and linear.weight.dtype == torch.bfloat16
+    assert torch.equal(linear.weight, _dequantized_weight(
+        file_tensors[name + ".weight"], file_tensors[name + ".weight_scale_inv"], 128,
+        128).bfloat16())
 
 
 # --- numbers ------------------------------------------------------------------------------
@@ -215,7 +245,7 @@ def test_logits_near_the_bf16_eager_path(mxq_model, bf16_model):
         got, want = mxq_model(ids).logits.float(), bf16_model(ids).logits.float()
     assert normalized_error(got, want) < 0.05
     per_token = (got - want).norm(dim=-1) / want.norm(dim=-1)
-    assert (per_token < 0.03).float().mean() >= 0.9, per_token
+    assert (per_token < 0.04).float().mean() >= 0.9, per_token
 
 
 def generate(model, prompt):
@@ -257,7 +287,7 @@ def test_greedy_generation(mxq_model, emulated_model, bf16_model):
                                  return_dict_in_generate=True)
         sequence, ours = out.sequences, torch.cat(out.logits).float()
         assert sequence.shape == (1, 8 + NEW_TOKENS)
-        for name, reference, step_error in (("emulation", emulated_model, 2e-2),
+        for name, reference, step_error in (("emulation", emulated_model, 3e-2),
                                             ("bf16", bf16_model, 5e-2)):
             theirs = teacher_forced_scores(reference, sequence, 8)
             error = (ours - theirs).norm(dim=-1) / theirs.norm(dim=-1)
@@ -294,19 +324,26 @@ def test_doc_example_runs():
 
 # --- replace_fp8_linears ------------------------------------------------------------------
 
-def test_replace_takes_over_transformers_fp8_linears(checkpoint, mxq_model):
-    from transformers.integrations.finegrained_fp8 import FP8Linear
+EXPERT_TENSORS = ("gate_up_proj", "gate_up_proj_scale_inv", "down_proj", "down_proj_scale_inv")
+
+
+def test_replace_takes_over_transformers_fp8_modules(checkpoint, mxq_model):
+    from transformers.integrations.finegrained_fp8 import FP8Experts, FP8Linear
 
     model = load_deepseek_v3_fp8(checkpoint, linears="fp8")
     before = {n: (m.weight.data_ptr(), m.weight_scale_inv.data_ptr())
               for n, m in model.named_modules() if isinstance(m, FP8Linear)}
-    assert len(before) == len(mxq_linears(mxq_model))
+    experts_before = {n: [getattr(m, t).data_ptr() for t in EXPERT_TENSORS]
+                      for n, m in model.named_modules() if isinstance(m, FP8Experts)}
+    assert len(before) == len(mxq_linears(mxq_model)) and len(experts_before) == 1
     assert replace_fp8_linears(model) is model
     after = mxq_linears(model)
-    assert not any(isinstance(m, FP8Linear) for m in model.modules())
+    assert not any(isinstance(m, (FP8Linear, FP8Experts)) for m in model.modules())
     # The same tensors, not copies.
     assert {n: (m.weight.data_ptr(), m.weight_scale_inv.data_ptr())
             for n, m in after.items()} == before
+    assert {n: [getattr(m, t).data_ptr() for t in EXPERT_TENSORS] for n, m in
+            model.named_modules() if isinstance(m, MxqFp8Experts)} == experts_before
     ids = tokens(1)
     with torch.no_grad():
         assert torch.equal(model(ids).logits, mxq_model(ids).logits)
@@ -366,6 +403,33 @@ def test_error_layout_mxq_cannot_serve(fp8_model, change, message):
         replace_fp8_linears(fp8_model)
     assert "model.layers.1.self_attn.kv_a_proj_with_mqa" in str(info.value)
     assert fp8_linear_count(fp8_model) == count and not mxq_linears(fp8_model)
+
+
+def test_experts_left_alone_when_asked(fp8_model):
+    from transformers.integrations.finegrained_fp8 import FP8Experts
+
+    replace_fp8_linears(fp8_model, experts=False)
+    assert isinstance(fp8_model.model.layers[1].mlp.experts, FP8Experts)
+    assert mxq_linears(fp8_model)
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda m: setattr(m, "limit", 7.0), "a clamped SwiGLU"),
+    (lambda m: setattr(m, "block_size", (96, 128)), "intermediate size 128 is not a multiple"),
+])
+def test_error_experts_mxq_cannot_serve(fp8_model, change, message):
+    experts = fp8_model.model.layers[1].mlp.experts
+    change(experts)
+    if message.startswith("intermediate"):  # a consistent 96-row grid, so only I % bn fails
+        for name in ("gate_up_proj", "down_proj"):
+            w = getattr(experts, name)
+            grid = torch.ones(w.shape[0], -(-w.shape[1] // 96), -(-w.shape[2] // 128))
+            setattr(experts, name + "_scale_inv", torch.nn.Parameter(grid, requires_grad=False))
+    count = fp8_linear_count(fp8_model)
+    with pytest.raises(mxq.Error, match=message):
+        replace_fp8_linears(fp8_model)
+    assert fp8_linear_count(fp8_model) == count and not mxq_linears(fp8_model)
+    assert fp8_model.model.layers[1].mlp.experts is experts
 
 
 def test_bias_is_taken_over(fp8_model):

@@ -2,12 +2,14 @@
 
 * :func:`replace_fp8_linears` swaps the block-FP8 linears of a loaded model (transformers'
   ``FP8Linear``: an E4M3 ``weight`` [N, K] with float32 ``weight_scale_inv``
-  [ceil(N/bn), ceil(K/bk)]) for :class:`MxqFp8Linear`, which runs
-  ``torch.ops.mxq.block_fp8_linear`` on the CPU or CUDA. The tensors are taken over, not copied.
+  [ceil(N/bn), ceil(K/bk)]) for :class:`MxqFp8Linear`, and its block-FP8 routed experts
+  (``FP8Experts``) for :class:`MxqFp8Experts`; both run ``torch.ops.mxq.block_fp8_linear`` on
+  the CPU or CUDA. The tensors are taken over, not copied.
 * :func:`load_deepseek_v3_fp8` builds ``DeepseekV3ForCausalLM`` from a DeepSeek-V3 FP8 checkpoint
-  directory with mxq's linears, reading the files with safetensors. It does not go through
+  directory with mxq's modules, reading the files with safetensors. It does not go through
   transformers' FP8 quantizer: without a GPU that dequantizes every weight to bf16 (and needs
-  accelerate), and on a GPU its ``FP8Linear`` fetches its kernels from the Hub at run time.
+  accelerate; it also mis-sizes partial scale blocks), and on a GPU its ``FP8Linear`` fetches its
+  kernels from the Hub at run time.
 
 See docs/transformers-fp8.md.
 """
@@ -18,7 +20,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -31,10 +33,32 @@ from ...torch_ops.linear_ops import _dequantized_weight
 _E4M3 = torch.float8_e4m3fn
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)  # transformers' "ue8m0" scale_fmt
 
-__all__ = ["MxqFp8Linear", "load_deepseek_v3_fp8", "replace_fp8_linears"]
+__all__ = ["MxqFp8Experts", "MxqFp8Linear", "load_deepseek_v3_fp8", "replace_fp8_linears"]
 
 
-class MxqFp8Linear(nn.Module):
+class _KeepsDtypes(nn.Module):
+    """Module.to() and friends minus dtype changes (as mxq.torch_ops.BlockFp8Linear): the op
+    needs E4M3 codes, and rounding the scales would change the weight. ``fn`` applies to a
+    tensor when it keeps the dtype, else only its device move does."""
+
+    def _apply(self, fn: Any, recurse: bool = True) -> nn.Module:
+        def keep_dtype(t: Tensor) -> Tensor:
+            probe = fn(torch.empty(1, dtype=t.dtype, device=t.device))  # where fn sends t
+            return fn(t) if probe.dtype == t.dtype else t.to(device=probe.device)
+
+        return super()._apply(keep_dtype, recurse)
+
+
+def _block_fp8(x: Tensor, weight: Tensor, scale: Tensor, block: Tuple[int, int],
+               bias: Optional[Tensor] = None) -> Tensor:
+    """x @ W^T (+ bias) by mxq's op, in x's dtype (the op takes bf16: others are rounded)."""
+    out_dtype = torch.float32 if x.dtype == torch.float32 else torch.bfloat16
+    y = torch.ops.mxq.block_fp8_linear(x.to(torch.bfloat16), weight, scale, block[0], block[1],
+                                       bias, "fp32", out_dtype)
+    return y.to(x.dtype)
+
+
+class MxqFp8Linear(_KeepsDtypes):
     """A block-FP8 linear of a transformers model, run by ``torch.ops.mxq.block_fp8_linear``.
 
     It holds what transformers' ``FP8Linear`` holds, under the same names, so ``state_dict``
@@ -62,26 +86,66 @@ class MxqFp8Linear(nn.Module):
         else:
             self.bias = nn.Parameter(bias, requires_grad=bias.requires_grad)
 
-    def _apply(self, fn: Any, recurse: bool = True) -> "MxqFp8Linear":
-        """Module.to() and friends minus dtype changes (as mxq.torch_ops.BlockFp8Linear): ``fn``
-        applies to a tensor when it keeps the dtype, else only its device move does."""
-
-        def keep_dtype(t: Tensor) -> Tensor:
-            probe = fn(torch.empty(1, dtype=t.dtype, device=t.device))  # where fn sends t
-            return fn(t) if probe.dtype == t.dtype else t.to(device=probe.device)
-
-        return super()._apply(keep_dtype, recurse)
-
     def forward(self, x: Tensor) -> Tensor:
-        out_dtype = torch.float32 if x.dtype == torch.float32 else torch.bfloat16
-        y = torch.ops.mxq.block_fp8_linear(x.to(torch.bfloat16), self.weight,
-                                           self.weight_scale_inv, self.block_size[0],
-                                           self.block_size[1], self.bias, "fp32", out_dtype)
-        return y.to(x.dtype)
+        return _block_fp8(x, self.weight, self.weight_scale_inv, self.block_size, self.bias)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"block={self.block_size[0]}x{self.block_size[1]}, bias={self.bias is not None}")
+
+
+class MxqFp8Experts(_KeepsDtypes):
+    """A MoE layer's routed experts in block-FP8, each expert's projections run by
+    ``torch.ops.mxq.block_fp8_linear``: a drop-in for DeepSeek-V3's experts module
+    (``forward(hidden_states, top_k_index, top_k_weights)``; the model's router picks the
+    experts) and for transformers' ``FP8Experts``, whose tensors and names it holds:
+    ``gate_up_proj`` E4M3 [E, 2I, H] (gate rows then up rows), ``gate_up_proj_scale_inv``
+    float32 [E, 2I/bn, ceil(H/bk)], ``down_proj`` E4M3 [E, H, I], ``down_proj_scale_inv``
+    [E, ceil(H/bn), ceil(I/bk)]. I must be a multiple of bn, so that the gate and up rows of one
+    expert never share a scale block (2048 and 128 in DeepSeek-V3).
+
+    Expert by expert, as transformers' eager FP8 experts: x_e -> gate_up -> act(gate) * up ->
+    down, times the routing weight, summed in float32. A reference implementation on mxq's op,
+    not a grouped kernel: one op call per hit expert and projection."""
+
+    def __init__(self, gate_up_proj: Tensor, gate_up_proj_scale_inv: Tensor, down_proj: Tensor,
+                 down_proj_scale_inv: Tensor, block_size: Sequence[int], act_fn: Any) -> None:
+        super().__init__()
+        self.num_experts = gate_up_proj.shape[0]
+        self.block_size = (int(block_size[0]), int(block_size[1]))
+        self.act_fn = act_fn
+        for name, t in (("gate_up_proj", gate_up_proj),
+                        ("gate_up_proj_scale_inv", gate_up_proj_scale_inv),
+                        ("down_proj", down_proj), ("down_proj_scale_inv", down_proj_scale_inv)):
+            setattr(self, name, nn.Parameter(t, requires_grad=False))
+
+    # A loop over the experts the batch hits (data-dependent): torch.compile runs it eagerly
+    # rather than tracing it again for every set of hit experts.
+    @torch.compiler.disable
+    def forward(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor) -> Tensor:
+        out = torch.zeros_like(hidden_states, dtype=torch.float32)
+        with torch.no_grad():
+            # num_experts + 1 classes: transformers marks a slot routed elsewhere with
+            # num_experts (expert parallelism); that class is skipped.
+            hits = torch.nn.functional.one_hot(top_k_index, self.num_experts + 1)
+            hits = hits.permute(2, 1, 0)[: self.num_experts]
+            experts = torch.greater(hits.sum(dim=(-1, -2)), 0).nonzero().view(-1)
+        for e in experts:
+            slot, token = torch.where(hits[e])
+            gate, up = self.project(hidden_states[token], self.gate_up_proj[e],
+                                    self.gate_up_proj_scale_inv[e]).chunk(2, dim=-1)
+            y = self.project(self.act_fn(gate) * up, self.down_proj[e], self.down_proj_scale_inv[e])
+            out.index_add_(0, token, (y * top_k_weights[token, slot, None].to(y.dtype)).float())
+        return out.to(hidden_states.dtype)
+
+    def project(self, x: Tensor, weight: Tensor, scale: Tensor) -> Tensor:
+        """One expert's projection, x @ weight^T (a method: tests substitute a reference)."""
+        return _block_fp8(x, weight, scale, self.block_size)
+
+    def extra_repr(self) -> str:
+        e, two_i, h = self.gate_up_proj.shape
+        return (f"num_experts={e}, hidden={h}, intermediate={two_i // 2}, "
+                f"block={self.block_size[0]}x{self.block_size[1]}")
 
 
 # --- checks shared by the two entry points -------------------------------------------------
@@ -139,6 +203,28 @@ def _check_servable(where: str, weight: Tensor, scale: Tensor, block: Optional[S
     return bn, bk
 
 
+def _check_experts_servable(where: str, gate_up: Tensor, gate_up_scale: Tensor, down: Tensor,
+                            down_scale: Tensor, block: Optional[Sequence[int]],
+                            device: torch.device) -> Tuple[int, int]:
+    """As _check_servable for MxqFp8Experts' four tensors (one expert's slice stands for all)."""
+    for name, w, s in (("gate_up_proj", gate_up, gate_up_scale), ("down_proj", down, down_scale)):
+        if w.ndim != 3 or s.ndim != 3 or s.shape[0] != w.shape[0]:
+            raise InvalidArgumentError(f"{where}: {name} {list(w.shape)} with scales "
+                                       f"{list(s.shape)}; expected [E, N, K] and "
+                                       f"[E, ceil(N/bn), ceil(K/bk)]")
+        block = _check_servable(f"{where} {name}", w[0], s[0], block, device)
+    e, two_i, h = gate_up.shape
+    if list(down.shape) != [e, h, two_i // 2] or two_i % 2:
+        raise InvalidArgumentError(f"{where}: down_proj {list(down.shape)} does not match "
+                                   f"gate_up_proj {list(gate_up.shape)}; expected "
+                                   f"[{e}, {h}, {two_i // 2}]")
+    if (two_i // 2) % block[0]:
+        raise _unsupported(f"{where}: intermediate size {two_i // 2} is not a multiple of the "
+                           f"block's {block[0]} rows (an expert's gate and up rows would share "
+                           f"scale blocks)")
+    return block
+
+
 def _servable_scale(scale: Tensor) -> Tensor:
     # E8M0 scales are powers of two: widening to float32 is exact (a copy, the size of the scales).
     return scale if scale.dtype == torch.float32 else scale.float()
@@ -158,6 +244,15 @@ def _is_block_fp8_linear(module: nn.Module) -> bool:
     weight = getattr(module, "weight", None)
     return (not isinstance(module, MxqFp8Linear) and isinstance(weight, Tensor)
             and weight.ndim == 2 and isinstance(getattr(module, "weight_scale_inv", None), Tensor))
+
+
+def _is_block_fp8_experts(module: nn.Module) -> bool:
+    """transformers' FP8Experts (3-D E4M3 gate_up_proj / down_proj with *_scale_inv) and
+    modules like it; not one of mxq's."""
+    weight = getattr(module, "gate_up_proj", None)
+    return (not isinstance(module, MxqFp8Experts) and isinstance(weight, Tensor)
+            and weight.ndim == 3 and weight.dtype == _E4M3
+            and isinstance(getattr(module, "gate_up_proj_scale_inv", None), Tensor))
 
 
 def _config_block_size(model: nn.Module) -> Optional[Sequence[int]]:
@@ -194,24 +289,52 @@ def _plan_swap(name: str, module: nn.Module, default_block: Optional[Sequence[in
                  _servable_bias(getattr(module, "bias", None)))
 
 
+def _plan_experts_swap(name: str, module: nn.Module, default_block: Optional[Sequence[int]],
+                       device: torch.device) -> Tuple[str, MxqFp8Experts]:
+    where = f"{name} ({type(module).__name__})"
+    # What transformers' FP8Experts can do beyond DeepSeek-V3's plain SwiGLU experts.
+    for attr, what in (("gate_up_proj_activation_scale", "static activation scales"),
+                       ("gate_up_proj_bias", "biases"), ("limit", "a clamped SwiGLU"),
+                       ("swiglu_alpha", "gpt-oss's SwiGLU"), ("gate_softcap", "softcapping")):
+        if getattr(module, attr, None) is not None:
+            raise _unsupported(f"{where}: {what}; mxq's block-FP8 experts serve DeepSeek-V3's "
+                               f"act(gate) * up experts")
+    tensors = [getattr(module, n) for n in ("gate_up_proj", "gate_up_proj_scale_inv",
+                                            "down_proj", "down_proj_scale_inv")]
+    if any(t.device.type == "meta" for t in tensors):
+        raise InvalidArgumentError(f"{where}: its weights are on the meta device (not loaded)")
+    block = module.block_size if hasattr(module, "block_size") else default_block
+    block = _check_experts_servable(where, *tensors, block, device)
+    gate_up, gate_up_scale, down, down_scale = tensors
+    # Built now, used only once every module passed its checks.
+    return name, MxqFp8Experts(gate_up, _servable_scale(gate_up_scale), down,
+                               _servable_scale(down_scale), block, module.act_fn)
+
+
 def replace_fp8_linears(model: nn.Module, *, device: Optional[Union[str, torch.device]] = None,
-                        block_size: Optional[Sequence[int]] = None) -> nn.Module:
+                        block_size: Optional[Sequence[int]] = None,
+                        experts: bool = True) -> nn.Module:
     """Replaces every block-FP8 linear of ``model`` (a module with a 2-D E4M3 ``weight`` and a
     ``weight_scale_inv``: transformers' ``FP8Linear`` after loading a DeepSeek-V3 FP8
     checkpoint) with :class:`MxqFp8Linear` over the same tensors (float32 scales and bf16/f32
-    biases are taken over without a copy), and returns ``model``.
+    biases are taken over without a copy), and returns ``model``. With ``experts`` (default),
+    transformers' block-FP8 routed experts (``FP8Experts``) become :class:`MxqFp8Experts` too.
 
     ``block_size`` [bn, bk]: for modules that do not say theirs (FP8Linear does); default the
     model's ``config.quantization_config.weight_block_size``. ``device``: where the model will
     run; checked before anything changes, then the model is moved there (``model.to(device)``).
     Without it, the weights' own devices are checked.
 
-    Errors (:class:`mxq.Error`; nothing is replaced when one is raised): no block-FP8 linear in
-    the model; a layout mxq cannot serve (per-tensor scales, static activation scales, non-E4M3
-    weights, a scale grid that does not match the block size, on CUDA a block extent that is not a
-    multiple of 16); a device mxq cannot run on (CUDA asked where this mxq or torch has none)."""
+    Errors (:class:`mxq.Error`; nothing is replaced when one is raised): no block-FP8 linear or
+    experts in the model; a layout mxq cannot serve (per-tensor scales, static activation
+    scales, non-E4M3 weights, a scale grid that does not match the block size, on CUDA a block
+    extent that is not a multiple of 16; experts whose intermediate size is not a multiple of
+    bn, or with more than act(gate) * up); a device mxq cannot run on (CUDA asked where this mxq
+    or torch has none)."""
     found = [(name, m) for name, m in model.named_modules() if _is_block_fp8_linear(m)]
-    if not found:
+    found_experts = [(name, m) for name, m in model.named_modules()
+                     if experts and _is_block_fp8_experts(m)]
+    if not found and not found_experts:
         qc = getattr(getattr(model, "config", None), "quantization_config", None)
         dequantized = (qc.get("dequantize") if isinstance(qc, dict)
                        else getattr(qc, "dequantize", False))
@@ -225,15 +348,20 @@ def replace_fp8_linears(model: nn.Module, *, device: Optional[Union[str, torch.d
     if device is not None:
         targets = [check_device(device)]
     else:
-        targets = sorted({m.weight.device for _, m in found}, key=str)
+        targets = sorted({m.weight.device for _, m in found}
+                         | {m.gate_up_proj.device for _, m in found_experts}, key=str)
         for d in targets:
             check_device(d)
     default_block = block_size if block_size is not None else _config_block_size(model)
     # Every check before the first swap: an error leaves the model as it was.
     swaps = [_plan_swap(name, m, default_block, targets[0] if device is not None
                         else m.weight.device) for name, m in found]
+    expert_swaps = [_plan_experts_swap(name, m, default_block, targets[0] if device is not None
+                                       else m.gate_up_proj.device) for name, m in found_experts]
     for s in swaps:
         model.set_submodule(s.name, MxqFp8Linear(s.weight, s.scale, s.block, s.bias))
+    for name, module in expert_swaps:
+        model.set_submodule(name, module)
     if device is not None:
         model.to(targets[0])
     return model
@@ -327,27 +455,74 @@ def _take_dequantized(tensors: Dict[str, Tensor], prefix: str, block: Tuple[int,
     return _dequantized_weight(weight, _servable_scale(scale), *block).to(dtype)
 
 
+def _take_expert(tensors: Dict[str, Tensor], prefix: str) -> Tuple[Tensor, Tensor]:
+    try:
+        return tensors.pop(prefix + "weight"), tensors.pop(prefix + "weight_scale_inv")
+    except KeyError as e:
+        raise Error(f"no tensor {e} in the checkpoint (a block-FP8 expert projection)",
+                    "format") from None
+
+
+def _fp8_experts(config: Any, tensors: Sequence[Tensor], block: Tuple[int, int],
+                 act_fn: Any) -> nn.Module:
+    """transformers' FP8Experts over the tensors, as from_pretrained leaves it on a GPU."""
+    try:
+        from transformers.integrations.finegrained_fp8 import FP8Experts
+    except ImportError as e:
+        raise _unsupported(f"experts='fp8' needs transformers' FP8Experts "
+                           f"(transformers.integrations.finegrained_fp8): {e}") from e
+    with torch.device("meta"):
+        module = FP8Experts(config, block_size=tuple(block))
+    for name, t in zip(("gate_up_proj", "gate_up_proj_scale_inv", "down_proj",
+                        "down_proj_scale_inv"), tensors):
+        setattr(module, name, nn.Parameter(t, requires_grad=False))
+    module.act_fn = act_fn
+    return module
+
+
 def _load_fused_experts(model: nn.Module, tensors: Dict[str, Tensor], block: Tuple[int, int],
-                        dtype: torch.dtype) -> None:
-    """transformers >= 5 holds a layer's routed experts as two 3-D tensors (gate rows then up
-    rows in ``gate_up_proj`` [E, 2I, H], ``down_proj`` [E, H, I]); the checkpoint has one
-    block-FP8 linear per expert. They are dequantized here (mxq's linear does not serve them)."""
-    for name, module in model.named_modules():
+                        dtype: torch.dtype, kind: str, device: torch.device) -> None:
+    """transformers >= 5 holds a layer's routed experts as 3-D tensors (gate rows then up rows
+    in ``gate_up_proj`` [E, 2I, H], ``down_proj`` [E, H, I]); the checkpoint has one block-FP8
+    linear per expert. Stacking them is the one copy of the expert weights the loader makes
+    (the per-expert tensors go right after). ``kind``: "mxq" MxqFp8Experts, "fp8" transformers'
+    FP8Experts, "dequantized" the model's own experts module with bf16 q·scale."""
+    for name, module in list(model.named_modules()):
         gate_up = getattr(module, "gate_up_proj", None)
         if not (isinstance(gate_up, Tensor) and gate_up.ndim == 3):
             continue
-        gu, down = [], []
-        for e in range(gate_up.shape[0]):
-            p = f"{name}.{e}."
-            gu.append(torch.cat([_take_dequantized(tensors, p + "gate_proj.", block, dtype),
-                                 _take_dequantized(tensors, p + "up_proj.", block, dtype)]))
-            down.append(_take_dequantized(tensors, p + "down_proj.", block, dtype))
-        module.gate_up_proj = nn.Parameter(torch.stack(gu), requires_grad=False)
-        module.down_proj = nn.Parameter(torch.stack(down), requires_grad=False)
+        where = f"{name} ({type(module).__name__})"
+        num_experts = gate_up.shape[0]
+        if kind == "dequantized":
+            gu, down = [], []
+            for e in range(num_experts):
+                p = f"{name}.{e}."
+                gu.append(torch.cat([_take_dequantized(tensors, p + "gate_proj.", block, dtype),
+                                     _take_dequantized(tensors, p + "up_proj.", block, dtype)]))
+                down.append(_take_dequantized(tensors, p + "down_proj.", block, dtype))
+            module.gate_up_proj = nn.Parameter(torch.stack(gu), requires_grad=False)
+            module.down_proj = nn.Parameter(torch.stack(down), requires_grad=False)
+            continue
+        parts = {proj: [_take_expert(tensors, f"{name}.{e}.{proj}.") for e in range(num_experts)]
+                 for proj in ("gate_proj", "up_proj", "down_proj")}
+        stacked = [torch.stack([torch.cat([g[i], u[i]]) for g, u in zip(parts["gate_proj"],
+                                                                          parts["up_proj"])])
+                   for i in (0, 1)]
+        stacked += [torch.stack([d[i] for d in parts["down_proj"]]) for i in (0, 1)]
+        del parts
+        # Concatenating gate and up scale grids is exact only when I is a multiple of bn: checked.
+        _check_experts_servable(where, *stacked, block, device)
+        stacked[1], stacked[3] = _servable_scale(stacked[1]), _servable_scale(stacked[3])
+        if kind == "mxq":
+            new = MxqFp8Experts(*stacked, block, module.act_fn)
+        else:
+            new = _fp8_experts(getattr(module, "config", model.config), stacked, block,
+                               module.act_fn)
+        model.set_submodule(name, new)
 
 
 def load_deepseek_v3_fp8(path: Union[str, Path], *, device: Union[str, torch.device] = "cpu",
-                         linears: str = "mxq") -> nn.Module:
+                         linears: str = "mxq", experts: Optional[str] = None) -> nn.Module:
     """``DeepseekV3ForCausalLM`` (eval mode) from a DeepSeek-V3 FP8 checkpoint directory:
     ``config.json`` with ``quantization_config`` {quant_method "fp8", weight_block_size [bn, bk],
     activation_scheme "dynamic"} and ``*.safetensors`` with E4M3 ``*.weight`` and float32
@@ -362,12 +537,17 @@ def load_deepseek_v3_fp8(path: Union[str, Path], *, device: Union[str, torch.dev
     * ``"dequantized"``: ``nn.Linear`` with weight q · scale in bf16: transformers' eager path
       with the same weights, the reference mxq is compared with.
 
-    The routed experts (3-D in transformers >= 5) are dequantized to bf16 in every mode. The
+    ``experts`` says what the routed experts become (3-D tensors in transformers >= 5), by
+    default as ``linears``: ``"mxq"`` :class:`MxqFp8Experts`, ``"fp8"`` transformers'
+    ``FP8Experts``, ``"dequantized"`` the model's own experts module in bf16. The
     multi-token-prediction layer of the published checkpoint (``model.layers.<num_hidden_layers>``)
     is skipped, as transformers does. The model is built on the meta device and takes the
-    file's tensors (no bf16 copy of the FP8 weights is ever made in ``"mxq"`` mode)."""
-    if linears not in _LINEAR_KINDS:
-        raise InvalidArgumentError(f"linears: expected one of {_LINEAR_KINDS}, found {linears!r}")
+    file's tensors: in ``"mxq"`` mode no bf16 copy of an FP8 weight is made, and the only copy
+    is the stacking of the per-expert tensors."""
+    experts = linears if experts is None else experts
+    for arg, value in (("linears", linears), ("experts", experts)):
+        if value not in _LINEAR_KINDS:
+            raise InvalidArgumentError(f"{arg}: expected one of {_LINEAR_KINDS}, found {value!r}")
     path = Path(path)
     try:
         config_dict = json.loads((path / "config.json").read_text())
@@ -401,7 +581,7 @@ def load_deepseek_v3_fp8(path: Union[str, Path], *, device: Union[str, torch.dev
         model.set_submodule(name, _make_linear(linears, weight, _servable_scale(scale), block,
                                                _servable_bias(tensors.pop(name + ".bias", None)),
                                                dtype))
-    _load_fused_experts(model, tensors, block, dtype)
+    _load_fused_experts(model, tensors, block, dtype, experts, device)
     unexpected = model.load_state_dict(tensors, strict=False, assign=True).unexpected_keys
     if unexpected:
         raise Error(f"{path}: tensors the model has no place for: {sorted(unexpected)[:8]}",
