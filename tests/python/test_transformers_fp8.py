@@ -280,26 +280,34 @@ def test_greedy_generation(mxq_model, emulated_model, bf16_model):
     than TIE apart; every decoding step's logits are near the reference's."""
     compared = {"emulation": 0, "bf16": 0}
     for seed in range(2):
-        prompt = tokens(seed, (1, 8))
-        # Cached decoding: mxq's op with M = 1 at each step; the raw logits of each step.
-        out = mxq_model.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                                 do_sample=False, output_logits=True,
-                                 return_dict_in_generate=True)
-        sequence, ours = out.sequences, torch.cat(out.logits).float()
-        assert sequence.shape == (1, 8 + NEW_TOKENS)
-        for name, reference, step_error in (("emulation", emulated_model, 3e-2),
-                                            ("bf16", bf16_model, 5e-2)):
-            theirs = teacher_forced_scores(reference, sequence, 8)
-            error = (ours - theirs).norm(dim=-1) / theirs.norm(dim=-1)
-            # A token whose expert choice flips is off by more: 1 step in 10 may be, and its
-            # token is not compared.
-            close = error < step_error
-            assert close.float().mean() >= 0.9, (name, error)
-            top = theirs.topk(2, dim=-1).values
-            clear = close & (top[:, 0] - top[:, 1] >= TIE)
-            assert torch.equal(theirs.argmax(-1)[clear], sequence[0, 8:][clear]), name
-            compared[name] += int(clear.sum())
+        sequence, ours = generate_with_logits(mxq_model, tokens(seed, (1, 8)))
+        compared["emulation"] += assert_greedy_matches(sequence, ours, emulated_model, 3e-2)
+        compared["bf16"] += assert_greedy_matches(sequence, ours, bf16_model, 5e-2)
     assert min(compared.values()) >= 12, compared  # not all skipped as near ties
+
+
+def generate_with_logits(model, prompt):
+    """Greedy, cached decoding (mxq's op with M = 1 at each step): tokens and raw logits."""
+    out = model.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                         do_sample=False, output_logits=True, return_dict_in_generate=True)
+    assert out.sequences.shape == (1, prompt.shape[1] + NEW_TOKENS)
+    return out.sequences.cpu(), torch.cat(out.logits).float().cpu()
+
+
+def assert_greedy_matches(sequence, ours, reference, step_error):
+    """Each step's logits within step_error of the reference's (teacher-forced) for 90% of the
+    steps (a token whose expert choice flips is off by more; its token is not compared), and at
+    those steps the generated token is the reference's argmax wherever its top-2 logits are
+    >= TIE apart. Returns how many tokens were compared."""
+    prompt_len = sequence.shape[1] - NEW_TOKENS
+    theirs = teacher_forced_scores(reference, sequence, prompt_len)
+    error = (ours - theirs).norm(dim=-1) / theirs.norm(dim=-1)
+    close = error < step_error
+    assert close.float().mean() >= 0.9, error
+    top = theirs.topk(2, dim=-1).values
+    clear = close & (top[:, 0] - top[:, 1] >= TIE)
+    assert torch.equal(theirs.argmax(-1)[clear], sequence[0, prompt_len:][clear])
+    return int(clear.sum())
 
 
 def test_gradient_reaches_inputs_and_bias(mxq_model):
@@ -493,18 +501,17 @@ def test_error_not_a_deepseek_v3_fp8_checkpoint(checkpoint, tmp_path):
 def test_cuda_model_matches_cpu(checkpoint, mxq_model, fp8_model):
     model = load_deepseek_v3_fp8(checkpoint, device="cuda")
     assert all(m.weight.is_cuda for m in mxq_linears(model).values())
+    assert model.model.layers[1].mlp.experts.gate_up_proj.is_cuda
     ids = tokens(0)
     with torch.no_grad():
-        got = model(ids.cuda()).logits.cpu()
-        want = mxq_model(ids).logits
-    assert normalized_error(got, want) < 1e-2
+        got = model(ids.cuda()).logits.float().cpu()
+        want = mxq_model(ids).logits.float()
+    # mxq's CUDA tactics against its CPU reference: the GEMMs' summation order differs, so a
+    # bf16 output may round the other way (and flip an expert choice downstream).
+    per_token = ((got - want).norm(dim=-1) / want.norm(dim=-1)).flatten()
+    assert per_token.median() < 1e-2 and normalized_error(got, want) < 5e-2, per_token
     replace_fp8_linears(fp8_model, device="cuda")
     with torch.no_grad():
-        assert normalized_error(fp8_model(ids.cuda()).logits.cpu(), want) < 1e-2
-    prompt = tokens(0, (1, 8)).cuda()
-    sequence = generate(model, prompt)
-    assert sequence.shape == (1, 8 + NEW_TOKENS)
-    ours = teacher_forced_scores(mxq_model, sequence.cpu(), 8)
-    top = ours.topk(2, dim=-1).values
-    clear = top[:, 0] - top[:, 1] >= TIE
-    assert torch.equal(ours.argmax(-1)[clear], sequence[0, 8:].cpu()[clear])
+        assert torch.equal(fp8_model(ids.cuda()).logits, model(ids.cuda()).logits)
+    sequence, ours = generate_with_logits(model, tokens(0, (1, 8)).cuda())
+    assert_greedy_matches(sequence, ours, mxq_model, 3e-2)

@@ -129,7 +129,7 @@ class MxqFp8Experts(_KeepsDtypes):
             # num_experts (expert parallelism); that class is skipped.
             hits = torch.nn.functional.one_hot(top_k_index, self.num_experts + 1)
             hits = hits.permute(2, 1, 0)[: self.num_experts]
-            experts = torch.greater(hits.sum(dim=(-1, -2)), 0).nonzero().view(-1)
+            experts = torch.greater(hits.sum(dim=(-1, -2)), 0).nonzero().view(-1).tolist()
         for e in experts:
             slot, token = torch.where(hits[e])
             gate, up = self.project(hidden_states[token], self.gate_up_proj[e],
@@ -555,6 +555,8 @@ def load_deepseek_v3_fp8(path: Union[str, Path], *, device: Union[str, torch.dev
         raise Error(f"{path}: cannot read config.json: {e}", "io") from e
     block = _fp8_quantization(path, config_dict)
     device = check_device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())  # for safetensors
     config_cls, model_cls = _deepseek_v3_classes()
     config = config_cls.from_dict({k: v for k, v in config_dict.items()
                                    if k != "quantization_config"})
