@@ -25,8 +25,8 @@ if [[ "${MXQ_PYTHON_TORCH:-1}" == 1 ]]; then
     "$venv/bin/python" -m pip install --quiet torch
     echo "test_python.sh: torch installed in $((SECONDS - start)) s" >&2
   fi
-  # The transformers integration's tests (mxq.integrations.transformers; accelerate loads
-  # transformers' quantized checkpoints); required with torch, like torch.
+  # mxq.integrations.transformers and its tests (tests/python/test_transformers_*.py; accelerate
+  # loads transformers' quantized checkpoints); required with torch, like torch.
   "$venv/bin/python" -m pip install --quiet "transformers>=5.17" accelerate
   export MXQ_REQUIRE_TORCH=1
 fi

@@ -4,16 +4,21 @@ Importing this package imports transformers (>= 5.17) and registers the "mxq" ex
 implementation, so ``from_pretrained(..., experts_implementation="mxq")`` and
 ``model.set_experts_implementation("mxq")`` accept it; :func:`use_mxq_experts` then prepares a
 loaded gpt-oss or DeepSeek-V4 model's MXFP4 experts, as stored in its checkpoint, and switches it
-to mxq. ``mxq`` itself never imports transformers.
+to mxq. :func:`replace_fp8_linears` puts mxq's block-FP8 linear (and experts) in place of a
+DeepSeek-V3 model's FP8 ones; :func:`load_deepseek_v3_fp8` loads such a checkpoint with them.
+``mxq`` itself never imports transformers.
 
 ``python -m mxq.integrations.transformers.synth`` writes tiny checkpoints in the on-disk format
-of gpt-oss and DeepSeek-V4.
+of gpt-oss and DeepSeek-V4, ``python -m mxq.integrations.transformers.synth_deepseek_v3`` of
+DeepSeek-V3 (FP8).
 """
 
 from __future__ import annotations
 
 from .experts import MXQ, mxq_experts_forward, register, use_mxq_experts
+from .fp8_linear import MxqFp8Experts, MxqFp8Linear, load_deepseek_v3_fp8, replace_fp8_linears
 
 register()
 
-__all__ = ["MXQ", "mxq_experts_forward", "register", "use_mxq_experts"]
+__all__ = ["MXQ", "MxqFp8Experts", "MxqFp8Linear", "load_deepseek_v3_fp8", "mxq_experts_forward",
+           "register", "replace_fp8_linears", "use_mxq_experts"]
