@@ -41,13 +41,15 @@ _E8M0 = getattr(torch, "float8_e8m0fnu", None)
 
 def gpt_oss_config(layers: int = 2, experts: int = 8, top_k: int = 2, hidden: int = 128,
                    intermediate: int = 160, vocab: int = 256, init_std: float = 0.05,
-                   swiglu_limit: float = 7.0):
+                   swiglu_limit: float = 7.0, heads: int = 4, kv_heads: int = 2,
+                   head_dim: Optional[int] = None, sliding_window: int = 8):
     from transformers import GptOssConfig
 
     return GptOssConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
-                        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                        head_dim=hidden // 4, num_local_experts=experts,
-                        num_experts_per_tok=top_k, sliding_window=8, initializer_range=init_std,
+                        num_hidden_layers=layers, num_attention_heads=heads,
+                        num_key_value_heads=kv_heads, head_dim=head_dim or hidden // heads,
+                        num_local_experts=experts, num_experts_per_tok=top_k,
+                        sliding_window=sliding_window, initializer_range=init_std,
                         swiglu_limit=swiglu_limit,
                         tie_word_embeddings=False, eos_token_id=vocab - 1,
                         pad_token_id=vocab - 2)
