@@ -16,7 +16,8 @@ DeepSeek-V3 (FP8).
 from __future__ import annotations
 
 from .experts import MXQ, mxq_experts_forward, register, use_mxq_experts
-from .fp8_linear import MxqFp8Experts, MxqFp8Linear, load_deepseek_v3_fp8, replace_fp8_linears
+from .deepseek_v3_loader import load_deepseek_v3_fp8
+from .fp8_linear import MxqFp8Experts, MxqFp8Linear, replace_fp8_linears
 
 register()
 
