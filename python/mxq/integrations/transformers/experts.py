@@ -237,6 +237,10 @@ class _Checkpoint:
         self._where = {key: file for file, handle in self._handles.items()
                        for key in handle.keys()}
 
+    def names(self) -> Tuple[str, ...]:
+        """Every tensor name of the checkpoint."""
+        return tuple(self._where)
+
     def find(self, *names: str) -> Optional[str]:
         return next((n for n in names if n in self._where), None)
 
