@@ -24,6 +24,7 @@ from ..._errors import Error, InvalidArgumentError
 from ...torch_ops.linear_ops import _dequantized_weight
 from .fp8_linear import (MxqFp8Experts, MxqFp8Linear, _check_experts_servable, _check_servable,
                          _servable_bias, _servable_scale, _unsupported, check_device)
+from .meta_model import indexed_device, take_checkpoint_tensors
 
 __all__ = ["load_deepseek_v3_fp8"]
 
@@ -213,9 +214,7 @@ def load_deepseek_v3_fp8(path: Union[str, Path], *, device: Union[str, torch.dev
     except OSError as e:
         raise Error(f"{path}: cannot read config.json: {e}", "io") from e
     block = _fp8_quantization(path, config_dict)
-    device = check_device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())  # for safetensors
+    device = indexed_device(check_device(device))
     config_cls, model_cls = _deepseek_v3_classes()
     config = config_cls.from_dict({k: v for k, v in config_dict.items()
                                    if k != "quantization_config"})
@@ -243,14 +242,4 @@ def load_deepseek_v3_fp8(path: Union[str, Path], *, device: Union[str, torch.dev
                                                _servable_bias(tensors.pop(name + ".bias", None)),
                                                dtype))
     _load_fused_experts(model, tensors, block, dtype, experts, device)
-    unexpected = model.load_state_dict(tensors, strict=False, assign=True).unexpected_keys
-    if unexpected:
-        raise Error(f"{path}: tensors the model has no place for: {sorted(unexpected)[:8]}",
-                    "format")
-    # The rotary embedding's inverse frequencies are computed, not loaded (non-persistent).
-    rotary = model.model.rotary_emb
-    model.model.rotary_emb = type(rotary)(config).to(device)
-    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
-    if left:
-        raise Error(f"{path}: no tensor in the checkpoint for {left[:8]}", "format")
-    return model.eval()
+    return take_checkpoint_tensors(model, tensors, path, config, device)

@@ -25,6 +25,7 @@ from ...torch_ops import Mxfp4MoE
 from .experts import (_CHILD, MXQ, _Checkpoint, _check_device, _experts_classes,
                       _find_experts, _gpt_oss_from_checkpoint, _import_transformers,
                       _set_implementation, _spec, _unsupported, register)
+from .meta_model import indexed_device, take_checkpoint_tensors
 
 __all__ = ["load_gpt_oss"]
 
@@ -72,8 +73,7 @@ def load_gpt_oss(path: Union[str, Path], *, device: Union[str, torch.device] = "
     config = _gpt_oss_config(path)
     device = torch.device(device)
     _check_device(device, "load_gpt_oss")
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = indexed_device(device)
     ckpt = _Checkpoint(path)
 
     with torch.device("meta"):
@@ -98,18 +98,8 @@ def load_gpt_oss(path: Union[str, Path], *, device: Union[str, torch.device] = "
         tensors[key] = ckpt.get(key).to(device)
     for name, module in experts.items():
         for parameter in _EXPERT_PARAMETERS:
-            if parameter in module._parameters:
-                del module._parameters[parameter]  # never made: the mxq child replaces them
+            if hasattr(module, parameter):
+                delattr(module, parameter)  # never made: the mxq child replaces them
         module.add_module(_CHILD, prepared[name])
-    unexpected = model.load_state_dict(tensors, strict=False, assign=True).unexpected_keys
-    if unexpected:
-        raise Error(f"{path}: tensors the model has no place for: {sorted(unexpected)[:8]}",
-                    "format")
-    # The rotary embedding's inverse frequencies are computed, not loaded (non-persistent).
-    rotary = model.model.rotary_emb
-    model.model.rotary_emb = type(rotary)(config).to(device)
-    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
-    if left:
-        raise Error(f"{path}: no tensor in the checkpoint for {left[:8]}", "format")
     _set_implementation(model, MXQ)
-    return model.eval()
+    return take_checkpoint_tensors(model, tensors, path, config, device)
