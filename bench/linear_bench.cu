@@ -378,7 +378,8 @@ nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress
   if (options.repeats < 20) {
     fail_argument(ErrorCode::kInvalidArgument, "--repeats", "at least 20", options.repeats);
   }
-  const auto shapes = linear_preset_shapes(options.preset);
+  const auto shapes =
+      options.shapes.empty() ? linear_preset_shapes(options.preset) : options.shapes;
   cudaDeviceProp props{};
   MXQ_CUDA_CHECK(cudaGetDeviceProperties(&props, 0));
   cudaStream_t stream = nullptr;
@@ -392,7 +393,8 @@ nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress
   result["gpu"] = props.name;
   result["sm_count"] = props.multiProcessorCount;
   result["cublaslt_version"] = cublasLtGetVersion();
-  result["preset"] = options.preset;
+  result["preset"] = options.preset;  // "shapes" says which pairs ran (--shape replaces them)
+  result["shapes"] = shapes;
   result["repeats"] = options.repeats;
   result["method"] =
       "random E4M3 codes and scales on the GPU; input sets rotated past the L2; CUDA graph per "

@@ -7,12 +7,14 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mxq::bench {
 
 struct LinearBenchOptions {
   std::string preset = "deepseek-v3";    // the (N, K) pairs
+  std::vector<std::pair<int, int>> shapes;  // when not empty, these (N, K) pairs instead
   std::vector<int> m = {64, 128, 4096};  // token counts
   int repeats = 30;                      // timed runs per point (median reported), >= 20
   bool baseline = true;                  // time cuBLASLt

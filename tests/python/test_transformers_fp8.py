@@ -101,15 +101,20 @@ class W8A8EmulatedExperts(MxqFp8Experts):
         return w8a8_emulation(x, weight, scale, self.block_size)
 
 
-@pytest.fixture(scope="module")
-def emulated_model(checkpoint):
-    model = load_deepseek_v3_fp8(checkpoint)
+def emulate(model):
+    """``model`` (loaded by load_deepseek_v3_fp8) with each of mxq's FP8 linears and experts
+    computed by the plain-torch W8A8 emulation instead, on the device the model is on."""
     for name, module in list(model.named_modules()):
         if isinstance(module, MxqFp8Linear):
             model.set_submodule(name, W8A8Emulation(module))
         elif isinstance(module, MxqFp8Experts):
             module.__class__ = W8A8EmulatedExperts
     return model
+
+
+@pytest.fixture(scope="module")
+def emulated_model(checkpoint):
+    return emulate(load_deepseek_v3_fp8(checkpoint))
 
 
 def mxq_linears(model):
@@ -269,10 +274,11 @@ def teacher_forced_scores(model, sequence, prompt_len):
             return forced
 
     force = Force()
+    sequence = sequence.to(model.device)
     out = model.generate(sequence[:, :prompt_len], max_new_tokens=sequence.shape[1] - prompt_len,
                          do_sample=False, logits_processor=LogitsProcessorList([force]))
     assert torch.equal(out, sequence)
-    return torch.stack(force.scores)
+    return torch.stack(force.scores).cpu()
 
 
 def test_greedy_generation(mxq_model, emulated_model, bf16_model):
@@ -499,20 +505,23 @@ def test_error_not_a_deepseek_v3_fp8_checkpoint(checkpoint, tmp_path):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_CUDA, reason="needs mxq built with CUDA and a GPU")
-def test_cuda_model_matches_cpu(checkpoint, mxq_model, fp8_model):
+def test_cuda_model_matches_the_emulation_on_cuda(checkpoint, fp8_model):
     model = load_deepseek_v3_fp8(checkpoint, device="cuda")
     assert all(m.weight.is_cuda for m in mxq_linears(model).values())
     assert model.model.layers[1].mlp.experts.gate_up_proj.is_cuda
-    ids = tokens(0)
+    # The reference runs on the same device: the rest of the model (attention, norms, router)
+    # then computes the same way in both, and only the FP8 linears and experts differ, as in
+    # test_logits_match_w8a8_emulation on the CPU. (Against the CPU model, torch's own CUDA
+    # kernels move the logits by more than mxq's linears do.)
+    emulated = emulate(load_deepseek_v3_fp8(checkpoint, device="cuda"))
+    ids = tokens(0).cuda()
     with torch.no_grad():
-        got = model(ids.cuda()).logits.float().cpu()
-        want = mxq_model(ids).logits.float()
-    # mxq's CUDA tactics against its CPU reference: the GEMMs' summation order differs, so a
-    # bf16 output may round the other way (and flip an expert choice downstream).
+        got = model(ids).logits.float().cpu()
+        want = emulated(ids).logits.float().cpu()
     per_token = ((got - want).norm(dim=-1) / want.norm(dim=-1)).flatten()
-    assert per_token.median() < 1e-2 and normalized_error(got, want) < 5e-2, per_token
+    assert per_token.median() < 1e-3 and normalized_error(got, want) < 5e-2, per_token
     replace_fp8_linears(fp8_model, device="cuda")
     with torch.no_grad():
-        assert torch.equal(fp8_model(ids.cuda()).logits, model(ids.cuda()).logits)
+        assert torch.equal(fp8_model(ids).logits, model(ids).logits)
     sequence, ours = generate_with_logits(model, tokens(0, (1, 8)).cuda())
-    assert_greedy_matches(sequence, ours, mxq_model, 3e-2)
+    assert assert_greedy_matches(sequence, ours, emulated, 3e-2) >= 6

@@ -1,7 +1,10 @@
 // `mxq bench moe|...`: GPU benchmarks with same-run baselines (see docs/PERF.md).
+#include <exception>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -71,8 +74,32 @@ struct MoeBenchArgs {
   }
 }
 
+// "N,K" → (N, K), both positive; anything else is an argument error naming --shape.
+std::pair<int, int> parse_nk_pair(const std::string& text) {
+  const std::size_t comma = text.find(',');
+  int n = 0;
+  int k = 0;
+  std::size_t n_end = 0;
+  std::size_t k_end = 0;
+  try {
+    if (comma != std::string::npos) {
+      n = std::stoi(text.substr(0, comma), &n_end);
+      k = std::stoi(text.substr(comma + 1), &k_end);
+    }
+  } catch (const std::exception&) {
+    n = 0;
+  }
+  if (comma == std::string::npos || n_end != comma || k_end != text.size() - comma - 1 || n < 1 ||
+      k < 1) {
+    fail_argument(ErrorCode::kInvalidArgument, "--shape", "N,K with two positive integers",
+                  "'" + text + "'");
+  }
+  return {n, k};
+}
+
 struct LinearBenchArgs {
   std::string preset = "deepseek-v3";
+  std::vector<std::string> shapes;  // "N,K" each; replaces the preset's pairs when given
   std::vector<int> m = {64, 128, 4096};
   int repeats = 30;
   bool no_baseline = false;
@@ -180,6 +207,10 @@ void register_bench(CLI::App& app) {
   linear->add_option("--preset", linear_args->preset, "(N, K) pairs: deepseek-v3")
       ->check(CLI::IsMember({"deepseek-v3"}))
       ->capture_default_str();
+  linear->add_option("--shape", linear_args->shapes,
+                     "An (N, K) pair to time instead of the preset's, as N,K (repeat the option "
+                     "for several)")
+      ->type_name("N,K");
   linear->add_option("--m", linear_args->m, "Token counts M")
       ->delimiter(',')
       ->capture_default_str();
@@ -191,9 +222,12 @@ void register_bench(CLI::App& app) {
   linear->add_flag("--no-op", linear_args->no_op, "Skip timing linear_into");
   linear->add_flag("--json", linear_args->json, "Print JSON");
   linear->callback([linear_args] {
+    std::vector<std::pair<int, int>> shapes;
+    for (const std::string& text : linear_args->shapes) shapes.push_back(parse_nk_pair(text));
 #if MXQ_WITH_CUDA
     bench::LinearBenchOptions options;
     options.preset = linear_args->preset;
+    options.shapes = shapes;
     options.m = linear_args->m;
     options.repeats = linear_args->repeats;
     options.baseline = !linear_args->no_baseline;

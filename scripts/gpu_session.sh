@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One device call that checks everything and records the numbers (device time is scarce and the
+# machine goes back after a short idle time, so a session's checks travel together):
+#   1. scripts/gpu_check.sh: build, ctest -L gpu (CPU tests skipped);
+#   2. the Python package with CUDA and tests/python (scripts/gpu_python_check.sh), built and run
+#      in the background while 3. runs the sanitizers;
+#   3. compute-sanitizer memcheck on the engine-facing MoE op and the distributed layer;
+#   4. the benches, one JSON file each in $OUT, named as docs/perf-data/README.md says.
+# Run there with carry [".deps"]; each step's log is in $OUT even when a later step runs out of time.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-/tmp/mxq-out}"
+mkdir -p "$out"
+day=$(date -u +%F)
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o -E 'H[0-9]+' | tr 'A-Z' 'a-z')
+stamp() { echo "== $(date -u +%T) $*"; }
+
+stamp build and GPU tests
+MXQ_SKIP_CPU_TESTS=1 scripts/gpu_check.sh || exit 1
+
+stamp python package and tests in the background
+scripts/gpu_python_check.sh >"$out/python_check.txt" 2>&1 &
+python_pid=$!
+
+stamp memcheck
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+for t in test_moe_mxfp4_moe_op_gpu_test test_moe_moe_dist_gpu_test; do
+  bin=$(find build-gpu -name "$t" -type f | head -1)
+  [[ -n "$bin" ]] || { echo "$t: not built"; continue; }
+  "$sanitizer" --tool memcheck --error-exitcode 3 "$bin" >"$out/memcheck_$t.log" 2>&1
+  echo "$t memcheck rc=$? ($(grep -c 'ERROR SUMMARY: 0 errors' "$out/memcheck_$t.log") clean summaries)"
+done
+
+wait "$python_pid"
+echo "python check rc=$?"; tail -5 "$out/python_check.txt"
+
+stamp bench linear
+build-gpu/mxq bench linear --m 1 8 16 32 64 128 256 512 1024 2048 4096 --json \
+  >"$out/linear-deepseek-v3-$day-$card.json" 2>"$out/bench_linear.err"; echo "rc=$?"
+stamp bench moe
+build-gpu/mxq bench moe --preset gpt-oss-120b --w4a8 --json \
+  >"$out/moe-gpt-oss-120b-$day-$card.json" 2>"$out/bench_moe.err"; echo "rc=$?"
+stamp python benches
+python3 bench/moe_grouped_mm.py --json >"$out/moe-grouped-mm-$day-$card.json" 2>&1; echo "rc=$?"
+python3 bench/transformers_generate.py --json >"$out/transformers-generate-$day-$card.json" 2>&1
+echo "rc=$?"
+stamp done
