@@ -42,6 +42,29 @@ using linear::LinearTactic;
 
 constexpr std::int64_t kWorkingSetBytes = 120LL << 20;  // > 2x the H200's 50 MB L2
 constexpr int kMaxSets = 16;
+constexpr int kSlackPattern = 0xA5;  // what the cuBLASLt workspace's slack holds until written
+
+// *last = 1 + the highest index i < n with bytes[i] != kSlackPattern (0 when none).
+__global__ void last_written_byte(const std::uint8_t* bytes, std::size_t n,
+                                  unsigned long long* last) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    if (bytes[i] != kSlackPattern) atomicMax(last, static_cast<unsigned long long>(i + 1));
+  }
+}
+
+// How far into the slack after the declared cuBLASLt workspace anything was written.
+std::uint64_t bytes_written_into_slack(const std::uint8_t* slack, Tensor& last,
+                                       cudaStream_t stream) {
+  MXQ_CUDA_CHECK(cudaMemsetAsync(last.data(), 0, sizeof(unsigned long long), stream));
+  last_written_byte<<<1024, 256, 0, stream>>>(slack, kCublasWorkspaceSlack,
+                                               static_cast<unsigned long long*>(last.data()));
+  MXQ_CUDA_CHECK_LAUNCH();
+  unsigned long long host = 0;
+  MXQ_CUDA_CHECK(cudaMemcpyAsync(&host, last.data(), sizeof(host), cudaMemcpyDeviceToHost, stream));
+  MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return host;
+}
 
 __device__ __forceinline__ std::uint64_t mix(std::uint64_t z) {
   z += 0x9E3779B97F4A7C15ULL;
@@ -386,8 +409,11 @@ nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress
   MXQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasLtHandle_t handle = nullptr;
   MXQ_CUBLASLT_CHECK(cublasLtCreate(&handle));
-  Tensor workspace =
-      Tensor::empty(DType::kU8, {static_cast<std::int64_t>(kCublasWorkspace)}, Device::cuda(0));
+  Tensor workspace = Tensor::empty(
+      DType::kU8, {static_cast<std::int64_t>(kCublasWorkspace + kCublasWorkspaceSlack)},
+      Device::cuda(0));
+  auto* slack = static_cast<std::uint8_t*>(workspace.data()) + kCublasWorkspace;
+  Tensor overrun = Tensor::empty(DType::kI64, {1}, Device::cuda(0));
 
   nlohmann::json result;
   result["gpu"] = props.name;
@@ -443,6 +469,7 @@ nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress
         CublasLtBlockFp8 cublas(handle, m, n, k, workspace.data(),
                                 cublas_operands(operand_sets[0]));
         if (cublas.ok()) {
+          MXQ_CUDA_CHECK(cudaMemsetAsync(slack, kSlackPattern, kCublasWorkspaceSlack, stream));
           cublas_us = time_us(
               [&](int s, cudaStream_t st) {
                 cublas.run(cublas_operands(operand_sets[static_cast<std::size_t>(s)]), st);
@@ -467,6 +494,15 @@ nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress
           point["cublaslt_vs_mxq_normalized_difference"] =
               cublas.transposed() ? normalized_difference(mxq_out, s0.out, /*b_transposed=*/true)
                                   : normalized_difference(mxq_out, s0.out, false);
+          point["cublaslt_workspace_bytes"] = cublas.algo_workspace_bytes();
+          const std::uint64_t overrun_bytes = bytes_written_into_slack(slack, overrun, stream);
+          point["cublaslt_workspace_overrun_bytes"] = overrun_bytes;
+          if (overrun_bytes > 0 && progress) {
+            std::fprintf(stderr,
+                         "  N=%d K=%d M=%d cuBLASLt wrote %llu bytes past its %zu MiB workspace\n",
+                         n, k, m, static_cast<unsigned long long>(overrun_bytes),
+                         kCublasWorkspace >> 20);
+          }
         } else {
           point["cublaslt_note"] = "cuBLASLt returned no algorithm for block-scaled FP8";
         }
