@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <sstream>
 
 #include <any>
@@ -42,46 +43,45 @@ struct Preference {
   std::string because;
 };
 
-// The default choice among supported tactics of one kind (names as registered). Measured on an
-// H200 (docs/PERF.md): with many waves of 128x128 tiles the large tile wins (fewer operand bytes
-// per FLOP); otherwise the last wave's idle SMs dominate, so the tile whose count fills the SMs
-// best wins, and among near-equal fills the larger tile (the 64x128 one overlapping promotion
-// with the next wgmma). `because` is written only when `explained` (the text costs more than the
-// choice, and the per-call path does not print it).
+// The default choice among supported tactics of one kind (names as registered). `because` is
+// written only when `explained` (the text costs more than the choice, and the per-call path does
+// not print it).
+//
+// The fast path's tile: the least modeled time, waves x (setup + per-K cost), with the per-tile
+// costs fitted to every tactic's time in `mxq bench linear` on an H100 (132 SMs, M = 1 ... 4096,
+// docs/perf-log/data/linear-deepseek-v3-*-2026-12-05-h100.json). A 128x128 tile costs about 2x a
+// 64x64 one for 4x the work, so many waves favour it, while a last wave that leaves SMs idle
+// favours the smaller tiles. The fill rule it replaced (the tile count that fills the SMs' slots
+// best) chose 64x64 tiles at M = 512, N = 7168: 1.8x slower than 128x128 tiles at K = 16384.
+struct TileCost {
+  const char* name;
+  std::int64_t bm;
+  std::int64_t bn;
+  double setup_us;       // per wave, whatever K
+  double us_per_k_1000;  // per wave, per 1000 of K
+};
+constexpr std::array<TileCost, 3> kTileCosts{{
+    {"cuda.sm90_wgmma.m128n128", 128, 128, 1.3, 3.77},
+    {"cuda.sm90_wgmma.m64n128_overlap", 64, 128, 0.8, 2.35},
+    {"cuda.sm90_wgmma.m64n64", 64, 64, 0.95, 1.85},
+}};
+
 Preference preferred_fast(const LinearProblem& p, bool explained) {
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
-  if (p.m > 64 && tiles(p, 128, 128) >= 2 * sms) {
-    return {"cuda.sm90_wgmma.m128n128",
-            explained ? detail::concat("M > 64 and ", tiles(p, 128, 128), " 128x128 tiles fill ",
-                                       sms, " SMs at least twice")
-                      : std::string()};
+  const auto waves = [&](const TileCost& c) { return ceil_div(tiles(p, c.bm, c.bn), sms); };
+  const auto modeled_us = [&](const TileCost& c) {
+    return static_cast<double>(waves(c)) *
+           (c.setup_us + c.us_per_k_1000 * static_cast<double>(p.k) / 1000.0);
+  };
+  const TileCost* best = &kTileCosts[0];
+  for (const TileCost& c : kTileCosts) {
+    if (modeled_us(c) < modeled_us(*best)) best = &c;
   }
-  struct Candidate {
-    const char* name;
-    std::int64_t tiles;
-  };
-  std::array<Candidate, 3> candidates{};  // larger tiles first
-  std::size_t count = 0;
-  if (p.m > 64) candidates[count++] = {"cuda.sm90_wgmma.m128n128", tiles(p, 128, 128)};
-  candidates[count++] = {"cuda.sm90_wgmma.m64n128_overlap", tiles(p, 64, 128)};
-  candidates[count++] = {"cuda.sm90_wgmma.m64n64", tiles(p, 64, 64)};
-  // Fraction of the SM slots of all waves that hold a tile.
-  const auto fill = [&](const Candidate& c) {
-    return static_cast<double>(c.tiles) / static_cast<double>(ceil_div(c.tiles, sms) * sms);
-  };
-  double best_fill = 0;
-  for (std::size_t i = 0; i < count; ++i) best_fill = std::max(best_fill, fill(candidates[i]));
-  constexpr double kFillTolerance = 0.05;
-  for (std::size_t i = 0; i < count; ++i) {
-    const Candidate& c = candidates[i];
-    if (fill(c) >= best_fill - kFillTolerance) {
-      return {c.name, explained ? detail::concat(c.tiles, " tiles fill ",
-                                                 static_cast<int>(100 * fill(c) + 0.5),
-                                                 "% of the SM slots of their waves (", sms, " SMs)")
+  return {best->name, explained ? detail::concat("least modeled time: ", waves(*best),
+                                                 " wave(s) of ", tiles(p, best->bm, best->bn), " ",
+                                                 best->bm, "x", best->bn, " tiles on ", sms,
+                                                 " SMs (", std::round(10 * modeled_us(*best)) / 10, " us modeled)")
                                 : std::string()};
-    }
-  }
-  return {candidates[count - 1].name, "smallest tile"};  // not reached: the best is a candidate
 }
 
 Preference preferred_fallback(const LinearProblem& p, bool explained) {
