@@ -82,10 +82,7 @@ bool CublasLtBlockFp8::try_orientation(bool transposed, const BlockFp8GemmOperan
        cublasLtMatmulAlgoGetHeuristic(handle_, desc_, a_desc_, b_desc_, d_desc_, d_desc_,
                                       preference_, 1, &result, &found) == CUBLAS_STATUS_SUCCESS &&
        found > 0;
-  if (ok) {
-    algo_ = result.algo;
-    algo_workspace_bytes_ = result.workspaceSize;
-  }
+  if (ok) algo_ = result.algo;
   return ok;
 }
 

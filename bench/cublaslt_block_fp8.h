@@ -21,12 +21,6 @@ namespace mxq::bench {
 
 // The workspace cuBLASLt may use (its heuristic is asked for algorithms within it).
 inline constexpr std::size_t kCublasWorkspace = 32U << 20;
-// Bytes allocated after that workspace and never declared to cuBLASLt. cuBLASLt 13.1's split-K
-// kernel for M = 1, N = 7168, K = 16384 (nvjet_sm90_qqtst_..._Avec128_Bblk128_splitK_TNT) wrote
-// past the declared 32 MiB on an H100 (an illegal address under compute-sanitizer, within 32 MiB
-// more with this slack); the bench checks the slack after each point and records what was
-// written there (cublaslt_workspace_overrun_bytes).
-inline constexpr std::size_t kCublasWorkspaceSlack = 96U << 20;
 
 // Device operands of y = x · Wᵀ: x e4m3 [M, K] with fp32 scales K-group major [K/128, M_pad],
 // W e4m3 [N, K] with fp32 block scales [N/128, K/128], y bf16 [M, N].
@@ -54,8 +48,6 @@ class CublasLtBlockFp8 {
   // Whether cuBLASLt has an algorithm for this shape in either orientation.
   [[nodiscard]] bool ok() const { return ok_; }
   [[nodiscard]] bool transposed() const { return transposed_; }
-  // The workspace the chosen algorithm says it needs (its heuristic's figure).
-  [[nodiscard]] std::size_t algo_workspace_bytes() const { return algo_workspace_bytes_; }
 
   // Enqueues y = x · Wᵀ on `stream` (ok() must be true).
   void run(const BlockFp8GemmOperands& s, cudaStream_t stream);
@@ -75,7 +67,6 @@ class CublasLtBlockFp8 {
   cublasLtMatrixLayout_t d_desc_ = nullptr;
   cublasLtMatmulPreference_t preference_ = nullptr;
   cublasLtMatmulAlgo_t algo_{};
-  std::size_t algo_workspace_bytes_ = 0;
 };
 
 }  // namespace mxq::bench

@@ -144,6 +144,10 @@ struct LinearBenchArgs {
       std::printf("%20s cuBLASLt vs mxq output: normalized difference %.2e\n", "",
                   p["cublaslt_vs_mxq_normalized_difference"].get<double>());
     }
+    if (p.contains("cublaslt_m")) {
+      std::printf("%20s cuBLASLt ran on %d rows, the first M of them these (bench/linear_bench.cu: "
+                  "kCublasMinRows)\n", "", p["cublaslt_m"].get<int>());
+    }
     if (p.contains("cublaslt_note")) {
       std::printf("%20s %s\n", "", p["cublaslt_note"].get<std::string>().c_str());
     }
