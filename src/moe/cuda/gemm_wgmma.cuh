@@ -17,7 +17,8 @@
 // 13 warps put 4 on one scheduler, whose 16K registers then cap every thread at 128, which fits
 // because the fragments live in a small ring (below) instead of two whole-chunk sets. 96 channels
 // and 192 rows also divide gpt-oss's 2880, and the activation tile is shared by 192 rows.
-// Tiles of at most 64 slots run the n64 instruction (half the tensor work and copies).
+// Tiles of at most 16, 32 or 64 slots run the n16, n32 or n64 instruction (less tensor work; the
+// copies of 16 and 32 slots are still a 64-row box).
 // The producer warp fills a ring of kWgmmaStages stages, one 128-wide K chunk each, by TMA:
 // the tile's activations (64 slot rows x 64 K per box, 128-byte swizzled as wgmma's descriptor
 // reads them: the activations are in slot order, so a tile's rows are contiguous), the weights
@@ -140,6 +141,9 @@ template <bool kGemm1, int kN>
 __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const WgmmaMaps& maps,
                                                 const WorkTile& tile, std::uint8_t* smem) {
   using namespace mxq::ptx;  // TMA, mbarrier, wgmma
+  // Slot rows copied per stage: whole 64-row boxes (the n16 and n32 instructions read the first
+  // rows of one).
+  constexpr int kXRows = kN < 64 ? 64 : kN;
   const int tid = static_cast<int>(threadIdx.x);
   const int P = args.w.inter_padded;
   const int matrix_rows = kGemm1 ? args.w.inter : args.w.hidden;
@@ -184,12 +188,13 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
       std::uint8_t* const w_stage = w_smem + stage * kWgmmaWBytes;
       if (lane == 0) {
         const bool short_chunk = chunk >= stored_full;
-        mbarrier_arrive_expect_tx(
-            &full[stage], kN * 256 + (short_chunk ? kWgmmaRows * 16 * short_blocks : kWgmmaWBytes));
+        mbarrier_arrive_expect_tx(&full[stage], kXRows * 256 + (short_chunk
+                                                                    ? kWgmmaRows * 16 * short_blocks
+                                                                    : kWgmmaWBytes));
 #pragma unroll
         for (int atom = 0; atom < 2; ++atom)
 #pragma unroll
-          for (int half = 0; half < kN / 64; ++half)
+          for (int half = 0; half < kXRows / 64; ++half)
             tma_load_2d(x_stage + atom * kWgmmaAtomBytes + half * 64 * 128, &maps.x, &full[stage],
                         chunk * kWgmmaChunk + 64 * atom, tile.slot0 + 64 * half);
         std::uint8_t* const w_stage_hi = w_stage + kWgmmaWBoxRows * (kWgmmaChunk / 2);
@@ -383,7 +388,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   }
   __syncthreads();
   const WorkTile tile = read_work_tile(args.ws, tile_index);
-  if (tile.rows <= 64) {
+  // The narrowest instruction that covers the tile's slots: with every expert touched by a few
+  // tokens (T = 512 of gpt-oss-120b: ~16 slots an expert), n64 did 4x the tensor work needed, and
+  // the kernel's time follows its tensor work.
+  if (tile.rows <= 16) {
+    wgmma_tile_gemm<kGemm1, 16>(args, maps, tile, smem);
+  } else if (tile.rows <= 32) {
+    wgmma_tile_gemm<kGemm1, 32>(args, maps, tile, smem);
+  } else if (tile.rows <= 64) {
     wgmma_tile_gemm<kGemm1, 64>(args, maps, tile, smem);
   } else {
     wgmma_tile_gemm<kGemm1, kWgmmaTileTokens>(args, maps, tile, smem);
