@@ -13,12 +13,12 @@
 namespace mxq::bench {
 
 struct LinearBenchOptions {
-  std::string preset = "deepseek-v3";    // the (N, K) pairs
+  std::string preset = "deepseek-v3";       // the (N, K) pairs
   std::vector<std::pair<int, int>> shapes;  // when not empty, these (N, K) pairs instead
-  std::vector<int> m = {64, 128, 4096};  // token counts
-  int repeats = 30;                      // timed runs per point (median reported), >= 20
-  bool baseline = true;                  // time cuBLASLt
-  bool fallback_64 = true;               // time the fallback on 64x64 blocks too
+  std::vector<int> m = {64, 128, 4096};     // token counts
+  int repeats = 30;                         // timed runs per point (median reported), >= 20
+  bool baseline = true;                     // time cuBLASLt
+  bool fallback_64 = true;                  // time the fallback on 64x64 blocks too
   bool op = true;  // time linear_into (the op engines call) per activation input
 };
 

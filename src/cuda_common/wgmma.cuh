@@ -99,8 +99,7 @@ __device__ __forceinline__ void wgmma_m64k16_bf16_rs(float (&d)[kN / 2],
                                                      std::uint64_t desc_b, bool accumulate);
 
 template <>
-__device__ __forceinline__ void wgmma_m64k16_bf16_rs<16>(float (&d)[8],
-                                                         const std::uint32_t (&a)[4],
+__device__ __forceinline__ void wgmma_m64k16_bf16_rs<16>(float (&d)[8], const std::uint32_t (&a)[4],
                                                          std::uint64_t desc_b, bool accumulate) {
   asm volatile(
       "{\n"

@@ -77,11 +77,12 @@ Preference preferred_fast(const LinearProblem& p, bool explained) {
   for (const TileCost& c : kTileCosts) {
     if (modeled_us(c) < modeled_us(*best)) best = &c;
   }
-  return {best->name, explained ? detail::concat("least modeled time: ", waves(*best),
-                                                 " wave(s) of ", tiles(p, best->bm, best->bn), " ",
-                                                 best->bm, "x", best->bn, " tiles on ", sms,
-                                                 " SMs (", std::round(10 * modeled_us(*best)) / 10, " us modeled)")
-                                : std::string()};
+  return {best->name, explained
+                          ? detail::concat("least modeled time: ", waves(*best), " wave(s) of ",
+                                           tiles(p, best->bm, best->bn), " ", best->bm, "x",
+                                           best->bn, " tiles on ", sms, " SMs (",
+                                           std::round(10 * modeled_us(*best)) / 10, " us modeled)")
+                          : std::string()};
 }
 
 Preference preferred_fallback(const LinearProblem& p, bool explained) {

@@ -145,8 +145,10 @@ struct LinearBenchArgs {
                   p["cublaslt_vs_mxq_normalized_difference"].get<double>());
     }
     if (p.contains("cublaslt_m")) {
-      std::printf("%20s cuBLASLt ran on %d rows, the first M of them these (bench/linear_bench.cu: "
-                  "kCublasMinRows)\n", "", p["cublaslt_m"].get<int>());
+      std::printf(
+          "%20s cuBLASLt ran on %d rows, the first M of them these (bench/linear_bench.cu: "
+          "kCublasMinRows)\n",
+          "", p["cublaslt_m"].get<int>());
     }
     if (p.contains("cublaslt_note")) {
       std::printf("%20s %s\n", "", p["cublaslt_note"].get<std::string>().c_str());
@@ -211,9 +213,10 @@ void register_bench(CLI::App& app) {
   linear->add_option("--preset", linear_args->preset, "(N, K) pairs: deepseek-v3")
       ->check(CLI::IsMember({"deepseek-v3"}))
       ->capture_default_str();
-  linear->add_option("--shape", linear_args->shapes,
-                     "An (N, K) pair to time instead of the preset's, as N,K (repeat the option "
-                     "for several)")
+  linear
+      ->add_option("--shape", linear_args->shapes,
+                   "An (N, K) pair to time instead of the preset's, as N,K (repeat the option "
+                   "for several)")
       ->type_name("N,K");
   linear->add_option("--m", linear_args->m, "Token counts M")
       ->delimiter(',')

@@ -188,9 +188,9 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
       std::uint8_t* const w_stage = w_smem + stage * kWgmmaWBytes;
       if (lane == 0) {
         const bool short_chunk = chunk >= stored_full;
-        mbarrier_arrive_expect_tx(&full[stage], kXRows * 256 + (short_chunk
-                                                                    ? kWgmmaRows * 16 * short_blocks
-                                                                    : kWgmmaWBytes));
+        mbarrier_arrive_expect_tx(
+            &full[stage],
+            kXRows * 256 + (short_chunk ? kWgmmaRows * 16 * short_blocks : kWgmmaWBytes));
 #pragma unroll
         for (int atom = 0; atom < 2; ++atom)
 #pragma unroll

@@ -18,9 +18,9 @@ TEST(BenchCli, MalformedShapeIsRefusedByName) {
                                   "7168,", ",512", "7168;512"}) {
     const auto result = run_cli(dir, "bench linear --shape '" + shape + "'");
     EXPECT_EQ(result.exit_code, 2) << shape;
-    EXPECT_NE(result.err.find("--shape: expected N,K with two positive integers, found '" + shape +
-                              "'"),
-              std::string::npos)
+    EXPECT_NE(
+        result.err.find("--shape: expected N,K with two positive integers, found '" + shape + "'"),
+        std::string::npos)
         << shape << ": " << result.err;
   }
 }

@@ -12,8 +12,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "linear/linear_test_support.h"
@@ -117,8 +117,7 @@ TEST(Dispatch, DeepSeekBlocksTakeTheFastPathOnSm90) {
   for (const std::int64_t k : {2048, 16384}) {
     const Explanation e = explain(h200_problem(512, 7168, k, {128, 128}));
     EXPECT_EQ(e.chosen->name(), "cuda.sm90_wgmma.m128n128") << e.str();
-    EXPECT_NE(e.chosen_because.find("2 wave(s) of 224 128x128 tiles on 132 SMs"),
-              std::string::npos)
+    EXPECT_NE(e.chosen_because.find("2 wave(s) of 224 128x128 tiles on 132 SMs"), std::string::npos)
         << e.chosen_because;
   }
   EXPECT_EQ(explain(h200_problem(1024, 2112, 7168, {128, 128})).chosen->name(),
@@ -137,8 +136,8 @@ TEST(Dispatch, DeepSeekBlocksTakeTheFastPathOnSm90) {
 // reads, not the tiles' work, set the time).
 TEST(Dispatch, RuleChoosesTheMeasuredFastestTile) {
   REQUIRE_CUDA_TACTICS();
-  const std::filesystem::path data = std::filesystem::path(MXQ_SOURCE_DIR) / "docs" / "perf-log" /
-                                     "data";
+  const std::filesystem::path data =
+      std::filesystem::path(MXQ_SOURCE_DIR) / "docs" / "perf-log" / "data";
   int compared = 0;
   for (const char* file : {"linear-deepseek-v3-m1-4096-2026-12-05-h100.json",
                            "linear-deepseek-v3-7168x16384-m64-4096-2026-12-05-h100.json"}) {
