@@ -4,7 +4,8 @@
 #   1. scripts/gpu_check.sh: build, ctest -L gpu (CPU tests skipped);
 #   2. the Python package with CUDA and tests/python (scripts/gpu_python_check.sh), built and run
 #      in the background while 3. runs the sanitizers;
-#   3. compute-sanitizer memcheck on the engine-facing MoE op and the distributed layer;
+#   3. compute-sanitizer memcheck on the engine-facing MoE op, the distributed layer and the
+#      wgmma GEMMs' ring-wrapping cases;
 #   4. the benches, one JSON file each in $OUT, named as docs/perf-data/README.md says.
 # Run there with carry [".deps"]; each step's log is in $OUT even when a later step runs out of time.
 set -uo pipefail
@@ -24,10 +25,15 @@ python_pid=$!
 
 stamp memcheck
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-for t in test_moe_mxfp4_moe_op_gpu_test test_moe_moe_dist_gpu_test; do
+# The dist test's CLI case runs the whole `mxq moe` command: over 7 minutes under memcheck, so
+# only the layer's cases are sanitized.
+for spec in "test_moe_mxfp4_moe_op_gpu_test:*" "test_moe_moe_dist_gpu_test:MoeDistLayer.*" \
+  "test_moe_moe_forward_gpu_test:*t4096*:*e32_tp2_ep2_t64*"; do
+  t=${spec%%:*}
   bin=$(find build-gpu -name "$t" -type f | head -1)
   [[ -n "$bin" ]] || { echo "$t: not built"; continue; }
-  "$sanitizer" --tool memcheck --error-exitcode 3 "$bin" >"$out/memcheck_$t.log" 2>&1
+  "$sanitizer" --tool memcheck --error-exitcode 3 "$bin" --gtest_filter="${spec#*:}" \
+    >"$out/memcheck_$t.log" 2>&1
   echo "$t memcheck rc=$? ($(grep -c 'ERROR SUMMARY: 0 errors' "$out/memcheck_$t.log") clean summaries)"
 done
 
@@ -35,7 +41,7 @@ wait "$python_pid"
 echo "python check rc=$?"; tail -5 "$out/python_check.txt"
 
 stamp bench linear
-build-gpu/mxq bench linear --m 1 8 16 32 64 128 256 512 1024 2048 4096 --json \
+build-gpu/mxq bench linear --m 1,8,16,32,64,128,256,512,1024,2048,4096 --json \
   >"$out/linear-deepseek-v3-$day-$card.json" 2>"$out/bench_linear.err"; echo "rc=$?"
 stamp bench moe
 build-gpu/mxq bench moe --preset gpt-oss-120b --w4a8 --json \
