@@ -44,7 +44,7 @@ stamp bench linear
 build-gpu/mxq bench linear --m 1,8,16,32,64,128,256,512,1024,2048,4096 --json \
   >"$out/linear-deepseek-v3-$day-$card.json" 2>"$out/bench_linear.err"; echo "rc=$?"
 stamp bench moe
-build-gpu/mxq bench moe --preset gpt-oss-120b --w4a8 --json \
+build-gpu/mxq bench moe --preset gpt-oss-120b --tokens 1,8,64,128,256,512,4096 --w4a8 --json \
   >"$out/moe-gpt-oss-120b-$day-$card.json" 2>"$out/bench_moe.err"; echo "rc=$?"
 stamp python benches
 python3 bench/moe_grouped_mm.py --json >"$out/moe-grouped-mm-$day-$card.json" 2>&1; echo "rc=$?"
