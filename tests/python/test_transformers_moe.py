@@ -226,6 +226,33 @@ def test_compiled_experts_fullgraph_match_eager_mxq(checkpoints):
             assert torch.equal(compiled(x)[0], mlp(x)[0])
 
 
+@pytest.mark.cuda
+def test_moe_block_replays_in_a_cuda_graph(checkpoints):
+    """gpt-oss's MoE block (transformers' router, mxq's experts) captured in a CUDA graph replays
+    what it computes eagerly, bit for bit, for new inputs copied into the captured buffer: the
+    experts neither allocate outside torch's allocator, nor synchronize, nor copy weights."""
+    model = use_mxq_experts(_load("gpt-oss", checkpoints["gpt-oss"], "cuda"),
+                            checkpoints["gpt-oss"])
+    mlp = model.model.layers[1].mlp
+    generator = torch.Generator(device="cuda").manual_seed(6)
+    static_x = torch.randn(1, 5, 128, device="cuda", generator=generator)
+    with torch.no_grad():
+        side = torch.cuda.Stream()  # warm-up off the capture stream, as torch's recipe has it
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                mlp(static_x)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = mlp(static_x)[0]
+        for _ in range(3):
+            x = torch.randn(1, 5, 128, device="cuda", generator=generator)
+            static_x.copy_(x)
+            graph.replay()
+            assert torch.equal(static_out, mlp(x)[0])
+
+
 # --- where the weights come from ---------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["gpt-oss", "deepseek-v4"])
