@@ -6,7 +6,8 @@
 #      in the background while 3. runs the sanitizers;
 #   3. compute-sanitizer memcheck on the engine-facing MoE op, the distributed layer and the
 #      wgmma GEMMs' ring-wrapping cases;
-#   4. the benches, one JSON file each in $OUT, named as docs/perf-data/README.md says.
+#   4. the benches, one JSON file each in $OUT, named as docs/perf-data/README.md says; with
+#      .peers/deepgemm staged and carried, DeepGEMM built and timed beside mxq.
 # Run there with carry [".deps"]; each step's log is in $OUT even when a later step runs out of time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,4 +51,12 @@ stamp python benches
 python3 bench/moe_grouped_mm.py --json >"$out/moe-grouped-mm-$day-$card.json" 2>&1; echo "rc=$?"
 python3 bench/transformers_generate.py --json >"$out/transformers-generate-$day-$card.json" 2>&1
 echo "rc=$?"
+if [[ -d .peers/deepgemm ]]; then  # staged and carried as docs/DEVELOPING.md says
+  stamp DeepGEMM
+  (cd .peers/deepgemm && python3 setup.py build >"$out/deepgemm_build.log" 2>&1) &&
+    python3 bench/linear_deepgemm.py --json \
+      --deepgemm "$(ls -d "$PWD"/.peers/deepgemm/build/lib.* | head -1)" \
+      >"$out/linear-deepgemm-$day-$card.json" 2>"$out/linear_deepgemm.err"
+  echo "rc=$?"
+fi
 stamp done
