@@ -34,9 +34,13 @@ import importlib
 import json
 import statistics
 import sys
+from pathlib import Path
 from typing import Optional
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cuda_graph_timing import capture, median_us  # noqa: E402
 
 DEEPSEEK_V3_SHAPES = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168),
                       (7168, 2048)]
@@ -125,49 +129,26 @@ def check(device: torch.device) -> list[dict]:
     return rows
 
 
-def _graph(fn) -> torch.cuda.CUDAGraph:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):  # warm-up off the capture stream (DeepGEMM compiles on first call)
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
-
-
 def time_point(m: int, n: int, k: int, repeats: int, deep_gemm) -> dict:
     device = torch.device("cuda")
     set_bytes = n * k + m * k + 2 * m * n
     sets = max(1, min(MAX_SETS, -(-WORKING_SET_BYTES // set_bytes)))
     inputs = [make_set(m, n, k, seed=1000 * m + s, device=device) for s in range(sets)]
-    sides = {"mxq": [_graph(lambda s=s: run_mxq(s)) for s in inputs]}
+    sides = {"mxq": [capture(lambda s=s: run_mxq(s)) for s in inputs]}
     point = {"m": m, "n": n, "k": k, "input_sets": sets}
     if deep_gemm is not None:
         outs = [torch.empty_like(s["out"]) for s in inputs]
         try:
             sides["deepgemm"] = [
-                _graph(lambda s=s, o=o: deep_gemm.fp8_gemm_nt((s["x_q"], s["x_scale"]),
+                capture(lambda s=s, o=o: deep_gemm.fp8_gemm_nt((s["x_q"], s["x_scale"]),
                                                              (s["w_q"], s["w_scale"]), o))
                 for s, o in zip(inputs, outs)]
         except Exception as error:
             point["deepgemm_error"] = f"{type(error).__name__}: {error}"
-    names = list(sides)
-    events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                     for _ in range(repeats + 3)] for name in names}
-    for i in range(repeats + 3):  # 3 warm-up rounds, then alternating samples
-        for name in names:
-            start, end = events[name][i]
-            start.record()
-            sides[name][i % sets].replay()
-            end.record()
-    torch.cuda.synchronize()
+    times = median_us(sides, repeats)
     flops = 2.0 * m * n * k
     weight_bytes = n * k + 4 * (-(-n // BLOCK)) * (-(-k // BLOCK))
-    for name in names:
-        us = statistics.median(s.elapsed_time(e) * 1e3 for s, e in events[name][3:])
+    for name, us in times.items():
         point[f"{name}_us"] = us
         point[f"{name}_tflops"] = flops / (us * 1e-6) / 1e12
         point[f"{name}_weight_tbps"] = weight_bytes / (us * 1e-6) / 1e12

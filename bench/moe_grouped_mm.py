@@ -33,9 +33,13 @@ import json
 import statistics
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cuda_graph_timing import capture, median_us  # noqa: E402
 
 # (experts, hidden, intermediate, top_k)
 PRESETS = {
@@ -230,19 +234,6 @@ def check(preset: str, device: torch.device, tokens: list[int]) -> list[dict]:
     return rows
 
 
-def _graph(fn) -> torch.cuda.CUDAGraph:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
-
-
 def time_point(layer: Layer, base: GroupedMmBaseline, op: MxqOp, tokens: int, sets: int,
                repeats: int) -> dict:
     device = layer.w13.device
@@ -252,26 +243,14 @@ def time_point(layer: Layer, base: GroupedMmBaseline, op: MxqOp, tokens: int, se
             for _ in range(sets)]
     mxq_graphs, base_graphs, base_outs = [], [], []
     for s, (x, ids, weights) in enumerate(inputs):
-        mxq_graphs.append(_graph(lambda s=s, x=x, ids=ids, w=weights: op.forward_into(
+        mxq_graphs.append(capture(lambda s=s, x=x, ids=ids, w=weights: op.forward_into(
             x, ids, w, outs[s])))
         holder = {}
-        base_graphs.append(_graph(lambda x=x, ids=ids, w=weights, holder=holder: holder.update(
+        base_graphs.append(capture(lambda x=x, ids=ids, w=weights, holder=holder: holder.update(
             out=base.forward(x, ids, w))))
         base_outs.append(holder)
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(2 * (repeats + 3))]
-    for i in range(repeats + 3):  # 3 warm-up rounds, then alternating samples
-        s = i % sets
-        for side, graphs in enumerate((mxq_graphs, base_graphs)):
-            start, end = events[2 * i + side]
-            start.record()
-            graphs[s].replay()
-            end.record()
-    torch.cuda.synchronize()
-    mxq_us = statistics.median(events[2 * i][0].elapsed_time(events[2 * i][1]) * 1e3
-                               for i in range(3, repeats + 3))
-    base_us = statistics.median(events[2 * i + 1][0].elapsed_time(events[2 * i + 1][1]) * 1e3
-                                for i in range(3, repeats + 3))
+    times = median_us({"mxq": mxq_graphs, "grouped_mm": base_graphs}, repeats)
+    mxq_us, base_us = times["mxq"], times["grouped_mm"]
     touched = statistics.mean(int(torch.unique(ids).numel()) for _, ids, _ in inputs)
     difference = normalized_difference(outs[0], base_outs[0]["out"])
     return {"tokens": tokens, "mxq_us": mxq_us, "grouped_mm_us": base_us,
