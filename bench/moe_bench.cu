@@ -512,6 +512,12 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
     }
     if (options.w4a8) {
       point["mxq_w4a8"] = measure(moe::gpu::GemmVariant::kAuto, true, w_w4a8, params_w4a8);
+      if (options.all_gemm_variants) {
+        using moe::gpu::GemmVariant;
+        point["mxq_w4a8_decode_mma"] = measure(GemmVariant::kDecodeMma, true, w_w4a8, params_w4a8);
+        point["mxq_w4a8_prefill_wgmma"] =
+            measure(GemmVariant::kPrefillWgmma, true, w_w4a8, params_w4a8);
+      }
     }
     const double us = point["mxq"]["total_us"].get<double>();
     if (options.baseline) {

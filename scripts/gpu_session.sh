@@ -5,7 +5,7 @@
 #   2. the Python package with CUDA and tests/python (scripts/gpu_python_check.sh), built and run
 #      in the background while 3. runs the sanitizers;
 #   3. compute-sanitizer memcheck on the engine-facing MoE op, the distributed layer and the
-#      wgmma GEMMs' ring-wrapping cases;
+#      wgmma GEMMs' ring-wrapping and scale-spread cases; racecheck on the W4A8 wgmma GEMMs;
 #   4. the benches, one JSON file each in $OUT, named as docs/perf-data/README.md says; with
 #      .peers/deepgemm staged and carried, DeepGEMM built and timed beside mxq.
 # Run there with carry [".deps"]; each step's log is in $OUT even when a later step runs out of time.
@@ -29,7 +29,7 @@ sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 # The dist test's CLI case runs the whole `mxq moe` command: over 7 minutes under memcheck, so
 # only the layer's cases are sanitized.
 for spec in "test_moe_mxfp4_moe_op_gpu_test:*" "test_moe_moe_dist_gpu_test:MoeDistLayer.*" \
-  "test_moe_moe_forward_gpu_test:*t4096*:*e32_tp2_ep2_t64*"; do
+  "test_moe_moe_forward_gpu_test:*t4096*:*e32_tp2_ep2_t64*:*scale_spread*"; do
   t=${spec%%:*}
   bin=$(find build-gpu -name "$t" -type f | head -1)
   [[ -n "$bin" ]] || { echo "$t: not built"; continue; }
@@ -38,6 +38,12 @@ for spec in "test_moe_mxfp4_moe_op_gpu_test:*" "test_moe_moe_dist_gpu_test:MoeDi
   echo "$t memcheck rc=$? ($(grep -c 'ERROR SUMMARY: 0 errors' "$out/memcheck_$t.log") clean summaries)"
 done
 
+# racecheck on the W4A8 wgmma GEMMs (shared-memory ring, TMA, named-barrier votes), one case.
+bin=$(find build-gpu -name test_moe_moe_forward_gpu_test -type f | head -1)
+"$sanitizer" --tool racecheck --error-exitcode 3 "$bin" \
+  --gtest_filter='Shapes/MoeGpuW4a8VsCpu.*scale_spread*' >"$out/racecheck_w4a8.log" 2>&1
+echo "racecheck W4A8 rc=$?"
+
 wait "$python_pid"
 echo "python check rc=$?"; tail -5 "$out/python_check.txt"
 
@@ -45,7 +51,8 @@ stamp bench linear
 build-gpu/mxq bench linear --m 1,8,16,32,64,128,256,512,1024,2048,4096 --json \
   >"$out/linear-deepseek-v3-$day-$card.json" 2>"$out/bench_linear.err"; echo "rc=$?"
 stamp bench moe
-build-gpu/mxq bench moe --preset gpt-oss-120b --tokens 1,8,64,128,256,512,4096 --w4a8 --json \
+build-gpu/mxq bench moe --preset gpt-oss-120b --tokens 1,8,64,128,256,512,1024,4096,16384 --w4a8 \
+  --json \
   >"$out/moe-gpt-oss-120b-$day-$card.json" 2>"$out/bench_moe.err"; echo "rc=$?"
 stamp python benches
 python3 bench/moe_grouped_mm.py --json >"$out/moe-grouped-mm-$day-$card.json" 2>&1; echo "rc=$?"

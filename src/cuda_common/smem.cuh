@@ -22,4 +22,18 @@ __device__ __forceinline__ std::uint32_t ld_shared_u32(std::uint32_t addr) {
   return v;
 }
 
+// 64- and 128-bit shared-memory loads by address (the same ordering as ld_shared_u32).
+__device__ __forceinline__ float2 ld_shared_f32x2(std::uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint4 ld_shared_u32x4(std::uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
+}
+
 }  // namespace mxq::ptx

@@ -44,12 +44,13 @@ struct MoeBenchArgs {
               "in_graph", "route", "gemm1", "gemm2", "combine", "GB/s", "%ceil", "TFLOPS",
               "bf16_us", "speedup");
   for (const auto& p : result["points"]) {
-    for (const char* key : {"mxq", "mxq_decode_mma", "mxq_prefill_wgmma", "mxq_w4a8"}) {
+    for (const char* key : {"mxq", "mxq_decode_mma", "mxq_prefill_wgmma", "mxq_w4a8",
+                            "mxq_w4a8_decode_mma", "mxq_w4a8_prefill_wgmma"}) {
       if (!p.contains(key)) continue;
       const auto& m = p[key];
       std::string gemm = m["gemm_variant"].get<std::string>();
       if (gemm == "auto") gemm += ":" + m["resolved_variant"].get<std::string>();
-      if (std::string(key) == "mxq_w4a8") gemm = "w4a8:" + gemm;
+      if (std::string(key).rfind("mxq_w4a8", 0) == 0) gemm = "w4a8:" + gemm;
       std::printf("%6d %-20s %9.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.0f %6.1f %8.1f",
                   p["tokens"].get<int>(), gemm.c_str(), m["total_us"].get<double>(),
                   m["layer_in_graph_us"].get<double>(), m["routing_us"].get<double>(),
@@ -188,7 +189,8 @@ void register_bench(CLI::App& app) {
                 "ablation");
   moe->add_flag("--w4a8", args->w4a8,
                 "Also time the W4A8 forward (fp8_g128 activations, its own weight layout) on the "
-                "same weights and inputs (\"mxq_w4a8\")");
+                "same weights and inputs (\"mxq_w4a8\"; without --default-only also each of its "
+                "GEMM variants: \"mxq_w4a8_decode_mma\", \"mxq_w4a8_prefill_wgmma\")");
   moe->add_flag("--cold-l2", args->cold_l2,
                 "Overwrite a buffer of twice the L2 size before each timed replay (not timed), so "
                 "that no kernel code, parameter, router weight or workspace line of the layer is "

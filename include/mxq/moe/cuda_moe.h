@@ -12,7 +12,8 @@
 //                  token routed on the device with W4A16 register-streaming GEMMs it writes
 //                  only the logits, and each GEMM1 block takes the top-k itself, GEMM1 then
 //                  running as one wave of blocks that split the chosen experts' K chunks evenly)
-//   (W4A8: x quantized to E4M3 groups of 128, overlapping the routing)
+//   (W4A8: x quantized to E4M3 groups of 128: decode_mma by token, overlapping the routing;
+//    prefill_wgmma by slot, after it)
 //   2. gemm1     : [gate; up] rows of w13 x tokens, + bias, SwiGLU variant, -> bf16 activations
 //                  (W4A8: then quantized to E4M3 groups of 128, as the CPU reference does)
 //   3. gemm2     : w2 x activations + bias -> fp32 per (token, expert) pair
@@ -49,8 +50,7 @@ constexpr GpuActivation gpu_activation(Activation activation) {
 
 // What the expert GEMMs multiply the weights with (MoeConfig's ActivationQuant): bf16 (W4A16), or
 // E4M3 in groups of 128 along K with scale max(amax, 1e-4) / 448 (W4A8, kFp8Group128). W4A8 reads
-// its weights in its own device layout (moe_weights_to_w4a8_layout) and runs the decode_mma
-// GEMMs only.
+// its weights in its own device layout (moe_weights_to_w4a8_layout); both GEMM variants run it.
 enum class GpuActivationQuant : int { kBf16 = 0, kFp8Group128 = 1 };
 
 // Bytes per row of E8M0 scales on the device for a K-long weight row: the K/32 scales, zero-padded
@@ -125,8 +125,8 @@ void moe_route(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& run,
                cudaStream_t stream);
 
 // The variant a forward of `tokens` tokens runs: p.gemm, or for kAuto the dispatch rule above
-// (expected slots per expert from the router width, or the local experts without one); W4A8
-// resolves kAuto to kDecodeMma, its only variant.
+// (expected slots per expert from the router width, or the local experts without one), for W4A16
+// and W4A8 alike.
 GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, int tokens);
 
 // Converts packed FP4 weights (w13 or w2 as prepared: `rows` rows of k values, rows a multiple of
@@ -137,8 +137,8 @@ GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, 
 void moe_weights_to_device_layout(std::uint8_t* packed, std::size_t rows, int k,
                                   cudaStream_t stream);
 
-// The W4A8 device layout instead (src/moe/layout/w4a8_layout.h: words that decode to E4M3 by bit
-// placement, each lane's words of a 128-wide K chunk contiguous, rows in the same groups), same
+// The W4A8 device layout instead (src/moe/layout/w4a8_layout.h: words that decode to E4M3 by a
+// byte table, each lane's words of a 128-wide K chunk contiguous, rows in the same groups), same
 // arguments.
 void moe_weights_to_w4a8_layout(std::uint8_t* packed, std::size_t rows, int k, cudaStream_t stream);
 

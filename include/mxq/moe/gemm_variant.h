@@ -15,10 +15,12 @@ namespace mxq::moe::gpu {
 //   kPrefillWgmma: prefill: 128-slot work tiles, the decoded weights the register A operand of
 //                  Hopper's wgmma (64 rows x up to 128 slots x 16 per instruction), the
 //                  activations and weights brought by a TMA producer warp (the fastest from ~12
-//                  slots per expert on; the default there). W4A16 only.
+//                  slots per expert on; the default there). W4A8: FP8 wgmma (m64 x n x k32) on
+//                  weights decoded to E4M3 with the MX block scales folded in.
 //   kAuto:         the dispatch rule (resolve_gemm_variant): prefill_wgmma from
 //                  kPrefillMinSlotsPerExpert expected slots per expert (T * top_k / E), else
-//                  decode_mma — the crossover measured on an H200.
+//                  decode_mma — the crossover measured on an H200 for W4A16 (W4A8 takes the same
+//                  rule; its own crossover is not measured yet).
 // (The numbers are kept from the variants' first definition; they are not part of any file.)
 enum class GemmVariant : int {
   kDecodeMma = 0,

@@ -92,7 +92,8 @@ MoeDistLayer MoeDistLayer::from_checkpoint(const MoeCheckpoint& checkpoint, std:
     fail(ErrorCode::kUnsupported, kFactory, ": CUDA MoE: rank ", comm.rank(), ": ", reason);
   }
   const bool w4a8 = s.rank.activation_quant == ActivationQuant::kFp8Group128;
-  // W4A8 has one variant: nothing to tune, and no problem that could meet W4A16 decisions.
+  // W4A8 is not tuned: the problem key names no activation precision, so its decisions and
+  // W4A16's would meet; the dispatch rule picks its variant.
   if (s.shapes.tp.valid > 0 && !w4a8) {
     MoeGpuForwardShape key;
     key.experts = config.num_experts;

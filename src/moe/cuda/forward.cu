@@ -43,8 +43,6 @@ const char* moe_forward_unsupported_reason(const MoeDeviceWeights& w, const MoeP
   };
   if (!aligned16(w.b13) || !aligned16(w.b2))
     return "bias arrays must be 16-byte aligned (the GEMM blocks copy them in 16-byte pieces)";
-  if (detail::w4a8(p) && p.gemm != GemmVariant::kDecodeMma && p.gemm != GemmVariant::kAuto)
-    return "W4A8 (fp8_g128 activations) runs the decode_mma GEMMs only";
   if (w.num_local_experts < 1 || w.num_local_experts > detail::kMaxLocalExperts)
     return "experts must be in [1, 1024]";
   if (w.router_w != nullptr &&
@@ -113,30 +111,42 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   route.logits_only = single_token;
   detail::launch_routing(route, routing, stream);
   const float* weights = routing ? ws.topk_w : run.topk_weights;
-  if (detail::w4a8(p)) {
-    detail::launch_quantize_fp8(false, run.x, run.tokens, w.hidden, ws.x_fp8, ws.x_scale,
-                                p.programmatic_launch, stream);
-  }
-  if (!decode) {
-    detail::launch_prefill_gather(run.x, ws, pairs, p.top_k, w.hidden, p.programmatic_launch,
-                                  stream);
-  }
-
-  mark(1);
   detail::GemmArgs args{w, resolved, run.x, p.top_k, ws};
   args.single_token = single_token;
+  // Each GEMM's activations: W4A8 quantizes them (decode_mma: x by token, while the routing
+  // runs; prefill_wgmma: by slot, after it), W4A16 prefill gathers x by slot.
+  const bool w4a8 = detail::w4a8(p);
+  const auto prepare_activations = [&](bool gemm1) {
+    if (w4a8 && decode) {
+      if (gemm1) {
+        detail::launch_quantize_fp8(false, run.x, run.tokens, w.hidden, ws.x_fp8, ws.x_scale,
+                                    p.programmatic_launch, stream);
+      } else {
+        detail::launch_quantize_fp8(true, reinterpret_cast<const std::uint16_t*>(ws.act), pairs,
+                                    w.inter, ws.act_fp8, ws.act_scale, p.programmatic_launch,
+                                    stream);
+      }
+    } else if (w4a8) {
+      detail::launch_prefill_w4a8_quantize(gemm1, args, pairs, stream);
+    } else if (!decode && gemm1) {
+      detail::launch_prefill_gather(run.x, ws, pairs, p.top_k, w.hidden, p.programmatic_launch,
+                                    stream);
+    }
+  };
   const auto launch_gemm = [&](bool gemm1) {
     if (decode) {
       detail::launch_decode_gemm(gemm1, args, max_tiles, stream);
+    } else if (w4a8) {
+      detail::launch_prefill_w4a8_gemm(gemm1, args, run.tokens, max_tiles, stream);
     } else {
       detail::launch_prefill_gemm(gemm1, args, run.tokens, max_tiles, stream);
     }
   };
+  prepare_activations(true);
+
+  mark(1);
   launch_gemm(true);
-  if (detail::w4a8(p)) {
-    detail::launch_quantize_fp8(true, reinterpret_cast<const std::uint16_t*>(ws.act), pairs,
-                                w.inter, ws.act_fp8, ws.act_scale, p.programmatic_launch, stream);
-  }
+  prepare_activations(false);
   mark(2);
   launch_gemm(false);
   mark(3);
@@ -180,7 +190,6 @@ void moe_route(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& run,
 
 GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, int tokens) {
   if (p.gemm != GemmVariant::kAuto) return p.gemm;
-  if (detail::w4a8(p)) return GemmVariant::kDecodeMma;
   const int experts =
       std::max(w.num_global_experts > 0 ? w.num_global_experts : w.num_local_experts, 1);
   const double slots_per_expert = static_cast<double>(tokens) * p.top_k / experts;

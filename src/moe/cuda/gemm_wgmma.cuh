@@ -51,6 +51,7 @@
 #include "gemm_common.cuh"
 #include "moe/layout/row_groups.h"
 #include "mxfp4_mma.cuh"
+#include "wgmma_epilogue.cuh"
 #include "wgmma_k_order.h"
 
 namespace mxq::moe::gpu::detail {
@@ -119,20 +120,6 @@ __global__ void gather_activations_kernel(const std::uint32_t* __restrict__ x,
     out.w = __ldg(src + wgmma_position_pair(4 * v + 3));
     x_sorted[static_cast<std::size_t>(slot) * units_per_row + unit] = out;
   }
-}
-
-// Calls f(i_lo, i_hi, col) for each slot column col < rows of lane (r, c)'s accumulators: acc[i_lo]
-// is A row 16 warp + r, acc[i_hi] row 16 warp + r + 8 (the wgmma accumulator layout: acc[4 i + j]
-// is column 8 i + 2 c + (j & 1), row + 8 for j >= 2).
-template <int kN, typename F>
-__device__ __forceinline__ void for_each_tile_column(int c, int rows, F&& f) {
-#pragma unroll
-  for (int i = 0; i < kN / 8; ++i)
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      const int col = 8 * i + 2 * c + t;
-      if (col < rows) f(4 * i + t, 4 * i + 2 + t, col);
-    }
 }
 
 // The work of one block (row block blockIdx.x of a tile) with the n = kN instruction (kN >= the
@@ -332,33 +319,7 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   wgmma_wait<0>();
   wgmma_fence_operands(acc);
 
-  // Every output of a lane is one channel (GEMM1) or one of two rows (GEMM2): biases load once.
-  const int first_row = block_first + row_lo;
-  if constexpr (kGemm1) {
-    if (first_row >= matrix_rows) return;
-    const Gemm1Bias bias = load_gemm1_bias(args, tile.expert, first_row);
-    __nv_bfloat16* const out = args.ws.act + gemm1_column<true>(first_row);
-    const float alpha = args.p.swiglu_alpha;
-    const float limit = args.p.swiglu_limit;
-    with_activation(args.p.activation, [&](auto kind) {
-      for_each_tile_column<kN>(c, tile.rows, [&](int gate, int up, int col) {
-        out[static_cast<std::size_t>(tile.slot0 + col) * args.w.inter] =
-            __float2bfloat16_rn(activate<decltype(kind)::value>(acc[gate] + bias.gate,
-                                                                acc[up] + bias.up, alpha, limit));
-      });
-    });
-  } else {
-    const float bias_lo =
-        first_row < matrix_rows ? load_gemm2_bias(args, tile.expert, first_row) : 0.0F;
-    const float bias_hi =
-        first_row + 8 < matrix_rows ? load_gemm2_bias(args, tile.expert, first_row + 8) : 0.0F;
-    float* const out = args.ws.y + first_row;
-    for_each_tile_column<kN>(c, tile.rows, [&](int lo, int hi, int col) {
-      float* const y = out + static_cast<std::size_t>(tile.slot0 + col) * args.w.hidden;
-      if (first_row < matrix_rows) y[0] = acc[lo] + bias_lo;
-      if (first_row + 8 < matrix_rows) y[8] = acc[hi] + bias_hi;
-    });
-  }
+  store_wgmma_tile<kGemm1, kN, /*kWgmmaOrder=*/true>(args, tile, acc, block_first + row_lo, c);
 }
 
 // Grid: (row blocks, tiles); blocks past the routed tiles return at once.

@@ -168,7 +168,8 @@ MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device de
       workspace_bytes =
           std::max(workspace_bytes, gpu::moe_workspace_bytes(w, state->params, max_tokens));
       // The workspace does not depend on the GEMM variant, so a tuner may pick either per call.
-      // W4A8 has one variant: nothing to tune, and no problem that could meet W4A16 decisions.
+      // W4A8 is not tuned: the problem key names no activation precision, so its decisions and
+      // W4A16's would meet; the dispatch rule picks its variant.
       if (!w4a8) {
         MoeGpuForwardShape key;
         key.experts = config.num_experts;

@@ -6,6 +6,8 @@
 //                       gemm1_single_token.cuh       register-streamed MXFP4 (few slots/expert)
 //   launch_prefill.cu   gemm_wgmma.cuh               GemmVariant::kPrefillWgmma: the activations
 //                                                    gathered by slot, wgmma with a TMA producer
+//   launch_prefill_w4a8.cu  gemm_wgmma_w4a8.cuh      the same for W4A8: activations quantized by
+//                                                    slot, FP8 wgmma on table-decoded weights
 //   launch_combine.cu   combine.cuh                  weighted sum over each token's k experts
 // and weight_layout.cu converts prepared weights and scales to the kernels' device layouts.
 // Each kernel header is included by its launch file only (a kernel has one translation unit).
@@ -52,6 +54,13 @@ void launch_prefill_gather(const std::uint16_t* x, const Workspace& ws, int pair
 // GEMM1 (+ SwiGLU) or GEMM2 of the prefill_wgmma variant over up to max_tiles work tiles.
 void launch_prefill_gemm(bool gemm1, const GemmArgs& args, int tokens, int max_tiles,
                          cudaStream_t stream);
+
+// W4A8 prefill: GEMM1's (x gathered by slot) or GEMM2's (the activations) E4M3 operand and its
+// scales in the prefill_wgmma layout (w4a8_layout.h), after the kernel before.
+void launch_prefill_w4a8_quantize(bool gemm1, const GemmArgs& args, int pairs, cudaStream_t stream);
+// GEMM1 (+ SwiGLU) or GEMM2 of the W4A8 prefill_wgmma variant over up to max_tiles work tiles.
+void launch_prefill_w4a8_gemm(bool gemm1, const GemmArgs& args, int tokens, int max_tiles,
+                              cudaStream_t stream);
 
 // The combine kernel: out = the weighted sum of each token's k GEMM2 rows.
 void launch_combine(const Workspace& ws, const float* weights, const MoeParams& p, int hidden,

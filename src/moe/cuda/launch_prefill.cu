@@ -7,45 +7,25 @@
 #include "gemm_wgmma.cuh"
 #include "launch.h"
 #include "mxq/core/cuda_check.h"
+#include "wgmma_weight_maps.cuh"
 
 namespace mxq::moe::gpu::detail {
 namespace {
 
 // The TMA views of the wgmma GEMMs' operands (WgmmaMaps): the activations by slot ([T * k, H] for
-// GEMM1, [T * k, I] for GEMM2) in boxes of 64 slots x 64 values, the packed weights (w13 E * 2P
-// rows of H values, w2 E * H rows of P values) in their row groups.
+// GEMM1, [T * k, I] for GEMM2) in boxes of 64 slots x 64 values, the packed weights in boxes of
+// kWgmmaWBoxGroups row groups (wgmma_weight_maps.cuh).
 WgmmaMaps wgmma_maps(const GemmArgs& args, bool gemm1, int tokens) {
   const MoeDeviceWeights& w = args.w;
-  const auto experts = static_cast<std::uint64_t>(w.num_local_experts);
   const std::uint64_t slots = static_cast<std::uint64_t>(tokens) * args.top_k;
   const std::uint64_t k = streamed_k(w, gemm1);
   WgmmaMaps maps;
   maps.x = tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                         gemm1 ? static_cast<const void*>(args.ws.x_wgmma) : args.ws.act, slots, k,
                         k * 2, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B, "MoE wgmma activations");
-  // The weights' row groups (row_groups.h): full chunks as [groups][16 * chunks][64 B], the short
-  // last chunk as [groups][16][nb * 16 B] from its offset in every group.
-  const std::uint64_t groups =
-      (gemm1 ? experts * 2 * w.inter_padded : experts * w.hidden) / kGroupRows;
-  const int stored_k = stored_row_k(w, gemm1);
-  const std::uint64_t group_bytes = kGroupRows * static_cast<std::uint64_t>(stored_k / 2);
-  const std::uint64_t full_chunks = stored_k / kLayoutChunk;
-  const int short_blocks = chunk_blocks(stored_k, static_cast<int>(full_chunks));
-  const std::uint8_t* weights = gemm1 ? w.w13 : w.w2;
-  constexpr std::uint32_t kBoxGroups = kWgmmaWBoxGroups;
-  // With no full chunk (K < 128) the map is never read; it still needs a valid shape.
-  maps.w = tma::make_3d(CU_TENSOR_MAP_DATA_TYPE_UINT8, weights,
-                        {kChunkBytes, kGroupRows * std::max<std::uint64_t>(full_chunks, 1), groups},
-                        {kChunkBytes, group_bytes}, {kChunkBytes, kGroupRows, kBoxGroups},
-                        CU_TENSOR_MAP_SWIZZLE_64B, "MoE wgmma weights");
-  if (short_blocks > 0) {
-    const auto row_bytes = static_cast<std::uint32_t>(16 * short_blocks);
-    maps.w_short =
-        tma::make_3d(CU_TENSOR_MAP_DATA_TYPE_UINT8, weights + full_chunks * kGroupChunkBytes,
-                     {row_bytes, kGroupRows, groups}, {row_bytes, group_bytes},
-                     {row_bytes, kGroupRows, kBoxGroups}, CU_TENSOR_MAP_SWIZZLE_NONE,
-                     "MoE wgmma weights (short last chunk)");
-  }
+  const WgmmaWeightMaps weights = make_wgmma_weight_maps(w, gemm1, kWgmmaWBoxGroups);
+  maps.w = weights.full;
+  maps.w_short = weights.last;
   return maps;
 }
 

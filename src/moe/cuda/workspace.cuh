@@ -48,11 +48,15 @@ struct Workspace {
   std::uint16_t* x_wgmma;  // [T*k, H] bf16: x by slot, in the wgmma K order (kPrefillWgmma only)
   float* y;                // [T*k, H]
   float* split_partial;    // [kSplitMaxBlocks, 2, kSplitTileSums] the two parts of a shared tile
-  // W4A8 only (null otherwise): E4M3 rows in the layout of w4a8_layout.h and their group scales.
-  std::uint8_t* x_fp8;    // [T, w4a8_act_pitch(H)]: x by token
-  float* x_scale;         // [T, w4a8_act_groups(H)]
-  std::uint8_t* act_fp8;  // [T*k, w4a8_act_pitch(I)]: GEMM1's activations by slot
-  float* act_scale;       // [T*k, w4a8_act_groups(I)]
+  // W4A8 only (null otherwise): E4M3 rows in the layouts of w4a8_layout.h and their group
+  // scales; decode_mma: x by token, scales [token][group]; prefill_wgmma: x by slot, scales
+  // [group][slot] (pitch w4a8_wgmma_scale_pitch(T*k)). act_fp8 / act_scale serve both orders.
+  std::uint8_t* x_fp8;       // [T, w4a8_act_pitch(H)]: x by token (decode_mma)
+  float* x_scale;            // [T, w4a8_act_groups(H)]
+  std::uint8_t* x_fp8_slot;  // [T*k, w4a8_act_pitch(H)]: x by slot (prefill_wgmma)
+  float* x_slot_scale;       // [w4a8_act_groups(H), pitch]
+  std::uint8_t* act_fp8;     // [T*k, w4a8_act_pitch(I)]: GEMM1's activations by slot
+  float* act_scale;          // [T*k, w4a8_act_groups(I)] or [w4a8_act_groups(I), pitch]
 };
 
 inline int token_groups_for(int tokens) { return (tokens + kRouteTokens - 1) / kRouteTokens; }
@@ -138,10 +142,15 @@ inline Workspace carve_workspace(const MoeDeviceWeights& w, const MoeParams& p, 
         take(tokens * static_cast<std::size_t>(w4a8_act_pitch(w.hidden))));
     ws.x_scale = reinterpret_cast<float*>(
         take(tokens * static_cast<std::size_t>(w4a8_act_groups(w.hidden)) * sizeof(float)));
+    const std::size_t scale_pitch = w4a8_wgmma_scale_pitch(pairs);  // >= pairs
+    ws.x_fp8_slot = reinterpret_cast<std::uint8_t*>(
+        take(pairs * static_cast<std::size_t>(w4a8_act_pitch(w.hidden))));
+    ws.x_slot_scale = reinterpret_cast<float*>(
+        take(scale_pitch * static_cast<std::size_t>(w4a8_act_groups(w.hidden)) * sizeof(float)));
     ws.act_fp8 = reinterpret_cast<std::uint8_t*>(
         take(pairs * static_cast<std::size_t>(w4a8_act_pitch(w.inter))));
     ws.act_scale = reinterpret_cast<float*>(
-        take(pairs * static_cast<std::size_t>(w4a8_act_groups(w.inter)) * sizeof(float)));
+        take(scale_pitch * static_cast<std::size_t>(w4a8_act_groups(w.inter)) * sizeof(float)));
   }
   if (bytes != nullptr) *bytes = offset;
   return ws;

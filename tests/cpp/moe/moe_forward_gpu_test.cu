@@ -33,6 +33,9 @@ struct Case {
   std::int64_t align;  // 0: not prepared (checkpoint layout)
   bool precomputed;    // routing given (the CPU router's decisions) instead of the GPU router
   bool nan_row;        // token 1 gets a NaN input
+  // Scales spread over 40 binades (E8M0 100..139) instead of a few: W4A8's wgmma GEMMs then meet
+  // many 128-wide chunks whose blocks cannot share one factor (w4a8_fold_chunk).
+  bool scale_spread = false;
 };
 
 MoeConfig config_of(const Case& c, ActivationQuant quant) {
@@ -68,8 +71,12 @@ MoeLayer make_layer(const Case& c, std::uint64_t seed,
     if (is_scale(name.kind)) {
       for (std::size_t i = 0; i < n; ++i) {
         const std::uint64_t r = rng.next();
-        bytes[i] = (r % 1000 == 0) ? static_cast<std::uint8_t>(129 + r % 2)
-                                   : static_cast<std::uint8_t>(118 + r % 4);
+        if (c.scale_spread) {
+          bytes[i] = static_cast<std::uint8_t>(100 + r % 40);
+        } else {
+          bytes[i] = (r % 1000 == 0) ? static_cast<std::uint8_t>(129 + r % 2)
+                                     : static_cast<std::uint8_t>(118 + r % 4);
+        }
       }
     } else if (spec.dtype == DType::kBF16) {
       auto* h = static_cast<std::uint16_t*>(t.data());
@@ -181,8 +188,8 @@ TEST_P(MoeGpuVsCpu, MatchesTheReference) {
 }
 
 // W4A8: the layer quantizes x and GEMM1's activations to E4M3 groups of 128 on the device, as the
-// CPU reference does; decode_mma is its one GEMM variant (auto resolves to it), prefill_wgmma is
-// refused at upload.
+// CPU reference does, for both GEMM variants (prefill_wgmma: FP8 wgmma with folded block scales,
+// and one factor per block where a chunk's scales spread too far).
 class MoeGpuW4a8VsCpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MoeGpuW4a8VsCpu, MatchesTheReference) {
@@ -194,16 +201,16 @@ TEST_P(MoeGpuW4a8VsCpu, MatchesTheReference) {
   cudaStream_t stream;
   MXQ_CUDA_CHECK(cudaStreamCreate(&stream));
   const Routing* routing = c.precomputed ? &ref.routing : nullptr;
-  for (const gpu::GemmVariant variant : {gpu::GemmVariant::kDecodeMma, gpu::GemmVariant::kAuto}) {
+  for (const gpu::GemmVariant variant :
+       {gpu::GemmVariant::kDecodeMma, gpu::GemmVariant::kPrefillWgmma, gpu::GemmVariant::kAuto}) {
     SCOPED_TRACE(gpu::to_string(variant));
     const MoeGpuLayer gpu =
         MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0), variant);
-    EXPECT_EQ(gpu.tactic_name(c.tokens), "cuda.moe.w4a8.decode_mma");
+    const gpu::GemmVariant runs = gpu.gemm_choice(c.tokens).gemm;
+    if (variant != gpu::GemmVariant::kAuto) EXPECT_EQ(runs, variant);
+    EXPECT_EQ(gpu.tactic_name(c.tokens), std::string("cuda.moe.w4a8.") + gpu::to_string(runs));
     expect_matches_reference(gpu, c, x, ref, routing, stream);
   }
-  EXPECT_THROW((void)MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0),
-                                         gpu::GemmVariant::kPrefillWgmma),
-               Error);
   MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
@@ -234,6 +241,9 @@ const Case kCases[] = {
     // One token over 3 TP ranks, unpadded: I_rank = 960, so GEMM2's K ends in a short chunk.
     {"e32_k4_tp3_unpadded_t1", 32, 2880, 2880, 4, 1, Activation::kSwigluOai, true, 3, 1, 0, false,
      false},
+    // Full 128-slot tiles and ragged ones, with block scales far apart (scale_spread).
+    {"e8_k2_scale_spread_t512", 8, 544, 544, 2, 512, Activation::kSwigluOai, true, 1, 1, 128, false,
+     false, true},
 };
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeGpuVsCpu, ::testing::ValuesIn(kCases),

@@ -1,11 +1,14 @@
 // The W4A8 device layouts (src/moe/layout/w4a8_layout.h) on the host: the word's bit map is a
 // permutation that round-trips, registers A and B hold every code of every position as the E4M3
-// byte worth exactly e2m1 * 2^-6, the word order puts lane c's words of a chunk together (full
-// and short chunks), the activation offsets are a permutation of each chunk, and the scale
-// helpers give 2^(s - 121) on the fast path and 2^(s - 127) exactly on the other, with the
-// large-scale test exact on every byte at every position.
+// byte worth exactly e2m1 * 2^-6 (decode_mma's table) and e2m1 * 2^(6 - e) for every folded
+// shift e (the wgmma GEMMs' tables), the word order puts lane c's words of a chunk together (full
+// and short chunks), both activation orders are permutations of each chunk (the wgmma one in the
+// instruction's K order), the scale helpers give 2^(s - 121) on the fast path and 2^(s - 127)
+// exactly on the other, with the large-scale test exact on every byte at every position, and the
+// chunk fold finds the largest scale, the shifts and the chunks that cannot fold.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -27,6 +30,11 @@ float bits_to_float(std::uint32_t bits) {
   return f;
 }
 
+// The word `natural` with `code` at `position` and `fill`'s codes elsewhere.
+std::uint32_t word_with_code(std::uint32_t fill, int position, std::uint32_t code) {
+  return (fill & ~(0xFU << (4 * position))) | (code << (4 * position));
+}
+
 TEST(W4a8Layout, BitMapIsAPermutationAndRoundTrips) {
   std::set<int> bits;
   for (int e = 0; e < 8; ++e)
@@ -46,9 +54,7 @@ TEST(W4a8Layout, RegistersHoldEveryCodeAsE4m3TimesTwoToMinus6) {
     for (std::uint32_t code = 0; code < 16; ++code) {
       // The code at `position`, other positions filled with a different pattern each time.
       for (const std::uint32_t fill : {0x00000000U, 0xFFFFFFFFU, 0x5A3C96E1U}) {
-        std::uint32_t natural = fill & ~(0xFU << (4 * position));
-        natural |= code << (4 * position);
-        const std::uint32_t w = to_w4a8_word(natural);
+        const std::uint32_t w = to_w4a8_word(word_with_code(fill, position, code));
         const std::uint32_t reg = position < 4 ? w4a8_register_a(w) : w4a8_register_b(w);
         const auto byte = static_cast<std::uint8_t>(reg >> (8 * (position % 4)));
         const float expected = e2m1_to_float(static_cast<std::uint8_t>(code)) / 64.0F;
@@ -57,6 +63,87 @@ TEST(W4a8Layout, RegistersHoldEveryCodeAsE4m3TimesTwoToMinus6) {
       }
     }
   }
+}
+
+TEST(W4a8Layout, FoldedTablesHoldEveryCodeExactly) {
+  for (std::uint32_t e = 0; e <= kW4a8MaxFoldShift; ++e) {
+    const W4a8Table table = w4a8_folded_table(e);
+    for (int position = 0; position < 8; ++position) {
+      for (std::uint32_t code = 0; code < 16; ++code) {
+        for (const std::uint32_t fill : {0x00000000U, 0xFFFFFFFFU, 0x5A3C96E1U}) {
+          const std::uint32_t w = to_w4a8_word(word_with_code(fill, position, code));
+          const std::uint32_t reg =
+              position < 4 ? w4a8_register_a(w, table) : w4a8_register_b(w, table);
+          const auto byte = static_cast<std::uint8_t>(reg >> (8 * (position % 4)));
+          const float expected =
+              std::ldexp(e2m1_to_float(static_cast<std::uint8_t>(code)), 6 - static_cast<int>(e));
+          EXPECT_EQ(e4m3_to_float(byte), expected) << "e " << e << " code " << code;
+          EXPECT_EQ(std::signbit(e4m3_to_float(byte)), code >= 8U);
+          // The byte the codec gives for that value (the table is not merely numerically equal).
+          EXPECT_EQ(byte, float_to_e4m3(expected, Fp8Saturation::kSatFinite));
+        }
+      }
+    }
+  }
+  // The decode_mma table is the t = -6 one.
+  for (std::uint32_t code = 0; code < 8; ++code) {
+    const std::uint32_t reg = w4a8_register_a(to_w4a8_word(code), kW4a8TableTimes2m6);
+    EXPECT_EQ(e4m3_to_float(static_cast<std::uint8_t>(reg)),
+              e2m1_to_float(static_cast<std::uint8_t>(code)) / 64.0F);
+  }
+}
+
+// wgmma's A fragment of m64nNk32 E4M3: lane c's register A is k = 4c .. 4c + 3 of the
+// instruction, register B k = 16 + 4c .. + 3; its word c holds block elements 8c .. 8c + 7.
+TEST(W4a8Layout, WgmmaActivationOffsetsFollowTheInstructionK) {
+  for (const int k : {128, 2880, 544, 32}) {
+    std::set<int> seen;
+    for (int e = 0; e < w4a8_act_pitch(k); ++e) {
+      const int at = w4a8_wgmma_act_offset(e);
+      EXPECT_EQ(at / 32, e / 32);  // stays in its MX block
+      seen.insert(at);
+      const int c = (e % 32) / 8;
+      const int i = e % 8;
+      const int instruction_k = i < 4 ? 4 * c + i : 16 + 4 * c + (i - 4);
+      EXPECT_EQ(at % 32, instruction_k);
+    }
+    EXPECT_EQ(static_cast<int>(seen.size()), w4a8_act_pitch(k));
+  }
+  EXPECT_EQ(w4a8_wgmma_scale_pitch(1), 4U);
+  EXPECT_EQ(w4a8_wgmma_scale_pitch(8), 8U);
+  EXPECT_EQ(w4a8_wgmma_scale_pitch(9), 12U);
+}
+
+TEST(W4a8Layout, ChunkFold) {
+  std::mt19937 rng(11);
+  for (int i = 0; i < 20000; ++i) {
+    // Scales near each other most of the time, so both outcomes are common.
+    const std::uint32_t base = rng() % 256;
+    std::uint32_t packed = 0;
+    for (int b = 0; b < 4; ++b) {
+      const std::uint32_t s =
+          i % 3 == 0 ? rng() % 256 : std::min<std::uint32_t>(255U, base + rng() % 14);
+      packed |= s << (8 * b);
+    }
+    const int nb = 1 + static_cast<int>(rng() % 4);
+    std::uint32_t m = 0;
+    for (int b = 0; b < nb; ++b) m = std::max(m, (packed >> (8 * b)) & 0xFFU);
+    bool folds = true;
+    std::uint32_t shifts = 0;
+    for (int b = 0; b < nb; ++b) {
+      const std::uint32_t e = m - ((packed >> (8 * b)) & 0xFFU);
+      folds = folds && e <= kW4a8MaxFoldShift;
+      shifts |= e << (8 * b);
+    }
+    const W4a8ChunkFold fold = w4a8_fold_chunk(packed, nb);
+    ASSERT_EQ(fold.max_scale, m) << std::hex << packed << " nb " << nb;
+    ASSERT_EQ(fold.shifts, shifts) << std::hex << packed << " nb " << nb;
+    ASSERT_EQ(fold.folds, folds) << std::hex << packed << " nb " << nb;
+  }
+  EXPECT_TRUE(w4a8_fold_chunk(0x7F7F7F74U, 4).folds);   // shift 11
+  EXPECT_FALSE(w4a8_fold_chunk(0x7F7F7F73U, 4).folds);  // shift 12
+  EXPECT_TRUE(w4a8_fold_chunk(0x00007F7FU, 2).folds);   // the missing blocks do not count
+  EXPECT_FALSE(w4a8_fold_chunk(0xFF7F7F7FU, 4).folds);  // a NaN scale: one factor per block
 }
 
 // Row groups of 16 rows, chunk-major: lane c's words of row i of a chunk lie together, the rows
