@@ -146,6 +146,79 @@ TEST(W4a8Layout, ChunkFold) {
   EXPECT_FALSE(w4a8_fold_chunk(0xFF7F7F7FU, 4).folds);  // a NaN scale: one factor per block
 }
 
+// The wgmma GEMMs' arithmetic on one 128-wide chunk of 16 rows, emulated on the host: lane c's
+// registers A and B of each MX block (its device word, the block's folded table) times the
+// activations at the instruction's K positions (the wgmma order), summed over lanes and blocks,
+// times the row's factor 2^(max - 133), equal the dot product of the dequantized weights with the
+// activations — for chunks that fold and, with shift 0 and one factor per block, for those that
+// do not. Every product is exact; where the chunk folds, its terms span few enough binades that
+// the double sums are exact too, elsewhere they agree to double rounding of the magnitudes.
+TEST(W4a8Layout, FoldedChunkProductEqualsTheDotProduct) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int nb = 1 + trial % 4;  // a full chunk, or a short last one
+    const int k = 32 * nb;
+    std::vector<std::uint8_t> natural(kGroupRows * k / 2);
+    for (auto& b : natural) b = static_cast<std::uint8_t>(rng());
+    std::vector<std::uint8_t> device = natural;
+    to_w4a8_layout_host(device.data(), kGroupRows, k);
+    // Activations: E4M3 codes (no NaN) in natural order and at their wgmma positions.
+    std::vector<std::uint8_t> x(k);
+    std::vector<std::uint8_t> x_wgmma(k);
+    for (int i = 0; i < k; ++i) {
+      std::uint8_t code = static_cast<std::uint8_t>(rng());
+      if ((code & 0x7F) == 0x7F) code = 0x7E;
+      x[i] = code;
+      x_wgmma[w4a8_wgmma_act_offset(i)] = code;
+    }
+    for (int row = 0; row < kGroupRows; ++row) {
+      std::uint32_t packed = 0;
+      for (int b = 0; b < nb; ++b) {
+        const std::uint32_t s = trial % 5 == 0 ? rng() % 256 : 110 + rng() % 14;
+        packed |= (s == 255 ? 254U : s) << (8 * b);
+      }
+      double want = 0.0;
+      double magnitude = 0.0;
+      for (int i = 0; i < k; ++i) {
+        const std::uint8_t byte = natural[row * k / 2 + i / 2];
+        const auto code = static_cast<std::uint8_t>(i % 2 == 0 ? byte & 0xF : byte >> 4);
+        const int s = static_cast<int>((packed >> (8 * (i / 32))) & 0xFFU);
+        const double term = static_cast<double>(e2m1_to_float(code)) * std::ldexp(1.0, s - 127) *
+                            e4m3_to_float(x[i]);
+        want += term;
+        magnitude += std::fabs(term);
+      }
+      const W4a8ChunkFold fold = w4a8_fold_chunk(packed, nb);
+      const std::uint8_t* words = device.data() + group_offset(k, 0, row);
+      double got = 0.0;
+      for (int b = 0; b < nb; ++b) {
+        const std::uint32_t shift = fold.folds ? (fold.shifts >> (8 * b)) & 0xFFU : 0U;
+        const W4a8Table table = w4a8_folded_table(shift);
+        double block = 0.0;
+        for (int c = 0; c < 4; ++c) {
+          std::uint32_t w = 0;
+          std::memcpy(&w, words + 4 * (c * nb + b), 4);
+          const std::uint32_t regs[2] = {w4a8_register_a(w, table), w4a8_register_b(w, table)};
+          for (int h = 0; h < 2; ++h)
+            for (int i = 0; i < 4; ++i) {
+              const int instruction_k = 16 * h + 4 * c + i;
+              block += static_cast<double>(
+                           e4m3_to_float(static_cast<std::uint8_t>(regs[h] >> (8 * i)))) *
+                       e4m3_to_float(x_wgmma[32 * b + instruction_k]);
+            }
+        }
+        const int s = static_cast<int>(fold.folds ? fold.max_scale : (packed >> (8 * b)) & 0xFFU);
+        got += block * std::ldexp(1.0, s - 133);
+      }
+      if (fold.folds) {
+        ASSERT_EQ(got, want) << "trial " << trial << " row " << row;
+      } else {
+        ASSERT_LE(std::fabs(got - want), 1e-13 * magnitude) << "trial " << trial << " row " << row;
+      }
+    }
+  }
+}
+
 // Row groups of 16 rows, chunk-major: lane c's words of row i of a chunk lie together, the rows
 // of a chunk one after the other (a tile chunk is one contiguous piece), the group in its rows'
 // bytes.
