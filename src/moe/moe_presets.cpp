@@ -16,10 +16,10 @@ namespace {
 // looks up and so must be tuned. A TP rank left without channels (tp_size > I / 32 leaves the
 // last ranks empty) runs no kernel on the GPU (MoeGpuLayer: an inactive rank) and has no GPU key;
 // on the CPU it still runs its zero-filled shard.
-std::vector<PresetProblem> moe_rank_problems(std::int64_t experts, std::int64_t hidden,
-                                             std::int64_t intermediate, std::int64_t top_k,
-                                             const ParallelLayout& layout,
-                                             const std::vector<std::int64_t>& tokens) {
+std::vector<PresetProblem> moe_rank_problems(
+    std::int64_t experts, std::int64_t hidden, std::int64_t intermediate, std::int64_t top_k,
+    const ParallelLayout& layout, const std::vector<std::int64_t>& tokens,
+    moe::ActivationQuant quant = moe::ActivationQuant::kBf16) {
   std::vector<PresetProblem> cpu;
   std::vector<PresetProblem> gpu;
   const auto add_new = [&tokens](std::vector<PresetProblem>& list, Problem problem) {
@@ -46,6 +46,7 @@ std::vector<PresetProblem> moe_rank_problems(std::int64_t experts, std::int64_t 
       shape.top_k = top_k;
       shape.has_bias = true;
       shape.activation = moe::Activation::kSwigluOai;
+      shape.activation_quant = quant;
       add_new(gpu, moe::moe_gpu_forward_problem(shape));
     }
   }
@@ -64,6 +65,16 @@ std::vector<PresetProblem> gpt_oss_20b(const ParallelLayout& layout) {
 std::vector<PresetProblem> gpt_oss_120b(const ParallelLayout& layout) {
   return moe_rank_problems(128, 2880, 2880, 4, layout, power_of_two_buckets(8192));
 }
+// The same layers served W4A8 (activation_quant fp8_g128): the GPU keys of that precision; the
+// CPU expert computation's keys are the W4A16 presets' (its tilings do not depend on it).
+std::vector<PresetProblem> gpt_oss_20b_w4a8(const ParallelLayout& layout) {
+  return moe_rank_problems(32, 2880, 2880, 4, layout, power_of_two_buckets(8192),
+                           moe::ActivationQuant::kFp8Group128);
+}
+std::vector<PresetProblem> gpt_oss_120b_w4a8(const ParallelLayout& layout) {
+  return moe_rank_problems(128, 2880, 2880, 4, layout, power_of_two_buckets(8192),
+                           moe::ActivationQuant::kFp8Group128);
+}
 
 }  // namespace
 
@@ -76,6 +87,12 @@ void register_moe_presets(std::vector<DeploymentPreset>& presets) {
   presets.push_back({"gpt-oss-120b",
                      "gpt-oss-120b MoE experts (E=128, H=I=2880, top-4), I split over TP",
                      gpt_oss_120b});
+  presets.push_back({"gpt-oss-20b-w4a8",
+                     "gpt-oss-20b MoE experts served W4A8 (activation_quant fp8_g128)",
+                     gpt_oss_20b_w4a8});
+  presets.push_back({"gpt-oss-120b-w4a8",
+                     "gpt-oss-120b MoE experts served W4A8 (activation_quant fp8_g128)",
+                     gpt_oss_120b_w4a8});
 }
 
 }  // namespace mxq::tune

@@ -74,7 +74,7 @@ Problem moe_gpu_forward_problem(const MoeGpuForwardShape& shape) {
                   {"bias", shape.has_bias ? 1 : 0}},
                  {{"act", std::string(to_string(shape.activation))},
                   {"w", "mxfp4"},
-                  {"x", "bf16"},
+                  {"x", std::string(to_string(shape.activation_quant))},
                   {"out", "bf16"}});
 }
 

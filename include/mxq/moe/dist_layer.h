@@ -79,7 +79,7 @@ class MoeDistLayer {
 
   // What forward() runs for `tokens` tokens (kAuto resolved), and whether the tuner's cache chose
   // it; its tactic name ("cuda.moe.w4a16.<variant>", W4A8 "cuda.moe.w4a8.<variant>"); the
-  // moe_gpu_forward problem the tuner is asked (null: a W4A8 layer, or a rank without channels).
+  // moe_gpu_forward problem the tuner is asked (null: a rank without channels).
   [[nodiscard]] gpu::GemmChoice gemm_choice(std::int64_t tokens) const noexcept;
   [[nodiscard]] std::string tactic_name(std::int64_t tokens) const;
   [[nodiscard]] const tune::Problem* tune_problem() const;

@@ -51,7 +51,7 @@ class MoeGpuLayer {
   // Ranks held: all of the layer's (rank id = ep_rank * tp_size + tp_rank).
   [[nodiscard]] int num_ranks() const;
   // The tactic of the variant given at upload, e.g. "cuda.moe.w4a16.auto" (a layer
-  // of activation_quant fp8_g128: "cuda.moe.w4a8.*", untuned).
+  // of activation_quant fp8_g128: "cuda.moe.w4a8.*").
   [[nodiscard]] std::string tactic_name() const;
 
   // What forward() runs on `rank` for `tokens` tokens (kAuto resolved), and whether the tuner's

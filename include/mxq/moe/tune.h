@@ -9,14 +9,16 @@
 // (src/moe/cpu/moe_expert_gemm_autotune.cpp).
 //
 // moe_gpu_forward: one rank's CUDA forward (mxq/moe/cuda_moe.h: routing, grouped GEMM1 + SwiGLU,
-// grouped GEMM2, combine). Its tactics are the grouped GEMMs' variants (gpu::GemmVariant):
-// `decode_mma` (the default) and `prefill_wgmma` (which sums K in another order); the workload
-// checks each against the CPU reference (normalized error <= 4e-3, the bound of the GPU tests).
+// grouped GEMM2, combine), W4A16 (x=bf16) or W4A8 (x=fp8_g128: a problem of its own, so the
+// two precisions' decisions never meet). Its tactics are the grouped GEMMs' variants
+// (gpu::GemmVariant): `decode_mma` (the default) and `prefill_wgmma` (which sums K in another
+// order); the workload checks each against the CPU reference of the problem's precision
+// (normalized error <= 4e-3, the bound of the GPU tests).
 // Registered only in builds with CUDA (src/moe/cuda/moe_gpu_forward_autotune.cpp);
 // moe::MoeGpuLayer consults an autotuner given at upload.
 //
-// The presets of MoE deployments (tiny-moe, gpt-oss-20b, gpt-oss-120b) are in
-// src/moe/moe_presets.cpp.
+// The presets of MoE deployments (tiny-moe, gpt-oss-20b, gpt-oss-120b, and the W4A8 ones
+// gpt-oss-20b-w4a8, gpt-oss-120b-w4a8) are in src/moe/moe_presets.cpp.
 #pragma once
 
 #include <cstdint>
@@ -66,8 +68,8 @@ struct MoeExpertGemmArgs {
 // One rank as the kernels see it: the channels that hold data (TpShard::valid, which the kernels
 // stream) and the prepared width P >= that (the row offset of the up half and w2's row length:
 // intermediate_size_per_partition_after_pad; = the valid channels when not prepared), and the
-// activation. Routing (router or precomputed) costs every tactic the same and is not part of the
-// key.
+// activation and the activations' quantization (bf16: W4A16; fp8_g128: W4A8). Routing (router
+// or precomputed) costs every tactic the same and is not part of the key.
 struct MoeGpuForwardShape {
   std::int64_t experts = 0;
   std::int64_t experts_local = 0;
@@ -77,9 +79,10 @@ struct MoeGpuForwardShape {
   std::int64_t top_k = 0;
   bool has_bias = true;
   Activation activation = Activation::kSwigluOai;
+  ActivationQuant activation_quant = ActivationQuant::kBf16;
 };
 
-// moe_gpu_forward[E,E_local,H,I,P,bias,top_k|act=...,out=bf16,w=mxfp4,x=bf16] with I =
+// moe_gpu_forward[E,E_local,H,I,P,bias,top_k|act=...,out=bf16,w=mxfp4,x=bf16|fp8_g128] with I =
 // intermediate_valid, P = intermediate_after_pad. Throws mxq::Error naming the field when the
 // shape is not one the MoE layer runs (the checks of moe_expert_gemm_problem, and P a multiple of
 // 32 and >= I).

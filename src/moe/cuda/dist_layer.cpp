@@ -29,7 +29,7 @@ struct MoeDistLayer::State {
   int max_tokens = 0;
   Mxfp4MoeOptions options;  // options.gemm: the variant without a tuner's decision
   const tune::Autotuner* tuner = nullptr;
-  tune::Problem problem;  // moe_gpu_forward of this rank; empty for W4A8 or without channels
+  tune::Problem problem;  // moe_gpu_forward of this rank; empty without channels
   Tensor w13, w13_scale, w13_bias, w2, w2_scale, w2_bias;  // prepared, on the device
   Tensor router_weight, router_bias;                       // undefined without a router
   Tensor workspace;  // the op's, for max_tokens; zeroed once, every forward leaves it zeroed
@@ -91,10 +91,7 @@ MoeDistLayer MoeDistLayer::from_checkpoint(const MoeCheckpoint& checkpoint, std:
                                             s.rank.activation_quant, s.options, s.layer.has_bias)) {
     fail(ErrorCode::kUnsupported, kFactory, ": CUDA MoE: rank ", comm.rank(), ": ", reason);
   }
-  const bool w4a8 = s.rank.activation_quant == ActivationQuant::kFp8Group128;
-  // W4A8 is not tuned: the problem key names no activation precision, so its decisions and
-  // W4A16's would meet; the dispatch rule picks its variant.
-  if (s.shapes.tp.valid > 0 && !w4a8) {
+  if (s.shapes.tp.valid > 0) {
     MoeGpuForwardShape key;
     key.experts = config.num_experts;
     key.experts_local = s.shapes.ep.count;
@@ -104,6 +101,7 @@ MoeDistLayer MoeDistLayer::from_checkpoint(const MoeCheckpoint& checkpoint, std:
     key.top_k = config.top_k;
     key.has_bias = config.has_bias;
     key.activation = config.activation;
+    key.activation_quant = s.rank.activation_quant;
     s.problem = moe_gpu_forward_problem(key);
   }
 

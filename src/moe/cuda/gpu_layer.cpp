@@ -168,9 +168,7 @@ MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device de
       workspace_bytes =
           std::max(workspace_bytes, gpu::moe_workspace_bytes(w, state->params, max_tokens));
       // The workspace does not depend on the GEMM variant, so a tuner may pick either per call.
-      // W4A8 is not tuned: the problem key names no activation precision, so its decisions and
-      // W4A16's would meet; the dispatch rule picks its variant.
-      if (!w4a8) {
+      {
         MoeGpuForwardShape key;
         key.experts = config.num_experts;
         key.experts_local = shape.experts_local();
@@ -180,6 +178,7 @@ MoeGpuLayer MoeGpuLayer::upload(const MoeLayer& layer, int max_tokens, Device de
         key.top_k = config.top_k;
         key.has_bias = rank.has(MoeParam::kW13Bias);
         key.activation = config.activation;
+        key.activation_quant = config.activation_quant;
         out.problem = moe_gpu_forward_problem(key);
       }
     }

@@ -1,5 +1,7 @@
 // Registers the CUDA MoE forward's tactics with the autotuner (see include/mxq/moe/tune.h): the
-// grouped GEMMs' variants, gpu::GemmVariant::kDecodeMma (the default) and kPrefillWgmma.
+// grouped GEMMs' variants, gpu::GemmVariant::kDecodeMma (the default) and kPrefillWgmma, for
+// W4A16 and W4A8 problems (x=fp8_g128: the weights in the W4A8 device layout, the CPU reference
+// with the activations quantized to E4M3 groups as the layer does).
 //
 // Workload: one rank's weights (random FP4 codes, scales mostly 2^-9..2^-6 with a few above 2,
 // bf16 biases; padded to P as the layer's preparation does), bf16 tokens and precomputed top-k
@@ -23,6 +25,7 @@
 
 #include "moe/cpu/expert_forward.h"
 #include "moe/layout/mxfp4_device_layout.h"
+#include "moe/layout/w4a8_layout.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
 #include "mxq/core/prng.h"
@@ -60,6 +63,10 @@ moe::Activation activation_of(const Problem& problem) {
   return moe::parse_activation(problem.dtype("act"), "moe_gpu_forward act");
 }
 
+moe::ActivationQuant activation_quant_of(const Problem& problem) {
+  return moe::parse_activation_quant(problem.dtype("x"), "moe_gpu_forward x");
+}
+
 // The kernels' view of a rank of `problem` (pointers left null).
 moe::gpu::MoeDeviceWeights device_shape(const Problem& problem) {
   moe::gpu::MoeDeviceWeights w;
@@ -79,6 +86,9 @@ moe::gpu::MoeParams params_of(const Problem& problem, const moe::MoeConfig& conf
   p.swiglu_alpha = static_cast<float>(config.swiglu_alpha);
   p.swiglu_limit = static_cast<float>(config.swiglu_limit);
   p.add_down_bias = true;
+  p.activation_quant = config.activation_quant == moe::ActivationQuant::kFp8Group128
+                           ? moe::gpu::GpuActivationQuant::kFp8Group128
+                           : moe::gpu::GpuActivationQuant::kBf16;
   return p;
 }
 
@@ -98,6 +108,7 @@ class MoeGpuWorkload final : public Workload {
     config_.num_experts = problem.dim("E");
     config_.top_k = top_k_;
     config_.activation = activation_of(problem);
+    config_.activation_quant = activation_quant_of(problem);
     config_.has_bias = problem.dim("bias") != 0;
     config_.router = moe::RouterKind::kPrecomputed;
     fill_weights(problem.hash() ^ static_cast<std::uint64_t>(tokens));
@@ -286,8 +297,13 @@ class MoeGpuWorkload final : public Workload {
       std::memcpy(set.data() + at, view.data(), view.nbytes());
       if (param == moe::MoeParam::kW13 || param == moe::MoeParam::kW2) {
         const auto row_bytes = static_cast<std::size_t>(view.shape().dim(-1));
-        moe::gpu::detail::to_device_layout_host(set.data() + at, view.nbytes() / row_bytes,
-                                                static_cast<int>(2 * row_bytes));
+        const std::size_t rows = view.nbytes() / row_bytes;
+        const int k = static_cast<int>(2 * row_bytes);
+        if (config_.activation_quant == moe::ActivationQuant::kFp8Group128) {
+          moe::gpu::detail::to_w4a8_layout_host(set.data() + at, rows, k);
+        } else {
+          moe::gpu::detail::to_device_layout_host(set.data() + at, rows, k);
+        }
       }
     }
     std::memcpy(set.data() + x_at, x_bits_.data(), x_bits_.size() * sizeof(std::uint16_t));
@@ -370,6 +386,7 @@ Tactic make(moe::gpu::GemmVariant variant, bool with_predicate) {
     t.supports_fn = [](const Problem& problem) {
       moe::MoeConfig config;
       config.activation = activation_of(problem);
+      config.activation_quant = activation_quant_of(problem);
       const char* reason = moe::gpu::moe_forward_unsupported_reason(device_shape(problem),
                                                                     params_of(problem, config));
       return reason == nullptr ? Support::yes() : Support::no(reason);

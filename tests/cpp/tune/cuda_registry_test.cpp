@@ -87,6 +87,8 @@ TEST(CudaRegistry, MoeGpuForwardOffersBothGemmVariants) {
     shape.intermediate_after_pad = 2944;
     shape.top_k = 4;
     EXPECT_TRUE(tactic->supports(moe_gpu_forward_problem(shape)).ok);
+    shape.activation_quant = moe::ActivationQuant::kFp8Group128;  // W4A8 runs it too
+    EXPECT_TRUE(tactic->supports(moe_gpu_forward_problem(shape)).ok);
     shape.top_k = 9;
     const Support nine = tactic->supports(moe_gpu_forward_problem(shape));
     EXPECT_FALSE(nine.ok);

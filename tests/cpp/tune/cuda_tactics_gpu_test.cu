@@ -194,9 +194,10 @@ TEST(CudaTactics, LinearRunsAHandWrittenNonDefaultTactic) {
 
 // ---- moe_gpu_forward ------------------------------------------------------------------------
 
-// E=8, H=I=256, top-2, gpt-oss activation and biases, padded to 128 (P = 256).
-moe::MoeLayer make_layer() {
+// E=8, H=I=256, top-2, gpt-oss activation and biases, padded to 128 (P = 256); W4A16 or W4A8.
+moe::MoeLayer make_layer(moe::ActivationQuant quant = moe::ActivationQuant::kBf16) {
   moe::MoeConfig config;
+  config.activation_quant = quant;
   config.hidden_size = 256;
   config.intermediate_size = 256;
   config.num_experts = 8;
@@ -310,6 +311,32 @@ TEST(CudaTactics, MoeGpuLayerRunsAHandWrittenPrefillEntry) {
   EXPECT_EQ(other.gemm, moe::gpu::GemmVariant::kDecodeMma);
   check_forward(gpu, layer, 12);
   check_forward(gpu, layer, 40);
+}
+
+// A W4A8 layer: its key names its precision (never a W4A16 decision), both variants are tuned
+// and checked against the W4A8 reference, and the layer runs the winner.
+TEST(CudaTactics, MoeGpuForwardTunesTheW4a8Variants) {
+  const moe::MoeLayer layer = make_layer(moe::ActivationQuant::kFp8Group128);
+  const TempFile file("mxq-cuda-moe-tune-w4a8");
+  const std::unique_ptr<Autotuner> tuner = cuda_tuner(file.path(), AutotuneMode::kTune);
+  const moe::MoeGpuLayer gpu = moe::MoeGpuLayer::upload(
+      layer, 64, Device::cuda(0), moe::gpu::GemmVariant::kDecodeMma, tuner.get());
+  ASSERT_NE(gpu.tune_problem(0), nullptr);
+  const Problem problem = *gpu.tune_problem(0);
+  EXPECT_EQ(problem.dtype("x"), "fp8_g128");
+  EXPECT_NE(problem, *moe::MoeGpuLayer::upload(make_layer(), 64).tune_problem(0));
+
+  TuneRecord record;
+  {
+    TuningSession session(*tuner, "target");
+    record = session.tune(problem, 64);
+  }
+  ASSERT_EQ(record.status, TuneStatus::kTuned) << record.reason;
+  expect_every_candidate_checked_and_timed(record);
+  const moe::MoeGpuLayer::GemmChoice choice = gpu.gemm_choice(64);
+  EXPECT_TRUE(choice.from_tuner);
+  EXPECT_EQ(gpu.tactic_name(64), "cuda.moe.w4a8." + record.tactic);
+  check_forward(gpu, layer, 64);
 }
 
 }  // namespace

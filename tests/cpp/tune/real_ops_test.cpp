@@ -188,6 +188,20 @@ TEST(Presets, MoePresetsHoldEveryRankShapeForTheCpuAndTheGpu) {
             (std::vector<Problem>{moe(8, 8, 128, 64, 2), gpu(8, 8, 128, 64, 128, 2)}));
 }
 
+// The W4A8 presets: the same rank shapes, GPU keys of their own precision (x=fp8_g128), which
+// never equal the W4A16 keys; the CPU keys are the W4A16 presets'.
+TEST(Presets, W4a8PresetsHoldGpuKeysOfTheirPrecision) {
+  MoeGpuForwardShape w4a8 = gpu_shape(128, 32, 2880, 1440, 1536, 4);
+  w4a8.activation_quant = moe::ActivationQuant::kFp8Group128;
+  const std::vector<Problem> problems = problems_of("gpt-oss-120b-w4a8", {2, 4});
+  ASSERT_EQ(problems.size(), 2U);
+  EXPECT_EQ(problems[0], problems_of("gpt-oss-120b", {2, 4})[0]);
+  EXPECT_EQ(problems[1], moe_gpu_forward_problem(w4a8));
+  EXPECT_NE(problems[1], problems_of("gpt-oss-120b", {2, 4})[1]);
+  EXPECT_EQ(problems[1].dtype("x"), "fp8_g128");
+  EXPECT_EQ(problems_of("gpt-oss-20b-w4a8")[1].dtype("x"), "fp8_g128");
+}
+
 TEST(Presets, MoeGpuForwardProblemsRefuseAWidthBelowTheValidChannels) {
   MoeGpuForwardShape shape = gpu_shape(8, 8, 128, 128, 96, 2);  // P < I
   EXPECT_THROW((void)moe_gpu_forward_problem(shape), Error);
@@ -201,6 +215,10 @@ TEST(Presets, MoeGpuForwardProblemsRefuseAWidthBelowTheValidChannels) {
   EXPECT_EQ(moe_gpu_forward_problem(shape).canonical(),
             "moe_gpu_forward[E=8,E_local=8,H=128,I=128,P=256,bias=1,top_k=2|act=swiglu_oai,"
             "out=bf16,w=mxfp4,x=bf16]");
+  shape.activation_quant = moe::ActivationQuant::kFp8Group128;
+  EXPECT_EQ(moe_gpu_forward_problem(shape).canonical(),
+            "moe_gpu_forward[E=8,E_local=8,H=128,I=128,P=256,bias=1,top_k=2|act=swiglu_oai,"
+            "out=bf16,w=mxfp4,x=fp8_g128]");
 }
 
 TEST(Presets, DeepseekV3LinearHoldsTheSixShapesAndSplitsThemOverTp) {
@@ -222,7 +240,7 @@ TEST(Presets, TheBuiltInPresetsAreTheOpsOwn) {
   std::set<std::string> names;
   for (const DeploymentPreset& p : deployment_presets()) names.insert(p.name);
   EXPECT_EQ(names, (std::set<std::string>{"deepseek-v3-linear", "gpt-oss-120b", "gpt-oss-20b",
-                                          "tiny-moe"}));
+                                          "gpt-oss-120b-w4a8", "gpt-oss-20b-w4a8", "tiny-moe"}));
   try {
     (void)find_preset("toy");
     ADD_FAILURE() << "toy is a test preset";
