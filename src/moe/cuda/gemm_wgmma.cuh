@@ -17,8 +17,8 @@
 // 13 warps put 4 on one scheduler, whose 16K registers then cap every thread at 128, which fits
 // because the fragments live in a small ring (below) instead of two whole-chunk sets. 96 channels
 // and 192 rows also divide gpt-oss's 2880, and the activation tile is shared by 192 rows.
-// Tiles of at most 16, 32 or 64 slots run the n16, n32 or n64 instruction (less tensor work; the
-// copies of 16 and 32 slots are still a 64-row box).
+// Tiles of at most 16, 32 or 64 slots run the n16, n32 or n64 instruction and copy only that many
+// activation rows (less tensor work and less L2 traffic).
 // The producer warp fills a ring of kWgmmaStages stages, one 128-wide K chunk each, by TMA:
 // the tile's activations (64 slot rows x 64 K per box, 128-byte swizzled as wgmma's descriptor
 // reads them: the activations are in slot order, so a tile's rows are contiguous), the weights
@@ -84,6 +84,8 @@ constexpr int kWgmmaRing = 2;
 // [groups][16][nb * 16 bytes], unswizzled (`w_short`, built only when the rows have one).
 struct WgmmaMaps {
   CUtensorMap x;
+  CUtensorMap x16;  // the activations in boxes of 16 and 32 slots: narrow tiles copy only
+  CUtensorMap x32;  // their own rows
   CUtensorMap w;
   CUtensorMap w_short;
 };
@@ -128,9 +130,12 @@ template <bool kGemm1, int kN>
 __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const WgmmaMaps& maps,
                                                 const WorkTile& tile, std::uint8_t* smem) {
   using namespace mxq::ptx;  // TMA, mbarrier, wgmma
-  // Slot rows copied per stage: whole 64-row boxes (the n16 and n32 instructions read the first
-  // rows of one).
-  constexpr int kXRows = kN < 64 ? 64 : kN;
+  // The activations' map: boxes of the tile's width, so that a 16- or 32-slot tile copies 16 or
+  // 32 rows per stage (in 64-row boxes, a T = 512 layer's GEMM1 read 1.5 GB of activations from
+  // L2 for 1.1 GB of weights). The rows land at the start of each atom, where a 64-row box puts
+  // them too (the 128-byte swizzle is a function of the row within 8-row groups).
+  const CUtensorMap* const x_map = kN == 16 ? &maps.x16 : (kN == 32 ? &maps.x32 : &maps.x);
+  constexpr int kXBoxRows = kN < 64 ? kN : 64;
   const int tid = static_cast<int>(threadIdx.x);
   const int P = args.w.inter_padded;
   const int matrix_rows = kGemm1 ? args.w.inter : args.w.hidden;
@@ -176,14 +181,14 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
       if (lane == 0) {
         const bool short_chunk = chunk >= stored_full;
         mbarrier_arrive_expect_tx(
-            &full[stage],
-            kXRows * 256 + (short_chunk ? kWgmmaRows * 16 * short_blocks : kWgmmaWBytes));
+            &full[stage], kN * 256 + (short_chunk ? kWgmmaRows * 16 * short_blocks : kWgmmaWBytes));
 #pragma unroll
         for (int atom = 0; atom < 2; ++atom)
 #pragma unroll
-          for (int half = 0; half < kXRows / 64; ++half)
-            tma_load_2d(x_stage + atom * kWgmmaAtomBytes + half * 64 * 128, &maps.x, &full[stage],
-                        chunk * kWgmmaChunk + 64 * atom, tile.slot0 + 64 * half);
+          for (int box = 0; box < kN / kXBoxRows; ++box)
+            tma_load_2d(x_stage + atom * kWgmmaAtomBytes + box * kXBoxRows * 128, x_map,
+                        &full[stage], chunk * kWgmmaChunk + 64 * atom,
+                        tile.slot0 + kXBoxRows * box);
         std::uint8_t* const w_stage_hi = w_stage + kWgmmaWBoxRows * (kWgmmaChunk / 2);
         if (short_chunk) {
           tma_load_3d(w_stage, &maps.w_short, &full[stage], 0, 0, first_group);
@@ -329,6 +334,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   using namespace mxq::ptx;
   if (threadIdx.x == kWgmmaConsumerThreads) {
     prefetch_tensor_map(&maps.x);
+    prefetch_tensor_map(&maps.x16);
+    prefetch_tensor_map(&maps.x32);
     prefetch_tensor_map(&maps.w);
     if (stored_row_k(args.w, kGemm1) % kWgmmaChunk != 0) prefetch_tensor_map(&maps.w_short);
   }

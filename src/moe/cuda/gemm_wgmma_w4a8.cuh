@@ -73,11 +73,14 @@ constexpr int kW4a8WgmmaWBoxGroups = kW4a8WgmmaWBoxRows / kGroupRows;
 static_assert(kW4a8WgmmaWBoxRows % kGroupRows == 0, "a weight box is whole row groups");
 
 // The TMA views of a GEMM's operands (built by the launcher): the E4M3 activations [slots,
-// w4a8_act_pitch(K)] bytes in boxes of 64 slots x 128 (128-byte swizzle); their scales [groups,
+// w4a8_act_pitch(K)] bytes in boxes of 64, 16 or 32 slots x 128 (128-byte swizzle; a narrow tile
+// copies only its own rows, as in gemm_wgmma.cuh); their scales [groups,
 // w4a8_wgmma_scale_pitch(slots)] fp32 in boxes of 128 slots x 1 group; the weights as
 // WgmmaMaps::w / w_short (gemm_wgmma.cuh) in boxes of kW4a8WgmmaWBoxGroups row groups.
 struct W4a8WgmmaMaps {
   CUtensorMap x;
+  CUtensorMap x16;
+  CUtensorMap x32;
   CUtensorMap x_scale;
   CUtensorMap w;
   CUtensorMap w_short;
@@ -152,8 +155,10 @@ template <bool kGemm1, int kN>
 __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
                                                      const W4a8WgmmaMaps& maps,
                                                      const WorkTile& tile, std::uint8_t* smem) {
-  using namespace mxq::ptx;                  // TMA, mbarrier, wgmma
-  constexpr int kXRows = kN < 64 ? 64 : kN;  // slot rows copied per stage: whole 64-row boxes
+  using namespace mxq::ptx;  // TMA, mbarrier, wgmma
+  // Slot rows copied per stage: the tile's width (16, 32 or 64-row boxes).
+  const CUtensorMap* const x_map = kN == 16 ? &maps.x16 : (kN == 32 ? &maps.x32 : &maps.x);
+  constexpr int kXBoxRows = kN < 64 ? kN : 64;
   const int tid = static_cast<int>(threadIdx.x);
   const int P = args.w.inter_padded;
   const int matrix_rows = kGemm1 ? args.w.inter : args.w.hidden;
@@ -185,12 +190,12 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
       std::uint8_t* const s_stage = smem + kW4a8WgmmaScaleOffset + stage * kW4a8WgmmaScaleBytes;
       const bool short_chunk = chunk >= stored_full;
       mbarrier_arrive_expect_tx(
-          &full[stage], kXRows * kW4a8Chunk + kW4a8WgmmaScaleBytes +
+          &full[stage], kN * kW4a8Chunk + kW4a8WgmmaScaleBytes +
                             (short_chunk ? kW4a8WgmmaRows * 16 * short_blocks : kW4a8WgmmaWBytes));
 #pragma unroll
-      for (int half = 0; half < kXRows / 64; ++half)
-        tma_load_2d(x_stage + half * 64 * kW4a8Chunk, &maps.x, &full[stage], chunk * kW4a8Chunk,
-                    tile.slot0 + 64 * half);
+      for (int box = 0; box < kN / kXBoxRows; ++box)
+        tma_load_2d(x_stage + box * kXBoxRows * kW4a8Chunk, x_map, &full[stage], chunk * kW4a8Chunk,
+                    tile.slot0 + kXBoxRows * box);
       tma_load_2d(s_stage, &maps.x_scale, &full[stage], tile.slot0, chunk);
       std::uint8_t* const w_stage_hi = w_stage + kW4a8WgmmaWBoxRows * kChunkBytes;
       if (short_chunk) {
@@ -385,6 +390,8 @@ __global__ void __launch_bounds__(kW4a8WgmmaThreads, 1)
   using namespace mxq::ptx;
   if (threadIdx.x == kW4a8WgmmaConsumerThreads) {
     prefetch_tensor_map(&maps.x);
+    prefetch_tensor_map(&maps.x16);
+    prefetch_tensor_map(&maps.x32);
     prefetch_tensor_map(&maps.x_scale);
     prefetch_tensor_map(&maps.w);
     if (stored_row_k(args.w, kGemm1) % kW4a8Chunk != 0) prefetch_tensor_map(&maps.w_short);

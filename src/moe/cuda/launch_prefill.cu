@@ -13,16 +13,20 @@ namespace mxq::moe::gpu::detail {
 namespace {
 
 // The TMA views of the wgmma GEMMs' operands (WgmmaMaps): the activations by slot ([T * k, H] for
-// GEMM1, [T * k, I] for GEMM2) in boxes of 64 slots x 64 values, the packed weights in boxes of
-// kWgmmaWBoxGroups row groups (wgmma_weight_maps.cuh).
+// GEMM1, [T * k, I] for GEMM2) in boxes of 64, 16 or 32 slots x 64 values, the packed weights in
+// boxes of kWgmmaWBoxGroups row groups (wgmma_weight_maps.cuh).
 WgmmaMaps wgmma_maps(const GemmArgs& args, bool gemm1, int tokens) {
   const MoeDeviceWeights& w = args.w;
   const std::uint64_t slots = static_cast<std::uint64_t>(tokens) * args.top_k;
   const std::uint64_t k = streamed_k(w, gemm1);
   WgmmaMaps maps;
-  maps.x = tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                        gemm1 ? static_cast<const void*>(args.ws.x_wgmma) : args.ws.act, slots, k,
-                        k * 2, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B, "MoE wgmma activations");
+  const void* x = gemm1 ? static_cast<const void*>(args.ws.x_wgmma) : args.ws.act;
+  maps.x = tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, slots, k, k * 2, 64, 64,
+                        CU_TENSOR_MAP_SWIZZLE_128B, "MoE wgmma activations");
+  maps.x16 = tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, slots, k, k * 2, 16, 64,
+                          CU_TENSOR_MAP_SWIZZLE_128B, "MoE wgmma activations (16-slot tiles)");
+  maps.x32 = tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, slots, k, k * 2, 32, 64,
+                          CU_TENSOR_MAP_SWIZZLE_128B, "MoE wgmma activations (32-slot tiles)");
   const WgmmaWeightMaps weights = make_wgmma_weight_maps(w, gemm1, kWgmmaWBoxGroups);
   maps.w = weights.full;
   maps.w_short = weights.last;

@@ -31,6 +31,12 @@ W4a8WgmmaMaps w4a8_wgmma_maps(const GemmArgs& args, bool gemm1, int tokens) {
   W4a8WgmmaMaps maps;
   maps.x = tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, operand.q, slots, pitch, pitch, 64,
                         kW4a8Chunk, CU_TENSOR_MAP_SWIZZLE_128B, "MoE W4A8 wgmma activations");
+  maps.x16 =
+      tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, operand.q, slots, pitch, pitch, 16, kW4a8Chunk,
+                   CU_TENSOR_MAP_SWIZZLE_128B, "MoE W4A8 wgmma activations (16-slot tiles)");
+  maps.x32 =
+      tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, operand.q, slots, pitch, pitch, 32, kW4a8Chunk,
+                   CU_TENSOR_MAP_SWIZZLE_128B, "MoE W4A8 wgmma activations (32-slot tiles)");
   maps.x_scale = tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, operand.scales,
                               static_cast<std::uint64_t>(w4a8_act_groups(k)), scale_pitch,
                               scale_pitch * sizeof(float), 1, kWgmmaTileTokens,
