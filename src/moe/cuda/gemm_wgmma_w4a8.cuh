@@ -368,6 +368,7 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
                 w4a8_wgmma_row_factor((d.scale_hi >> (8 * b)) & 0xFFU));
       }
     }
+    __syncwarp();  // every lane's reads of the stage (the scales) before lane 0 hands it back
     if (lane == 0) mbarrier_arrive(empty_base + 8 * stage);
   };
 
