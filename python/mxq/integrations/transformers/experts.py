@@ -391,7 +391,8 @@ def _check_not_distributed(name: str, module: torch.nn.Module) -> None:
 def use_mxq_experts(model: torch.nn.Module,
                     checkpoint: Optional[Union[str, os.PathLike]] = None, *,
                     quantize: bool = False, device: Optional[Union[str, torch.device]] = None,
-                    alignment: int = 128, set_implementation: bool = True) -> torch.nn.Module:
+                    alignment: int = 128, activation_quant: str = "bf16",
+                    set_implementation: bool = True) -> torch.nn.Module:
     """Prepares every routed-experts module of ``model`` for mxq and switches the model to the
     "mxq" experts implementation; returns ``model``.
 
@@ -403,7 +404,10 @@ def use_mxq_experts(model: torch.nn.Module,
     general. The prepared tensors are made where each experts module's weights are (where its
     forward runs); ``device``, when given, says where the model is meant to run and is checked
     against that (move the model first). ``alignment`` is the kernels' padding of the
-    intermediate size.
+    intermediate size. ``activation_quant="fp8_g128"`` serves the experts W4A8: each expert
+    GEMM's input rows (the hidden states, then the SwiGLU output) are quantized to E4M3 in
+    groups of 128 before the multiply (docs/moe.md: it changes the numerics, so it is an opt-in;
+    the default "bf16" is W4A16).
 
     Raises :class:`mxq.Error` (code "unsupported", "format" or "io") naming what is missing
     for a model mxq cannot serve (no experts module it serves, another quantization, TP / EP
@@ -463,7 +467,8 @@ def use_mxq_experts(model: torch.nn.Module,
         moe = Mxfp4MoE(s.num_experts, s.hidden_size, s.intermediate_size, top_k,
                        has_bias=s.has_bias, router=False, alignment=alignment,
                        activation=s.activation, swiglu_alpha=s.swiglu_alpha,
-                       swiglu_limit=s.swiglu_limit, device=devices[name])
+                       swiglu_limit=s.swiglu_limit, activation_quant=activation_quant,
+                       device=devices[name])
         prepared[name] = moe.load_experts(*weights, layout=layout)
 
     for name, m in experts.items():
