@@ -91,6 +91,37 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3<64>(float (&d)[32], std::uint6
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
+template <>
+__device__ __forceinline__ void wgmma_m64k32_e4m3<16>(float (&d)[8], std::uint64_t desc_a,
+                                                      std::uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_m64k32_e4m3<32>(float (&d)[16], std::uint64_t desc_a,
+                                                      std::uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
 // acc (64 x kN fp32, warpgroup fragments) += A (64 x 16 bf16, registers) * B (16 x kN bf16,
 // K-major in shared memory, 128-byte swizzle).
 template <int kN>

@@ -42,11 +42,15 @@ struct WgmmaShape {
   int stages;
   bool overlap;
 };
-inline constexpr std::array<WgmmaShape, 4> kWgmmaShapes = {{
+inline constexpr std::array<WgmmaShape, 6> kWgmmaShapes = {{
     {64, 64, 8, false},
     {64, 128, 8, false},
     {128, 128, 5, false},
     {64, 128, 8, true},  // one consumer warpgroup: 2 x 64 + 64 fp32 registers fit its 232
+    // Narrow tiles for M <= 64: N / 32 or N / 16 CTAs, so that N = 2112 or 4096 stream their
+    // weights on every SM (64-wide tiles leave 99 or 68 of 132 idle), with a deeper ring.
+    {64, 32, 16, false},
+    {64, 16, 16, false},
 }};
 
 // Tile shapes compiled for the wgmma kernel on other weight blocks (the wgmma fallback): block K

@@ -39,10 +39,11 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
       CU_TENSOR_MAP_DATA_TYPE_FLOAT32, args.a_scale, static_cast<std::uint64_t>(k_groups),
       static_cast<std::uint64_t>(args.m), static_cast<std::uint64_t>(args.a_scale_ld) * 4,
       Tile::kKSplit, Tile::kBm, CU_TENSOR_MAP_SWIZZLE_NONE, "activation scales");
-  const CUtensorMap map_out =
-      tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.out, static_cast<std::uint64_t>(args.m),
-                   static_cast<std::uint64_t>(args.n), static_cast<std::uint64_t>(args.ldo) * 2, 64,
-                   64, CU_TENSOR_MAP_SWIZZLE_128B, "output");
+  const CUtensorMap map_out = tma::make_2d(
+      CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.out, static_cast<std::uint64_t>(args.m),
+      static_cast<std::uint64_t>(args.n), static_cast<std::uint64_t>(args.ldo) * 2, 64,
+      Tile::kStoreBoxCols,
+      Tile::kSwizzledStore ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE, "output");
 
   WgmmaGemmArgs kernel_args;
   kernel_args.m = args.m;
@@ -130,6 +131,12 @@ void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStr
   }
   if (shape.bm == 64 && shape.bn == 128 && shape.overlap) {
     return launch_tile<kernels::WgmmaTile<64, 128, 8, true>>(args, stream);
+  }
+  if (shape.bm == 64 && shape.bn == 32 && !shape.overlap) {
+    return launch_tile<kernels::WgmmaTile<64, 32, 16>>(args, stream);
+  }
+  if (shape.bm == 64 && shape.bn == 16 && !shape.overlap) {
+    return launch_tile<kernels::WgmmaTile<64, 16, 16>>(args, stream);
   }
   fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: tile ", to_string(shape),
        " is not compiled");

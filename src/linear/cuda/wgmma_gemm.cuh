@@ -73,8 +73,11 @@ struct WgmmaTile {
   static constexpr int kABytes = kBm * kBk;
   static constexpr int kBBytes = kBn * kBk;
   static constexpr int kScaleBytes = kBm * 4 * kKSplit;  // [kKSplit][kBm] activation scales
-  static constexpr int kStoreBoxCols = 64;               // 128 bytes of bf16: the swizzle span
-  static constexpr int kStoreBoxBytes = 64 * 128;        // 64 rows x 128 bytes
+  // Output staging: boxes of 64 rows x 64 columns (128 bytes of bf16: the swizzle span), or one
+  // unswizzled box of the tile's width for the narrow 16- and 32-column tiles.
+  static constexpr bool kSwizzledStore = kBn >= 64;
+  static constexpr int kStoreBoxCols = kSwizzledStore ? 64 : kBn;
+  static constexpr int kStoreBoxBytes = 64 * kStoreBoxCols * 2;
   static constexpr int kDBytes = kBm * kBn * 2;
   static constexpr int kTxBytes = kABytes + kBBytes + kScaleBytes;
 
@@ -87,7 +90,8 @@ struct WgmmaTile {
   static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + alignment slack
 
   static_assert(kBm == 64 || kBm == 128, "64 rows per consumer warpgroup, 1 or 2 of them");
-  static_assert(kBn == 64 || kBn == 128, "64- or 128-wide tiles");
+  static_assert(kBn == 16 || kBn == 32 || kBn == 64 || kBn == 128,
+                "16-, 32-, 64- or 128-wide tiles");
   static_assert(kKSplit == 1 || kKSplit == 2 || kKSplit == 4, "weight block K of 128, 64 or 32");
   static_assert(kNSplit == 1 || kNSplit == 2, "a tile spans one or two weight block rows");
   static_assert((kAccumulators / 4) % kNSplit == 0, "whole 8-column fragments per block row");
@@ -338,24 +342,31 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             __floats2bfloat162_rn(result[4 * i + 0] + bias0, result[4 * i + 1] + bias1);
         const __nv_bfloat162 hi =
             __floats2bfloat162_rn(result[4 * i + 2] + bias0, result[4 * i + 3] + bias1);
-        // Staging box b holds tile columns [64b, 64b + 64) as [64 rows][128 bytes], with the
-        // 16-byte unit u of row r stored at unit u ^ (r % 8) (TMA's 128-byte swizzle).
-        const int box = col / Tile::kStoreBoxCols;
-        const int unit = (col % Tile::kStoreBoxCols) / 8;
-        const int byte_in_unit = (col % 8) * 2;
         const int r_lo = row_lo - warpgroup * 64;
         const int r_hi = r_lo + 8;
-        std::uint8_t* box_base = d_tile + box * Tile::kStoreBoxBytes;
-        *reinterpret_cast<__nv_bfloat162*>(box_base + r_lo * 128 + ((unit ^ (r_lo % 8)) * 16) +
-                                           byte_in_unit) = lo;
-        *reinterpret_cast<__nv_bfloat162*>(box_base + r_hi * 128 + ((unit ^ (r_hi % 8)) * 16) +
-                                           byte_in_unit) = hi;
+        if constexpr (Tile::kSwizzledStore) {
+          // Staging box b holds tile columns [64b, 64b + 64) as [64 rows][128 bytes], with the
+          // 16-byte unit u of row r stored at unit u ^ (r % 8) (TMA's 128-byte swizzle).
+          const int box = col / Tile::kStoreBoxCols;
+          const int unit = (col % Tile::kStoreBoxCols) / 8;
+          const int byte_in_unit = (col % 8) * 2;
+          std::uint8_t* box_base = d_tile + box * Tile::kStoreBoxBytes;
+          *reinterpret_cast<__nv_bfloat162*>(box_base + r_lo * 128 + ((unit ^ (r_lo % 8)) * 16) +
+                                             byte_in_unit) = lo;
+          *reinterpret_cast<__nv_bfloat162*>(box_base + r_hi * 128 + ((unit ^ (r_hi % 8)) * 16) +
+                                             byte_in_unit) = hi;
+        } else {
+          // One box [64 rows][kBn columns], rows 2 kBn bytes apart.
+          constexpr int kRowBytes = Tile::kBn * 2;
+          *reinterpret_cast<__nv_bfloat162*>(d_tile + r_lo * kRowBytes + col * 2) = lo;
+          *reinterpret_cast<__nv_bfloat162*>(d_tile + r_hi * kRowBytes + col * 2) = hi;
+        }
       }
       ptx::fence_proxy_async_shared();  // make the generic-proxy writes visible to TMA
       ptx::named_barrier_sync(named_barrier, 128);
       if (is_store_thread) {
 #pragma unroll
-        for (int box = 0; box < Tile::kBn / Tile::kStoreBoxCols; ++box) {
+        for (int box = 0; box < Tile::kBn / Tile::kStoreBoxCols; ++box) {  // kBn < 64: one box
           ptx::tma_store_2d(&map_out, d_tile + box * Tile::kStoreBoxBytes,
                             n_tile * Tile::kBn + box * Tile::kStoreBoxCols,
                             m_tile * Tile::kBm + warpgroup * 64);
