@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -147,6 +148,48 @@ Tensor run_gpu(const MoeGpuLayer& gpu, const Case& c, const Tensor& x_f32, const
   return out;
 }
 
+// Where the output is off (printed when a comparison fails, to localize a kernel's fault from one
+// run): the tokens whose rows are off, and for the first of them the error by blocks of 8 hidden
+// rows (a lane's row pair, a warp's 16 rows, a warpgroup's 64 show as patterns).
+std::string describe_mismatch(const Tensor& out, const Tensor& ref, std::int64_t hidden) {
+  const std::int64_t tokens = out.numel() / hidden;
+  const auto* o = out.data_as<float>();
+  const auto* r = ref.data_as<float>();
+  std::string text = "tokens off (row error / row norm > 1e-2):";
+  std::int64_t first_bad = -1;
+  int listed = 0;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    double err = 0.0;
+    double norm = 0.0;
+    for (std::int64_t h = 0; h < hidden; ++h) {
+      const double d = static_cast<double>(o[t * hidden + h]) - r[t * hidden + h];
+      err += std::isnan(d) ? 1e30 : d * d;
+      norm += static_cast<double>(r[t * hidden + h]) * r[t * hidden + h];
+    }
+    if (err > 1e-4 * norm) {
+      if (first_bad < 0) first_bad = t;
+      if (listed++ < 16) text += " " + std::to_string(t);
+    }
+  }
+  text += " (" + std::to_string(listed) + " of " + std::to_string(tokens) + ")";
+  if (first_bad >= 0) {
+    text += "; token " + std::to_string(first_bad) + ", relative error per 8 rows:";
+    for (std::int64_t h0 = 0; h0 < hidden; h0 += 8) {
+      double err = 0.0;
+      double norm = 1e-30;
+      for (std::int64_t h = h0; h < h0 + 8 && h < hidden; ++h) {
+        const double d = static_cast<double>(o[first_bad * hidden + h]) - r[first_bad * hidden + h];
+        err += d * d;
+        norm += static_cast<double>(r[first_bad * hidden + h]) * r[first_bad * hidden + h];
+      }
+      char buf[16];
+      std::snprintf(buf, sizeof(buf), " %.0e", std::sqrt(err / norm));
+      text += buf;
+    }
+  }
+  return text;
+}
+
 // The GPU layer's output on x against the CPU reference's: normalized error <= 4e-3, NaN at the
 // same places (a NaN row gives NaN in every element of that token, and only there), and graph
 // capture + replay reproducing the eager output bit for bit.
@@ -158,6 +201,9 @@ void expect_matches_reference(const MoeGpuLayer& gpu, const Case& c, const Tenso
   const double error = normalized_error(out, ref.output, &nan_mismatches);
   EXPECT_EQ(nan_mismatches, 0) << c.name;
   EXPECT_LE(error, 4e-3) << c.name;
+  if (nan_mismatches != 0 || !(error <= 4e-3)) {
+    ADD_FAILURE() << c.name << ": " << describe_mismatch(out, ref.output, c.hidden);
+  }
   if (c.nan_row) {
     for (std::int64_t h = 0; h < c.hidden; ++h)
       EXPECT_TRUE(std::isnan(out.data_as<float>()[c.hidden + h]));
