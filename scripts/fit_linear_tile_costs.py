@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Fits the block-FP8 linear dispatch's tile cost model to `mxq bench linear --json` runs.
+
+The dispatch (src/linear/dispatch.cpp, `kTileCosts`) picks the fast path's wgmma tile by the least
+modeled time, waves x (setup_us + us_per_k_1000 * K / 1000), with waves = ceil(tiles / SMs) and
+tiles = ceil(M / bm) * ceil(N / bn). This script fits (setup_us, us_per_k_1000) of every timed
+`cuda.sm90_wgmma.*` tile on 128x128 blocks, by least squares on the relative error (each point
+weighted by 1 / its time, so the small problems count as much as the large ones), then says how
+the fitted rule does: at how many points its choice is the fastest tile and how far it is from the
+fastest elsewhere. It prints the C++ table to paste, or with --json the numbers.
+
+  python3 scripts/fit_linear_tile_costs.py docs/perf-log/data/linear-deepseek-v3-*-h100.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+FAST_PREFIX = "cuda.sm90_wgmma."
+TILE = re.compile(r"\.m(\d+)n(\d+)(_overlap)?$")
+
+
+def tile_of(name: str) -> Tuple[int, int]:
+    """(bm, bn) of a fast tactic's name, e.g. cuda.sm90_wgmma.m64n128_overlap -> (64, 128)."""
+    match = TILE.search(name)
+    if match is None:
+        raise ValueError(f"{name}: not a wgmma tile name (expected ...m<bm>n<bn>[_overlap])")
+    return int(match.group(1)), int(match.group(2))
+
+
+def waves(m: int, n: int, bm: int, bn: int, sms: int) -> int:
+    tiles = -(-m // bm) * -(-n // bn)
+    return -(-tiles // sms)
+
+
+def load_points(paths: List[Path]) -> List[dict]:
+    """Every (m, n, k, sm_count, {tactic: us}) of the fast tiles on 128x128 blocks."""
+    points = []
+    for path in paths:
+        run = json.loads(path.read_text())
+        if "points" not in run or "sm_count" not in run:
+            raise ValueError(f"{path}: not `mxq bench linear --json` output (no points/sm_count)")
+        for point in run["points"]:
+            us: Dict[str, float] = {}
+            for timing in point["timings"]:
+                name = timing["name"].removesuffix(" *")
+                if timing.get("blocks") == "128x128" and name.startswith(FAST_PREFIX) \
+                        and timing.get("us") is not None:
+                    us[name] = float(timing["us"])
+            if us:
+                points.append({"m": point["m"], "n": point["n"], "k": point["k"],
+                               "sms": run["sm_count"], "us": us})
+    if not points:
+        raise ValueError("no fast-path timings on 128x128 blocks in the given files")
+    return points
+
+
+def fit(points: List[dict]) -> Dict[str, Tuple[float, float]]:
+    """(setup_us, us_per_k_1000) per tactic: least squares of (model - us) / us over its points.
+    The model is linear in both: us = w * setup + w * k / 1000 * per_k, w = waves."""
+    costs = {}
+    names = sorted({name for p in points for name in p["us"]})
+    for name in names:
+        bm, bn = tile_of(name)
+        # Normal equations of the 2-parameter weighted least squares.
+        s11 = s12 = s22 = r1 = r2 = 0.0
+        for p in points:
+            if name not in p["us"]:
+                continue
+            w = waves(p["m"], p["n"], bm, bn, p["sms"])
+            x1, x2 = w / p["us"][name], w * p["k"] / 1000.0 / p["us"][name]
+            s11, s12, s22 = s11 + x1 * x1, s12 + x1 * x2, s22 + x2 * x2
+            r1, r2 = r1 + x1, r2 + x2  # the target (us / us) is 1
+        det = s11 * s22 - s12 * s12
+        if det <= 1e-9 * s11 * s22:  # one K only: the two columns are proportional
+            raise ValueError(f"{name}: its points cannot separate setup from per-K cost "
+                             "(time it at two K values at least)")
+        costs[name] = ((r1 * s22 - r2 * s12) / det, (r2 * s11 - r1 * s12) / det)
+    return costs
+
+
+def modeled_us(cost: Tuple[float, float], name: str, p: dict) -> float:
+    bm, bn = tile_of(name)
+    return waves(p["m"], p["n"], bm, bn, p["sms"]) * (cost[0] + cost[1] * p["k"] / 1000.0)
+
+
+def evaluate(points: List[dict], costs: Dict[str, Tuple[float, float]]) -> dict:
+    """The fitted rule at every point that timed every fitted tile: how often it picks the fastest,
+    and its worst ratio to the fastest (with where)."""
+    fastest_picks, compared, worst, worst_at = 0, 0, 1.0, ""
+    errors = []
+    for p in points:
+        for name, us in p["us"].items():
+            errors.append((modeled_us(costs[name], name, p) - us) / us)
+        if not all(name in p["us"] for name in costs):
+            continue
+        chosen = min(costs, key=lambda name: modeled_us(costs[name], name, p))
+        best = min(p["us"].values())
+        ratio = p["us"][chosen] / best
+        compared += 1
+        fastest_picks += ratio == 1.0
+        if ratio > worst:
+            worst, worst_at = ratio, f"M={p['m']} N={p['n']} K={p['k']}: {chosen}"
+    rms = math.sqrt(sum(e * e for e in errors) / len(errors))
+    return {"points": compared, "fastest": fastest_picks, "worst_ratio": worst,
+            "worst_at": worst_at, "rms_relative_error": rms}
+
+
+def cpp_table(costs: Dict[str, Tuple[float, float]]) -> str:
+    rows = []
+    for name, (setup, per_k) in sorted(costs.items(), key=lambda kv: -kv[1][1]):
+        bm, bn = tile_of(name)
+        rows.append(f'    {{"{name}", {bm}, {bn}, {setup:.2f}, {per_k:.2f}}},')
+    return (f"constexpr std::array<TileCost, {len(rows)}> kTileCosts{{{{\n" + "\n".join(rows)
+            + "\n}};")
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="+", type=Path, help="`mxq bench linear --json` output")
+    parser.add_argument("--json", action="store_true", help="print the fit and its evaluation "
+                                                            "as JSON")
+    args = parser.parse_args(argv)
+    try:
+        points = load_points(args.files)
+        costs = fit(points)
+    except (OSError, ValueError, KeyError) as error:
+        print(f"fit_linear_tile_costs: {error}", file=sys.stderr)
+        return 2
+    quality = evaluate(points, costs)
+    if args.json:
+        print(json.dumps({"costs": {name: {"setup_us": c[0], "us_per_k_1000": c[1]}
+                                    for name, c in costs.items()}, **quality}, indent=2))
+        return 0
+    print(cpp_table(costs))
+    print(f"// {quality['points']} points timed every tile: the fitted rule picks the fastest at "
+          f"{quality['fastest']}, worst {quality['worst_ratio']:.3f}x the fastest "
+          f"({quality['worst_at']}); model error {100 * quality['rms_relative_error']:.1f}% RMS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,84 @@
+"""scripts/fit_linear_tile_costs.py: it recovers the coefficients of timings that follow the model
+exactly, the rule it fits on the committed H100 run picks a tile within 4% of the fastest at every
+point (the property tests/cpp/linear/dispatch_test.cpp checks for the table in dispatch.cpp), and
+files that are not bench output are refused with a message."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "docs" / "perf-log" / "data"
+H100_RUNS = [DATA / "linear-deepseek-v3-m1-4096-2026-12-05-h100.json",
+             DATA / "linear-deepseek-v3-7168x16384-m64-4096-2026-12-05-h100.json"]
+
+
+@pytest.fixture()
+def fit():
+    spec = importlib.util.spec_from_file_location("fit_linear_tile_costs",
+                                                  ROOT / "scripts" / "fit_linear_tile_costs.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fit_linear_tile_costs"] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["fit_linear_tile_costs"]
+
+
+def _bench_file(path: Path, points, sms: int = 132) -> Path:
+    path.write_text(json.dumps({"sm_count": sms, "points": points}))
+    return path
+
+
+def test_timings_that_follow_the_model_give_back_its_coefficients(fit, tmp_path):
+    truth = {"cuda.sm90_wgmma.m128n128": (1.5, 3.5), "cuda.sm90_wgmma.m64n64": (0.75, 2.0)}
+    points = []
+    for m, n, k in [(1, 2112, 7168), (512, 7168, 16384), (4096, 4096, 7168), (256, 32768, 512),
+                    (2048, 24576, 1536)]:
+        timings = [{"name": "cublaslt", "blocks": "128x128", "us": 1.0},
+                   {"name": "cuda.sm90_wgmma_any.m64n64", "blocks": "128x128", "us": 1.0}]
+        for name, (setup, per_k) in truth.items():
+            bm, bn = fit.tile_of(name)
+            us = fit.waves(m, n, bm, bn, 132) * (setup + per_k * k / 1000)
+            timings.append({"name": name + (" *" if bm == 64 else ""), "blocks": "128x128",
+                            "us": us})
+        points.append({"m": m, "n": n, "k": k, "timings": timings})
+    costs = fit.fit(fit.load_points([_bench_file(tmp_path / "run.json", points)]))
+    assert set(costs) == set(truth)  # only the fast path's tiles, the " *" mark dropped
+    for name, (setup, per_k) in truth.items():
+        assert costs[name][0] == pytest.approx(setup, rel=1e-9)
+        assert costs[name][1] == pytest.approx(per_k, rel=1e-9)
+
+
+def test_the_rule_fitted_on_the_h100_run_is_within_4_percent_everywhere(fit):
+    points = fit.load_points(H100_RUNS)
+    quality = fit.evaluate(points, fit.fit(points))
+    assert quality["points"] == 62
+    assert quality["worst_ratio"] <= 1.04, quality["worst_at"]
+
+
+def test_the_command_prints_the_cpp_table_or_json(fit, capsys):
+    assert fit.main([str(p) for p in H100_RUNS]) == 0
+    table = capsys.readouterr().out
+    assert table.startswith("constexpr std::array<TileCost, 4> kTileCosts{{")
+    assert '"cuda.sm90_wgmma.m64n64", 64, 64,' in table
+    assert fit.main(["--json"] + [str(p) for p in H100_RUNS]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert set(report["costs"]) == {"cuda.sm90_wgmma.m128n128", "cuda.sm90_wgmma.m64n128",
+                                    "cuda.sm90_wgmma.m64n128_overlap", "cuda.sm90_wgmma.m64n64"}
+
+
+def test_files_that_are_not_bench_output_are_refused(fit, tmp_path, capsys):
+    other = tmp_path / "moe.json"
+    other.write_text(json.dumps({"preset": "gpt-oss-120b", "points": []}))
+    assert fit.main([str(other)]) == 2
+    assert "not `mxq bench linear --json` output" in capsys.readouterr().err
+    # One K per tile cannot separate the setup from the per-K cost.
+    single = _bench_file(tmp_path / "one.json", [{"m": 64, "n": 2112, "k": 7168, "timings": [
+        {"name": "cuda.sm90_wgmma.m64n64", "blocks": "128x128", "us": 18.0}]}])
+    assert fit.main([str(single)]) == 2
+    assert "cannot separate setup from per-K cost" in capsys.readouterr().err
