@@ -9,7 +9,14 @@
 #   4. the benches, one JSON file each in $OUT, named as docs/perf-data/README.md says; with
 #      .peers/deepgemm staged and carried, DeepGEMM built and timed beside mxq.
 # Run there with carry [".deps"]; each step's log is in $OUT even when a later step runs out of time.
+# One device command may run 10 minutes: `gpu_session.sh tests` runs 1.-3., `gpu_session.sh benches`
+# (a second call on the same warm machine: the build is incremental) runs 4.; no argument runs all.
 set -uo pipefail
+part="${1:-all}"
+case "$part" in
+  all | tests | benches) ;;
+  *) echo "usage: scripts/gpu_session.sh [all|tests|benches]" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/mxq-out}"
 mkdir -p "$out"
@@ -17,46 +24,62 @@ day=$(date -u +%F)
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o -E 'H[0-9]+' | tr 'A-Z' 'a-z')
 stamp() { echo "== $(date -u +%T) $*"; }
 
-stamp build and GPU tests
-MXQ_SKIP_CPU_TESTS=1 scripts/gpu_check.sh || exit 1
+# 1.-3.: the build, the GPU tests, the Python package and its tests, the sanitizers.
+run_tests() {
+  stamp build and GPU tests
+  MXQ_SKIP_CPU_TESTS=1 scripts/gpu_check.sh || return 1
 
-stamp python package and tests in the background
-scripts/gpu_python_check.sh >"$out/python_check.txt" 2>&1 &
-python_pid=$!
+  stamp python package and tests in the background
+  scripts/gpu_python_check.sh >"$out/python_check.txt" 2>&1 &
+  python_pid=$!
 
-stamp memcheck
-sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-# The dist test's CLI case runs the whole `mxq moe` command: over 7 minutes under memcheck, so
-# only the layer's cases are sanitized.
-for spec in "test_moe_mxfp4_moe_op_gpu_test:*" "test_moe_moe_dist_gpu_test:MoeDistLayer.*" \
-  "test_moe_moe_forward_gpu_test:*t4096*:*e32_tp2_ep2_t64*"; do
-  t=${spec%%:*}
-  bin=$(find build-gpu -name "$t" -type f | head -1)
-  [[ -n "$bin" ]] || { echo "$t: not built"; continue; }
-  "$sanitizer" --tool memcheck --error-exitcode 3 "$bin" --gtest_filter="${spec#*:}" \
-    >"$out/memcheck_$t.log" 2>&1
-  echo "$t memcheck rc=$? ($(grep -c 'ERROR SUMMARY: 0 errors' "$out/memcheck_$t.log") clean summaries)"
-done
+  stamp memcheck
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  # The dist test's CLI case runs the whole `mxq moe` command: over 7 minutes under memcheck, so
+  # only the layer's cases are sanitized.
+  for spec in "test_moe_mxfp4_moe_op_gpu_test:*" "test_moe_moe_dist_gpu_test:MoeDistLayer.*" \
+    "test_moe_moe_forward_gpu_test:*t4096*:*e32_tp2_ep2_t64*"; do
+    t=${spec%%:*}
+    bin=$(find build-gpu -name "$t" -type f | head -1)
+    [[ -n "$bin" ]] || { echo "$t: not built"; continue; }
+    "$sanitizer" --tool memcheck --error-exitcode 3 "$bin" --gtest_filter="${spec#*:}" \
+      >"$out/memcheck_$t.log" 2>&1
+    echo "$t memcheck rc=$? ($(grep -c 'ERROR SUMMARY: 0 errors' "$out/memcheck_$t.log") clean summaries)"
+  done
 
-wait "$python_pid"
-echo "python check rc=$?"; tail -5 "$out/python_check.txt"
+  wait "$python_pid"
+  echo "python check rc=$?"; tail -5 "$out/python_check.txt"
+}
 
-stamp bench linear
-build-gpu/mxq bench linear --m 1,8,16,32,64,128,256,512,1024,2048,4096 --json \
-  >"$out/linear-deepseek-v3-$day-$card.json" 2>"$out/bench_linear.err"; echo "rc=$?"
-stamp bench moe
-build-gpu/mxq bench moe --preset gpt-oss-120b --tokens 1,8,64,128,256,512,4096 --w4a8 --json \
-  >"$out/moe-gpt-oss-120b-$day-$card.json" 2>"$out/bench_moe.err"; echo "rc=$?"
-stamp python benches
-python3 bench/moe_grouped_mm.py --json >"$out/moe-grouped-mm-$day-$card.json" 2>&1; echo "rc=$?"
-python3 bench/transformers_generate.py --json >"$out/transformers-generate-$day-$card.json" 2>&1
-echo "rc=$?"
-if [[ -d .peers/deepgemm ]]; then  # staged and carried as docs/DEVELOPING.md says
-  stamp DeepGEMM
-  (cd .peers/deepgemm && python3 setup.py build >"$out/deepgemm_build.log" 2>&1) &&
-    python3 bench/linear_deepgemm.py --json \
-      --deepgemm "$(ls -d "$PWD"/.peers/deepgemm/build/lib.* | head -1)" \
-      >"$out/linear-deepgemm-$day-$card.json" 2>"$out/linear_deepgemm.err"
+# 4.: the benches (the Python ones use the package that run_tests installed).
+run_benches() {
+  stamp bench linear
+  build-gpu/mxq bench linear --m 1,8,16,32,64,128,256,512,1024,2048,4096 --json \
+    >"$out/linear-deepseek-v3-$day-$card.json" 2>"$out/bench_linear.err"; echo "rc=$?"
+  stamp bench moe
+  build-gpu/mxq bench moe --preset gpt-oss-120b --tokens 1,8,64,128,256,512,4096 --w4a8 --json \
+    >"$out/moe-gpt-oss-120b-$day-$card.json" 2>"$out/bench_moe.err"; echo "rc=$?"
+  stamp python benches
+  python3 bench/moe_grouped_mm.py --json >"$out/moe-grouped-mm-$day-$card.json" 2>&1; echo "rc=$?"
+  python3 bench/transformers_generate.py --json >"$out/transformers-generate-$day-$card.json" 2>&1
   echo "rc=$?"
-fi
+  if [[ -d .peers/deepgemm ]]; then  # staged and carried as docs/DEVELOPING.md says
+    stamp DeepGEMM
+    (cd .peers/deepgemm && python3 setup.py build >"$out/deepgemm_build.log" 2>&1) &&
+      python3 bench/linear_deepgemm.py --json \
+        --deepgemm "$(ls -d "$PWD"/.peers/deepgemm/build/lib.* | head -1)" \
+        >"$out/linear-deepgemm-$day-$card.json" 2>"$out/linear_deepgemm.err"
+    echo "rc=$?"
+  fi
+}
+
+case "$part" in
+  tests) run_tests ;;
+  benches)
+    stamp build
+    MXQ_SKIP_CPU_TESTS=1 MXQ_SKIP_GPU_TESTS=1 scripts/gpu_check.sh || exit 1
+    run_benches
+    ;;
+  all) run_tests && run_benches ;;
+esac
 stamp done
