@@ -47,14 +47,15 @@ run_tests() {
     echo "$t memcheck rc=$? ($(grep -c 'ERROR SUMMARY: 0 errors' "$out/memcheck_$t.log") clean summaries)"
   done
 
-  # racecheck on the W4A8 wgmma GEMMs (shared-memory ring, TMA, named-barrier votes), one case.
+  wait "$python_pid"
+  echo "python check rc=$?"; tail -5 "$out/python_check.txt"
+
+  # racecheck on the W4A8 wgmma GEMMs (shared-memory ring, TMA, named-barrier votes), one case;
+  # last, since it is the slowest (its log comes back even if the call's time runs out).
   bin=$(find build-gpu -name test_moe_moe_forward_gpu_test -type f | head -1)
   "$sanitizer" --tool racecheck --error-exitcode 3 "$bin" \
     --gtest_filter='Shapes/MoeGpuW4a8VsCpu.*scale_spread*' >"$out/racecheck_w4a8.log" 2>&1
   echo "racecheck W4A8 rc=$?"
-
-  wait "$python_pid"
-  echo "python check rc=$?"; tail -5 "$out/python_check.txt"
 }
 
 # 4.: the benches (the Python ones use the package that run_tests installed).
