@@ -63,8 +63,8 @@ run_tests() {
     t=${spec%%:*}
     bin=$(find build-gpu -name "$t" -type f | head -1)
     [[ -n "$bin" ]] || { echo "$t: not built"; continue; }
-    "$sanitizer" --tool memcheck --error-exitcode 3 "$bin" --gtest_filter="${spec#*:}" \
-      >"$out/memcheck_$t.log" 2>&1
+    timeout 300 "$sanitizer" --tool memcheck --error-exitcode 3 "$bin" \
+      --gtest_filter="${spec#*:}" >"$out/memcheck_$t.log" 2>&1
     echo "$t memcheck rc=$? ($(grep -c 'ERROR SUMMARY: 0 errors' "$out/memcheck_$t.log") clean summaries)"
   done
 
@@ -74,7 +74,7 @@ run_tests() {
   # racecheck on the W4A8 wgmma GEMMs (shared-memory ring, TMA, named-barrier votes), one case;
   # last, since it is the slowest (its log comes back even if the call's time runs out).
   bin=$(find build-gpu -name test_moe_moe_forward_gpu_test -type f | head -1)
-  "$sanitizer" --tool racecheck --error-exitcode 3 "$bin" \
+  timeout 240 "$sanitizer" --tool racecheck --error-exitcode 3 "$bin" \
     --gtest_filter='Shapes/MoeGpuW4a8VsCpu.*scale_spread*' >"$out/racecheck_w4a8.log" 2>&1
   echo "racecheck W4A8 rc=$?"
 }
