@@ -1,13 +1,43 @@
-"""Shared fixtures: the installed `mxq` package, its bundled CLI and synthetic checkpoints."""
+"""Shared fixtures: the installed `mxq` package, its bundled CLI, synthetic checkpoints and the
+repository's scripts imported as modules."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def import_script(relative: str):
+    """A repository script (bench/*.py, scripts/*.py) imported as a module named after its file,
+    registered in sys.modules (dataclasses look their module up there)."""
+    path = REPO / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture()
+def repo_script():
+    """import_script for one test: what it imported leaves sys.modules afterwards."""
+    names = []
+
+    def load(relative: str):
+        module = import_script(relative)
+        names.append(module.__name__)
+        return module
+
+    yield load
+    for name in names:
+        sys.modules.pop(name, None)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

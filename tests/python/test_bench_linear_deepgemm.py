@@ -4,28 +4,16 @@ and bad arguments are refused. The timing against DeepGEMM needs a GPU and a Dee
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("mxq.torch_ops")
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 @pytest.fixture()
-def bench():
-    spec = importlib.util.spec_from_file_location("linear_deepgemm",
-                                                  ROOT / "bench" / "linear_deepgemm.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["linear_deepgemm"] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["linear_deepgemm"]
+def bench(repo_script):
+    return repo_script("bench/linear_deepgemm.py")
 
 
 @pytest.mark.parametrize("m", [1, 5, 8])

@@ -4,27 +4,15 @@ wrong, and bad arguments are refused."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 @pytest.fixture()
-def bench():
-    spec = importlib.util.spec_from_file_location("moe_grouped_mm",
-                                                  ROOT / "bench" / "moe_grouped_mm.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["moe_grouped_mm"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["moe_grouped_mm"]
+def bench(repo_script):
+    return repo_script("bench/moe_grouped_mm.py")
 
 
 def test_mxq_and_the_grouped_mm_baseline_agree(bench, capsys):

@@ -3,28 +3,16 @@ implementations timed on one model) and its argument checks."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 @pytest.fixture()
-def bench():
-    spec = importlib.util.spec_from_file_location("transformers_generate",
-                                                  ROOT / "bench" / "transformers_generate.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["transformers_generate"] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["transformers_generate"]
+def bench(repo_script):
+    return repo_script("bench/transformers_generate.py")
 
 
 def test_a_tiny_run_times_both_experts_implementations(bench, capsys, tmp_path):

@@ -5,9 +5,7 @@ files that are not bench output are refused with a message."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,14 +17,8 @@ H100_RUNS = [DATA / "linear-deepseek-v3-m1-4096-2026-12-05-h100.json",
 
 
 @pytest.fixture()
-def fit():
-    spec = importlib.util.spec_from_file_location("fit_linear_tile_costs",
-                                                  ROOT / "scripts" / "fit_linear_tile_costs.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fit_linear_tile_costs"] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["fit_linear_tile_costs"]
+def fit(repo_script):
+    return repo_script("scripts/fit_linear_tile_costs.py")
 
 
 def _bench_file(path: Path, points, sms: int = 132) -> Path:

@@ -6,7 +6,6 @@ shape `mxq bench moe|linear --json` prints, not measurements."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import io
 import json
 import shutil
@@ -15,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import import_script
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -44,15 +44,7 @@ Text after.
 """
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-perf_page = load("perf_page")
+perf_page = import_script("scripts/perf_page.py")
 
 
 @pytest.fixture
@@ -229,7 +221,7 @@ def test_unreadable_json_is_an_error(site):
 
 def test_plots(site):
     pytest.importorskip("matplotlib")
-    perf_plots = load("perf_plots")
+    perf_plots = import_script("scripts/perf_plots.py")
     add_data(site)
     assert perf_plots.main(["--data", str(site / "perf-data")]) == 0
     for name in (MOE_NAME, LINEAR_NAME):

@@ -325,7 +325,8 @@ def test_w4a8_generation_runs_near_the_w4a16_one(checkpoints, kind, device):
 def test_an_unknown_activation_quant_is_refused(checkpoints):
     model = _load("gpt-oss", checkpoints["gpt-oss"])
     snapshot = _snapshot(model)
-    with pytest.raises(mxq.Error, match="fp8_g128"):
+    with pytest.raises(mxq.InvalidArgumentError,
+                       match='activation_quant: expected "bf16" or "fp8_g128", found "fp4"'):
         use_mxq_experts(model, checkpoints["gpt-oss"], activation_quant="fp4")
     _assert_unchanged(model, snapshot)
 
