@@ -23,20 +23,33 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 FAST_PREFIX = "cuda.sm90_wgmma."
-TILE = re.compile(r"\.m(\d+)n(\d+)(_overlap)?$")
+TILE = re.compile(r"\.m(\d+)n(\d+)(?:_overlap)?(?:_x(\d+))?$")
+
+
+def _tile_match(name: str) -> re.Match:
+    match = TILE.search(name)
+    if match is None:
+        raise ValueError(f"{name}: not a wgmma tile name "
+                         "(expected ...m<bm>n<bn>[_overlap][_x<cluster>])")
+    return match
 
 
 def tile_of(name: str) -> Tuple[int, int]:
     """(bm, bn) of a fast tactic's name, e.g. cuda.sm90_wgmma.m64n128_overlap -> (64, 128)."""
-    match = TILE.search(name)
-    if match is None:
-        raise ValueError(f"{name}: not a wgmma tile name (expected ...m<bm>n<bn>[_overlap])")
+    match = _tile_match(name)
     return int(match.group(1)), int(match.group(2))
 
 
-def waves(m: int, n: int, bm: int, bn: int, sms: int) -> int:
-    tiles = -(-m // bm) * -(-n // bn)
-    return -(-tiles // sms)
+def cluster_of(name: str) -> int:
+    """Blocks per cluster of a fast tactic (cuda.sm90_wgmma.m256n128_x2 -> 2; 1 without _x)."""
+    match = _tile_match(name)
+    return int(match.group(3)) if match.group(3) else 1
+
+
+def waves(m: int, n: int, bm: int, bn: int, sms: int, cluster: int = 1) -> int:
+    """Waves of work units: a cluster's `cluster` tiles along N on sms / cluster slots."""
+    units = -(-m // bm) * -(-n // (bn * cluster))
+    return -(-units // (sms // cluster))
 
 
 def load_points(paths: List[Path]) -> List[dict]:
@@ -68,12 +81,13 @@ def fit(points: List[dict]) -> Dict[str, Tuple[float, float]]:
     names = sorted({name for p in points for name in p["us"]})
     for name in names:
         bm, bn = tile_of(name)
+        cluster = cluster_of(name)
         # Normal equations of the 2-parameter weighted least squares.
         s11 = s12 = s22 = r1 = r2 = 0.0
         for p in points:
             if name not in p["us"]:
                 continue
-            w = waves(p["m"], p["n"], bm, bn, p["sms"])
+            w = waves(p["m"], p["n"], bm, bn, p["sms"], cluster)
             x1, x2 = w / p["us"][name], w * p["k"] / 1000.0 / p["us"][name]
             s11, s12, s22 = s11 + x1 * x1, s12 + x1 * x2, s22 + x2 * x2
             r1, r2 = r1 + x1, r2 + x2  # the target (us / us) is 1
@@ -87,7 +101,8 @@ def fit(points: List[dict]) -> Dict[str, Tuple[float, float]]:
 
 def modeled_us(cost: Tuple[float, float], name: str, p: dict) -> float:
     bm, bn = tile_of(name)
-    return waves(p["m"], p["n"], bm, bn, p["sms"]) * (cost[0] + cost[1] * p["k"] / 1000.0)
+    return waves(p["m"], p["n"], bm, bn, p["sms"], cluster_of(name)) * \
+        (cost[0] + cost[1] * p["k"] / 1000.0)
 
 
 def evaluate(points: List[dict], costs: Dict[str, Tuple[float, float]]) -> dict:
@@ -116,7 +131,7 @@ def cpp_table(costs: Dict[str, Tuple[float, float]]) -> str:
     rows = []
     for name, (setup, per_k) in sorted(costs.items(), key=lambda kv: -kv[1][1]):
         bm, bn = tile_of(name)
-        rows.append(f'    {{"{name}", {bm}, {bn}, {setup:.2f}, {per_k:.2f}}},')
+        rows.append(f'    {{"{name}", {bm}, {bn}, {cluster_of(name)}, {setup:.2f}, {per_k:.2f}}},')
     return (f"constexpr std::array<TileCost, {len(rows)}> kTileCosts{{{{\n" + "\n".join(rows)
             + "\n}};")
 

@@ -25,6 +25,19 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, s
       : "memory");
 }
 
+// The same box written to the same shared-memory offset in every block of the cluster named in
+// `cta_mask` (bit i: rank i), each completing on its own mbarrier at `bar`'s offset.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map,
+                                                      std::uint64_t* bar, int c0, int c1,
+                                                      std::uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
+      "cluster [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1),
+      "h"(cta_mask)
+      : "memory");
+}
+
 // The same for a 3-D map, at (c0 innermost, c1, c2).
 __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, std::uint64_t* bar,
                                             int c0, int c1, int c2) {

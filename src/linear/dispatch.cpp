@@ -57,18 +57,22 @@ struct TileCost {
   const char* name;
   std::int64_t bm;
   std::int64_t bn;
+  std::int64_t cluster;  // blocks per cluster along N: a work unit is `cluster` tiles
   double setup_us;       // per wave, whatever K
   double us_per_k_1000;  // per wave, per 1000 of K
 };
 constexpr std::array<TileCost, 3> kTileCosts{{
-    {"cuda.sm90_wgmma.m128n128", 128, 128, 1.3, 3.77},
-    {"cuda.sm90_wgmma.m64n128_overlap", 64, 128, 0.8, 2.35},
-    {"cuda.sm90_wgmma.m64n64", 64, 64, 0.95, 1.85},
+    {"cuda.sm90_wgmma.m128n128", 128, 128, 1, 1.3, 3.77},
+    {"cuda.sm90_wgmma.m64n128_overlap", 64, 128, 1, 0.8, 2.35},
+    {"cuda.sm90_wgmma.m64n64", 64, 64, 1, 0.95, 1.85},
 }};
 
 Preference preferred_fast(const LinearProblem& p, bool explained) {
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
-  const auto waves = [&](const TileCost& c) { return ceil_div(tiles(p, c.bm, c.bn), sms); };
+  // Waves of work units (a cluster's tiles along N count as one) on sms / cluster slots.
+  const auto waves = [&](const TileCost& c) {
+    return ceil_div(tiles(p, c.bm, c.bn * c.cluster), sms / c.cluster);
+  };
   const auto modeled_us = [&](const TileCost& c) {
     return static_cast<double>(waves(c)) *
            (c.setup_us + c.us_per_k_1000 * static_cast<double>(p.k) / 1000.0);
@@ -80,7 +84,11 @@ Preference preferred_fast(const LinearProblem& p, bool explained) {
   return {best->name, explained
                           ? detail::concat("least modeled time: ", waves(*best), " wave(s) of ",
                                            tiles(p, best->bm, best->bn), " ", best->bm, "x",
-                                           best->bn, " tiles on ", sms, " SMs (",
+                                           best->bn, " tiles on ", sms, " SMs",
+                                           best->cluster > 1
+                                               ? detail::concat(" in clusters of ", best->cluster)
+                                               : std::string(),
+                                           " (",
                                            std::round(10 * modeled_us(*best)) / 10, " us modeled)")
                           : std::string()};
 }

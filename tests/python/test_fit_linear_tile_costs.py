@@ -27,7 +27,8 @@ def _bench_file(path: Path, points, sms: int = 132) -> Path:
 
 
 def test_timings_that_follow_the_model_give_back_its_coefficients(fit, tmp_path):
-    truth = {"cuda.sm90_wgmma.m128n128": (1.5, 3.5), "cuda.sm90_wgmma.m64n64": (0.75, 2.0)}
+    truth = {"cuda.sm90_wgmma.m128n128": (1.5, 3.5), "cuda.sm90_wgmma.m64n64": (0.75, 2.0),
+             "cuda.sm90_wgmma.m256n128_x2": (2.5, 7.0)}
     points = []
     for m, n, k in [(1, 2112, 7168), (512, 7168, 16384), (4096, 4096, 7168), (256, 32768, 512),
                     (2048, 24576, 1536)]:
@@ -35,7 +36,7 @@ def test_timings_that_follow_the_model_give_back_its_coefficients(fit, tmp_path)
                    {"name": "cuda.sm90_wgmma_any.m64n64", "blocks": "128x128", "us": 1.0}]
         for name, (setup, per_k) in truth.items():
             bm, bn = fit.tile_of(name)
-            us = fit.waves(m, n, bm, bn, 132) * (setup + per_k * k / 1000)
+            us = fit.waves(m, n, bm, bn, 132, fit.cluster_of(name)) * (setup + per_k * k / 1000)
             timings.append({"name": name + (" *" if bm == 64 else ""), "blocks": "128x128",
                             "us": us})
         points.append({"m": m, "n": n, "k": k, "timings": timings})
@@ -62,6 +63,18 @@ def test_the_command_prints_the_cpp_table_or_json(fit, capsys):
     report = json.loads(capsys.readouterr().out)
     assert set(report["costs"]) == {"cuda.sm90_wgmma.m128n128", "cuda.sm90_wgmma.m64n128",
                                     "cuda.sm90_wgmma.m64n128_overlap", "cuda.sm90_wgmma.m64n64"}
+
+
+def test_a_cluster_counts_its_tiles_along_n_as_one_unit_on_half_the_slots(fit):
+    assert fit.cluster_of("cuda.sm90_wgmma.m256n128_x2") == 2
+    assert fit.cluster_of("cuda.sm90_wgmma.m64n128_overlap") == 1
+    # M = 4096, N = 7168: 16 x 56 tiles of 256 x 128 = 896 on 132 SMs is 7 waves; as 448 pairs on
+    # 66 cluster slots, also 7. N = 2112: 17 tiles along N make 9 pairs (the last one half past N).
+    assert fit.waves(4096, 7168, 256, 128, 132) == 7
+    assert fit.waves(4096, 7168, 256, 128, 132, 2) == 7
+    assert fit.waves(4096, 2112, 256, 128, 132, 2) == 3  # 16 x 9 = 144 units on 66 slots
+    with pytest.raises(ValueError, match="not a wgmma tile name"):
+        fit.cluster_of("cublaslt")
 
 
 def test_files_that_are_not_bench_output_are_refused(fit, tmp_path, capsys):

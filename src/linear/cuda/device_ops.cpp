@@ -100,7 +100,8 @@ class WgmmaTactic final : public LinearTactic {
             {"block_n", shape_.bn},
             {"block_k", 128},
             {"stages", shape_.stages},
-            {"overlap", shape_.overlap ? 1 : 0}};
+            {"overlap", shape_.overlap ? 1 : 0},
+            {"cluster", shape_.cluster}};
   }
   [[nodiscard]] Support check(const LinearProblem& p) const override {
     if (Support device = wgmma_device_checks(p); !device) return device;

@@ -36,13 +36,15 @@ inline constexpr std::array<MmaSyncShape, 6> kMmaSyncShapes = {{
 // each K-block while the next block's wgmma run (two accumulators). ptxas holds a 384-thread
 // kernel to 168 registers per thread, too few for two 64x128 accumulators plus the result, so
 // the overlapping variant has one consumer warpgroup (256 threads).
+// `cluster` > 1: that many blocks along N per cluster share their A tile by TMA multicast.
 struct WgmmaShape {
   int bm;
   int bn;
   int stages;
   bool overlap;
+  int cluster = 1;
 };
-inline constexpr std::array<WgmmaShape, 6> kWgmmaShapes = {{
+inline constexpr std::array<WgmmaShape, 8> kWgmmaShapes = {{
     {64, 64, 8, false},
     {64, 128, 8, false},
     {128, 128, 5, false},
@@ -51,6 +53,10 @@ inline constexpr std::array<WgmmaShape, 6> kWgmmaShapes = {{
     // weights on every SM (64-wide tiles leave 99 or 68 of 132 idle), with a deeper ring.
     {64, 32, 16, false},
     {64, 16, 16, false},
+    // Wide tiles for large M: 256 rows (two consumer warpgroups of 128) read each weight tile
+    // once per 256 rows; the cluster of two also reads each A tile once per 256 columns.
+    {256, 128, 3, false},
+    {256, 128, 3, false, 2},
 }};
 
 // Tile shapes compiled for the wgmma kernel on other weight blocks (the wgmma fallback): block K
@@ -62,7 +68,7 @@ inline constexpr std::array<WgmmaShape, 3> kWgmmaAnyBlockShapes = {{
 }};
 
 std::string to_string(const MmaSyncShape& shape);  // "m64n128k64"
-std::string to_string(const WgmmaShape& shape);    // "m128n128", "m128n128_overlap"
+std::string to_string(const WgmmaShape& shape);  // "m128n128", "m64n128_overlap", "m256n128_x2"
 
 // True when the mma.sync kernel can use 16-byte cp.async for both operands.
 bool mma_sync_vector_loads(const BlockFp8GemmArgs& args);

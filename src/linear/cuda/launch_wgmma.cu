@@ -2,6 +2,9 @@
 // (cuda/tensor_map.h) and launches a persistent grid of one CTA per SM.
 #include <cuda.h>
 
+#include <array>
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda_common/tensor_map.h"
@@ -21,6 +24,38 @@ void require(bool condition, const char* what) {
   if (!condition) {
     fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: ", what,
          " (dispatch should have refused this problem)");
+  }
+}
+
+// Blocks (or clusters of blocks) of the kernel that fit on the device at once: one block per SM,
+// and for clusters what the GPCs can place (on H100/H200 fewer than SMs / 2 pairs of 217 KB
+// blocks may fit). Asked once per kernel and device.
+template <typename Tile, typename Kernel>
+long long resident_units(Kernel kernel, const cudaLaunchConfig_t& config) {
+  int device = 0;
+  MXQ_CUDA_CHECK(cudaGetDevice(&device));
+  int sms = 0;
+  MXQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if constexpr (Tile::kCluster == 1) {
+    return sms;
+  } else {
+    constexpr int kMaxDevices = 64;
+    static std::array<std::atomic<int>, kMaxDevices> cached{};  // 0: not asked yet
+    if (device < kMaxDevices) {
+      if (const int known = cached[static_cast<std::size_t>(device)].load(); known > 0) {
+        return known;
+      }
+    }
+    cudaLaunchConfig_t probe = config;
+    probe.gridDim = dim3(static_cast<unsigned>(sms / Tile::kCluster * Tile::kCluster));
+    int clusters = 0;
+    MXQ_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &probe));
+    if (clusters <= 0) {
+      fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: no cluster of ", Tile::kCluster,
+           " blocks with ", Tile::kSmemBytes, " bytes of shared memory fits on device ", device);
+    }
+    if (device < kMaxDevices) cached[static_cast<std::size_t>(device)].store(clusters);
+    return clusters;
   }
 }
 
@@ -56,20 +91,30 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   kernel_args.bias_f32 = args.bias_f32;
   kernel_args.bias_bf16 = args.bias_bf16;
 
-  int device = 0;
-  int sms = 0;
-  MXQ_CUDA_CHECK(cudaGetDevice(&device));
-  MXQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const long long tiles = static_cast<long long>((args.m + Tile::kBm - 1) / Tile::kBm) *
-                          ((args.n + Tile::kBn - 1) / Tile::kBn);
-  const int grid = static_cast<int>(tiles < sms ? tiles : sms);
-
   auto* kernel = &kernels::block_fp8_wgmma_kernel<Tile>;
   MXQ_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map_a, map_w, map_a_scale, map_out,
-                                                             kernel_args);
-  MXQ_CUDA_CHECK_LAUNCH();
+  // Work units: one tile, or a cluster's Tile::kCluster tiles along N.
+  const long long units = static_cast<long long>((args.m + Tile::kBm - 1) / Tile::kBm) *
+                          ((args.n + Tile::kBn * Tile::kCluster - 1) / (Tile::kBn * Tile::kCluster));
+  cudaLaunchConfig_t config{};
+  config.blockDim = dim3(Tile::kThreads);
+  config.dynamicSmemBytes = Tile::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = Tile::kCluster;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  if constexpr (Tile::kCluster > 1) {
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  // Persistent: as many blocks (clusters) as can be resident at once, at most one per unit.
+  const long long resident = resident_units<Tile>(kernel, config);
+  config.gridDim = dim3(static_cast<unsigned>((units < resident ? units : resident) * Tile::kCluster));
+  MXQ_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_a, map_w, map_a_scale, map_out,
+                                    kernel_args));
 }
 
 // Facts every instantiation relies on (dispatch checks them first; see device_ops.cpp).
@@ -112,7 +157,8 @@ void launch_any_block(const BlockFp8GemmArgs& args, cudaStream_t stream) {
 }  // namespace
 
 std::string to_string(const WgmmaShape& shape) {
-  return detail::concat('m', shape.bm, 'n', shape.bn, shape.overlap ? "_overlap" : "");
+  return detail::concat('m', shape.bm, 'n', shape.bn, shape.overlap ? "_overlap" : "",
+                        shape.cluster > 1 ? detail::concat("_x", shape.cluster) : std::string());
 }
 
 void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream) {
@@ -137,6 +183,12 @@ void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStr
   }
   if (shape.bm == 64 && shape.bn == 16 && !shape.overlap) {
     return launch_tile<kernels::WgmmaTile<64, 16, 16>>(args, stream);
+  }
+  if (shape.bm == 256 && shape.bn == 128 && !shape.overlap && shape.cluster == 1) {
+    return launch_tile<kernels::WgmmaTile<256, 128, 3>>(args, stream);
+  }
+  if (shape.bm == 256 && shape.bn == 128 && !shape.overlap && shape.cluster == 2) {
+    return launch_tile<kernels::WgmmaTile<256, 128, 3, false, 1, 1, 2>>(args, stream);
   }
   fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: tile ", to_string(shape),
        " is not compiled");

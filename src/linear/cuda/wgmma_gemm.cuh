@@ -14,6 +14,12 @@
 //    stage back;
 //  * epilogue: bias, bf16 rounding, a 128-byte-swizzled staging buffer and TMA stores that
 //    clip the ragged M and N edges.
+// 256-row tiles: each consumer warpgroup owns 128 rows as two 64-row waves that share one
+// wgmma accumulator (each wave is promoted into its own result registers), so a tile reads its
+// weights once per 256 rows. With kCluster == 2 the two blocks of a cluster take neighbouring
+// tiles along N with the same rows: each loads half of the A tile and multicasts it to both, so
+// the pair reads each A row from L2 once (the L2-to-SM traffic per FLOP, not the tensor cores, is
+// what limits 128x128 tiles at large M).
 // Weight scales: with kNSplit == 1 a tile lies inside one weight block row (block_n % kBn == 0)
 // and needs one scale per unit; with kNSplit > 1 the tile spans kNSplit block rows of
 // kBn / kNSplit columns each, and each accumulator column takes the scale of its block row
@@ -26,6 +32,7 @@
 
 #include <cstdint>
 
+#include "cuda_common/cluster.cuh"
 #include "cuda_common/mbarrier.cuh"
 #include "cuda_common/smem.cuh"
 #include "cuda_common/tma.cuh"
@@ -51,7 +58,7 @@ struct WgmmaGemmArgs {
 namespace mxq::linear::gpu::kernels {
 
 template <int kBm_, int kBn_, int kStages_, bool kOverlap_ = false, int kKSplit_ = 1,
-          int kNSplit_ = 1>
+          int kNSplit_ = 1, int kCluster_ = 1>
 struct WgmmaTile {
   static constexpr int kBm = kBm_;
   static constexpr int kBn = kBn_;
@@ -65,7 +72,12 @@ struct WgmmaTile {
   static constexpr int kWgmmaPerUnit = kUnitK / 32;
   // Overlap each K-block's promotion with the next block's wgmma (two accumulators).
   static constexpr bool kOverlap = kOverlap_;
-  static constexpr int kConsumers = kBm / 64;  // consumer warpgroups
+  // Rows per consumer warpgroup: 64, or 128 (two 64-row waves) in 256-row tiles.
+  static constexpr int kRowsPerConsumer = kBm == 256 ? 128 : 64;
+  static constexpr int kWaves = kRowsPerConsumer / 64;
+  static constexpr int kConsumers = kBm / kRowsPerConsumer;  // consumer warpgroups
+  // Blocks per cluster along N sharing (multicasting) the A tile; each loads kBm / kCluster rows.
+  static constexpr int kCluster = kCluster_;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kAccumulators = kBn / 2;  // fp32 per thread for a 64 x kBn wgmma tile
   static constexpr int kGroupM = 8;              // m-tiles per rasterisation group (L2 reuse)
@@ -89,7 +101,11 @@ struct WgmmaTile {
   static constexpr int kBarrierOffset = kScaleOffset + kStages * kScaleBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + alignment slack
 
-  static_assert(kBm == 64 || kBm == 128, "64 rows per consumer warpgroup, 1 or 2 of them");
+  static_assert(kBm == 64 || kBm == 128 || kBm == 256,
+                "64 rows per consumer warpgroup, 1 or 2 of them; or 2 x 128 rows");
+  static_assert(!kOverlap || kWaves == 1, "the overlapping variant has one 64-row wave");
+  static_assert(kCluster == 1 || (kCluster == 2 && kBm == 256),
+                "clusters of two blocks, with 256-row tiles");
   static_assert(kBn == 16 || kBn == 32 || kBn == 64 || kBn == 128,
                 "16-, 32-, 64- or 128-wide tiles");
   static_assert(kKSplit == 1 || kKSplit == 2 || kKSplit == 4, "weight block K of 128, 64 or 32");
@@ -133,7 +149,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int thread_in_wg = static_cast<int>(threadIdx.x % 128);
   const int tiles_m = (args.m + Tile::kBm - 1) / Tile::kBm;
   const int tiles_n = (args.n + Tile::kBn - 1) / Tile::kBn;
-  const int tiles = tiles_m * tiles_n;
+  // The schedule's unit is a cluster's kCluster neighbouring tiles along N (one tile without a
+  // cluster); a cluster at a ragged N edge computes a tile past N, whose stores TMA drops.
+  const int cluster_rank = Tile::kCluster == 1 ? 0 : static_cast<int>(ptx::cluster_ctarank());
+  const int cluster_id = static_cast<int>(blockIdx.x) / Tile::kCluster;
+  const int clusters = static_cast<int>(gridDim.x) / Tile::kCluster;
+  const int groups_n = (tiles_n + Tile::kCluster - 1) / Tile::kCluster;
+  const int work = tiles_m * groups_n;
   const int k_blocks = (args.k + Tile::kBk - 1) / Tile::kBk;  // TMA zero-fills a ragged K tail
   const int k_units = k_blocks * Tile::kKSplit;
   const int k_groups = (args.k + Tile::kUnitK - 1) / Tile::kUnitK;  // scale blocks along K
@@ -142,12 +164,17 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
     for (int s = 0; s < Tile::kStages; ++s) {
       ptx::mbarrier_init(&full[s], 1);
-      ptx::mbarrier_init(&empty[s], Tile::kConsumers * 4);  // one arrival per consumer warp
+      // One arrival per consumer warp of every block that writes into this stage.
+      ptx::mbarrier_init(&empty[s], Tile::kConsumers * 4 * Tile::kCluster);
     }
     ptx::fence_barrier_init();
     ptx::fence_proxy_async_shared();
   }
-  __syncthreads();
+  if constexpr (Tile::kCluster > 1) {
+    ptx::cluster_sync();  // the peer's barriers are initialised before anything targets them
+  } else {
+    __syncthreads();
+  }
 
   if (warpgroup == Tile::kConsumers) {
     // ---- producer warpgroup: one thread issues every TMA load ----
@@ -157,18 +184,26 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       ptx::prefetch_tensor_map(&map_w);
       ptx::prefetch_tensor_map(&map_a_scale);
       int iteration = 0;
-      for (int tile = static_cast<int>(blockIdx.x); tile < tiles;
-           tile += static_cast<int>(gridDim.x)) {
+      for (int unit = cluster_id; unit < work; unit += clusters) {
         int m_tile = 0;
-        int n_tile = 0;
-        tile_coordinates<Tile>(tile, tiles_m, tiles_n, m_tile, n_tile);
+        int n_group = 0;
+        tile_coordinates<Tile>(unit, tiles_m, groups_n, m_tile, n_group);
+        const int n_tile = n_group * Tile::kCluster + cluster_rank;
         for (int kb = 0; kb < k_blocks; ++kb, ++iteration) {
           const int s = iteration % Tile::kStages;
           const std::uint32_t phase = static_cast<std::uint32_t>(iteration / Tile::kStages) & 1U;
           ptx::mbarrier_wait(&empty[s], phase ^ 1U);
           ptx::mbarrier_arrive_expect_tx(&full[s], Tile::kTxBytes);
-          ptx::tma_load_2d(smem + Tile::kAOffset + s * Tile::kABytes, &map_a, &full[s],
-                           kb * Tile::kBk, m_tile * Tile::kBm);
+          if constexpr (Tile::kCluster == 1) {
+            ptx::tma_load_2d(smem + Tile::kAOffset + s * Tile::kABytes, &map_a, &full[s],
+                             kb * Tile::kBk, m_tile * Tile::kBm);
+          } else {
+            constexpr int kSliceRows = Tile::kBm / Tile::kCluster;
+            ptx::tma_load_2d_multicast(
+                smem + Tile::kAOffset + s * Tile::kABytes + cluster_rank * kSliceRows * Tile::kBk,
+                &map_a, &full[s], kb * Tile::kBk, m_tile * Tile::kBm + cluster_rank * kSliceRows,
+                static_cast<std::uint16_t>((1U << Tile::kCluster) - 1U));
+          }
           ptx::tma_load_2d(smem + Tile::kBOffset + s * Tile::kBBytes, &map_w, &full[s],
                            kb * Tile::kBk, n_tile * Tile::kBn);
           ptx::tma_load_2d(smem + Tile::kScaleOffset + s * Tile::kScaleBytes, &map_a_scale,
@@ -181,32 +216,39 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     ptx::setmaxnreg_inc<232>();
     const int warp_in_wg = thread_in_wg / 32;
     const int lane = thread_in_wg % 32;
-    const int row_lo = warpgroup * 64 + warp_in_wg * 16 + lane / 4;  // row inside the tile
+    // Rows inside the tile of this thread's fragment in wave 0 (wave w: + 64 w).
+    const int first_row = warpgroup * Tile::kRowsPerConsumer;
+    const int row_lo = first_row + warp_in_wg * 16 + lane / 4;
     const int row_hi = row_lo + 8;
-    std::uint8_t* d_tile = smem + Tile::kDOffset + warpgroup * (64 * Tile::kBn * 2);
+    std::uint8_t* d_tile =
+        smem + Tile::kDOffset + warpgroup * (Tile::kRowsPerConsumer * Tile::kBn * 2);
     const bool is_store_thread = thread_in_wg == 0;
     if (is_store_thread) ptx::prefetch_tensor_map(&map_out);
 
     int iteration = 0;
-    for (int tile = static_cast<int>(blockIdx.x); tile < tiles;
-         tile += static_cast<int>(gridDim.x)) {
+    for (int unit = cluster_id; unit < work; unit += clusters) {
       int m_tile = 0;
-      int n_tile = 0;
-      tile_coordinates<Tile>(tile, tiles_m, tiles_n, m_tile, n_tile);
+      int n_group = 0;
+      tile_coordinates<Tile>(unit, tiles_m, groups_n, m_tile, n_group);
+      const int n_tile = n_group * Tile::kCluster + cluster_rank;
       // The weight block rows this tile's columns take their scales from (clamped for a
-      // ragged N edge, whose columns are never stored).
+      // ragged N edge, whose columns are never stored, and a cluster's tile past N).
       const int block_rows = (args.n + args.block_n - 1) / args.block_n;
       const float* w_scale_rows[Tile::kNSplit];
 #pragma unroll
       for (int c = 0; c < Tile::kNSplit; ++c) {
         const int row = Tile::kNSplit == 1 ? n_tile * Tile::kBn / args.block_n
-                                           : min(n_tile * Tile::kNSplit + c, block_rows - 1);
-        w_scale_rows[c] = args.w_scale + static_cast<std::int64_t>(row) * args.w_scale_ld;
+                                           : n_tile * Tile::kNSplit + c;
+        w_scale_rows[c] =
+            args.w_scale + static_cast<std::int64_t>(min(row, block_rows - 1)) * args.w_scale_ld;
       }
 
-      float result[Tile::kAccumulators];
+      float result[Tile::kWaves][Tile::kAccumulators];
 #pragma unroll
-      for (int i = 0; i < Tile::kAccumulators; ++i) result[i] = 0.0F;
+      for (int w = 0; w < Tile::kWaves; ++w) {
+#pragma unroll
+        for (int i = 0; i < Tile::kAccumulators; ++i) result[w][i] = 0.0F;
+      }
 
       // The scales of one unit (scale block of K): activation scales of this thread's two rows
       // and the weight scale of each block row of the tile, multiplied once per unit.
@@ -216,9 +258,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       };
       const int first = iteration;
       // Waits for the stage of unit `u`, reads its scales (everything read from a stage is
-      // read before it is handed back) and issues the unit's wgmma into `acc` as one commit
-      // group (the first overwrites acc).
-      auto issue_unit = [&](float(&acc)[Tile::kAccumulators], int u, UnitScales& scales) {
+      // read before it is handed back) and issues the unit's wgmma for the 64 rows of `wave`
+      // into `acc` as one commit group (the first overwrites acc).
+      auto issue_unit = [&](float(&acc)[Tile::kAccumulators], int u, int wave,
+                            UnitScales& scales) {
         const int it = first + u / Tile::kKSplit;
         const int part = u % Tile::kKSplit;
         const int s = it % Tile::kStages;
@@ -233,15 +276,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         ptx::mbarrier_wait(&full[s], phase);
         const float* a_scale = reinterpret_cast<const float*>(
             smem + Tile::kScaleOffset + s * Tile::kScaleBytes + part * Tile::kBm * 4);
-        const float a_lo = a_scale[row_lo];
-        const float a_hi = a_scale[row_hi];
+        const float a_lo = a_scale[row_lo + 64 * wave];
+        const float a_hi = a_scale[row_hi + 64 * wave];
 #pragma unroll
         for (int c = 0; c < Tile::kNSplit; ++c) {
           scales.lo[c] = a_lo * w[c];
           scales.hi[c] = a_hi * w[c];
         }
         const std::uint32_t a_base =
-            ptx::smem_addr(smem + Tile::kAOffset + s * Tile::kABytes) + warpgroup * 64 * Tile::kBk;
+            ptx::smem_addr(smem + Tile::kAOffset + s * Tile::kABytes) +
+            (first_row + 64 * wave) * Tile::kBk;
         const std::uint32_t b_base = ptx::smem_addr(smem + Tile::kBOffset + s * Tile::kBBytes);
         ptx::wgmma_fence_operands(acc);
         ptx::wgmma_fence();
@@ -253,35 +297,51 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         }
         ptx::wgmma_commit();
       };
-      // After a stage's last unit completed: hands the stage back (one arrival per warp).
+      // After a stage's last unit completed: hands the stage back (one arrival per warp, on the
+      // barrier of every block of the cluster, whose producers all write into this stage). The
+      // warp sync orders every lane's reads of the stage before lane 0's release.
       auto release_unit = [&](int u) {
-        if (u % Tile::kKSplit == Tile::kKSplit - 1 && lane == 0) {
-          ptx::mbarrier_arrive(&empty[(first + u / Tile::kKSplit) % Tile::kStages]);
+        if (u % Tile::kKSplit != Tile::kKSplit - 1) return;
+        __syncwarp();
+        if (lane == 0) {
+          std::uint64_t* stage_empty = &empty[(first + u / Tile::kKSplit) % Tile::kStages];
+          if constexpr (Tile::kCluster == 1) {
+            ptx::mbarrier_arrive(stage_empty);
+          } else {
+#pragma unroll
+            for (int cta = 0; cta < Tile::kCluster; ++cta) {
+              ptx::mbarrier_arrive_cluster(stage_empty, static_cast<std::uint32_t>(cta));
+            }
+          }
         }
       };
-      // result += acc * (a_scale[row] * w_scale[block row]): the fp32 promotion of one unit.
-      auto promote = [&](float(&acc)[Tile::kAccumulators], const UnitScales& scales) {
+      // into += acc * (a_scale[row] * w_scale[block row]): the fp32 promotion of one unit.
+      auto promote = [&](float(&acc)[Tile::kAccumulators], const UnitScales& scales,
+                         float(&into)[Tile::kAccumulators]) {
         ptx::wgmma_fence_operands(acc);
         constexpr int kFragmentsPerRow = Tile::kAccumulators / 4 / Tile::kNSplit;
 #pragma unroll
         for (int i = 0; i < Tile::kAccumulators / 4; ++i) {
           const int c = i / kFragmentsPerRow;  // 8-column fragment i -> weight block row
-          result[4 * i + 0] += acc[4 * i + 0] * scales.lo[c];
-          result[4 * i + 1] += acc[4 * i + 1] * scales.lo[c];
-          result[4 * i + 2] += acc[4 * i + 2] * scales.hi[c];
-          result[4 * i + 3] += acc[4 * i + 3] * scales.hi[c];
+          into[4 * i + 0] += acc[4 * i + 0] * scales.lo[c];
+          into[4 * i + 1] += acc[4 * i + 1] * scales.lo[c];
+          into[4 * i + 2] += acc[4 * i + 2] * scales.hi[c];
+          into[4 * i + 3] += acc[4 * i + 3] * scales.hi[c];
         }
       };
 
       if constexpr (!Tile::kOverlap) {
         float accumulator[Tile::kAccumulators];
         for (int u = 0; u < k_units; ++u) {
-          UnitScales scales;
-          issue_unit(accumulator, u, scales);
-          ptx::wgmma_wait<0>();
-          ptx::wgmma_fence_operands(accumulator);
-          release_unit(u);
-          promote(accumulator, scales);
+#pragma unroll
+          for (int wave = 0; wave < Tile::kWaves; ++wave) {
+            UnitScales scales;
+            issue_unit(accumulator, u, wave, scales);
+            ptx::wgmma_wait<0>();
+            ptx::wgmma_fence_operands(accumulator);
+            if (wave == Tile::kWaves - 1) release_unit(u);
+            promote(accumulator, scales, result[wave]);
+          }
         }
       } else {
         // Software pipeline over two accumulators: unit u+1's wgmma run on the tensor cores
@@ -291,34 +351,34 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         float acc_odd[Tile::kAccumulators];
         UnitScales even_scales;
         UnitScales odd_scales;
-        issue_unit(acc_even, 0, even_scales);
+        issue_unit(acc_even, 0, 0, even_scales);
         for (int u = 0; u < k_units; u += 2) {
           // acc_even holds unit u.
           if (u + 1 < k_units) {
-            issue_unit(acc_odd, u + 1, odd_scales);
+            issue_unit(acc_odd, u + 1, 0, odd_scales);
             ptx::wgmma_wait<1>();
           } else {
             ptx::wgmma_wait<0>();
           }
           ptx::wgmma_fence_operands(acc_even);
           release_unit(u);
-          promote(acc_even, even_scales);
+          promote(acc_even, even_scales, result[0]);
           if (u + 1 >= k_units) break;
           // acc_odd holds unit u + 1.
           if (u + 2 < k_units) {
-            issue_unit(acc_even, u + 2, even_scales);
+            issue_unit(acc_even, u + 2, 0, even_scales);
             ptx::wgmma_wait<1>();
           } else {
             ptx::wgmma_wait<0>();
           }
           ptx::wgmma_fence_operands(acc_odd);
           release_unit(u + 1);
-          promote(acc_odd, odd_scales);
+          promote(acc_odd, odd_scales, result[0]);
         }
       }
       iteration = first + k_blocks;
 
-      // ---- epilogue: this warpgroup's 64 x kBn block ----
+      // ---- epilogue: this warpgroup's kRowsPerConsumer x kBn block, 64 rows per wave ----
       const int named_barrier = 1 + warpgroup;
       if (is_store_thread) ptx::tma_store_wait_read();  // the previous tile's stores left d_tile
       ptx::named_barrier_sync(named_barrier, 128);
@@ -338,44 +398,53 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             bias1 = ptx::bf16_bits_to_float(args.bias_bf16[global_col + 1]);
           }
         }
-        const __nv_bfloat162 lo =
-            __floats2bfloat162_rn(result[4 * i + 0] + bias0, result[4 * i + 1] + bias1);
-        const __nv_bfloat162 hi =
-            __floats2bfloat162_rn(result[4 * i + 2] + bias0, result[4 * i + 3] + bias1);
-        const int r_lo = row_lo - warpgroup * 64;
-        const int r_hi = r_lo + 8;
-        if constexpr (Tile::kSwizzledStore) {
-          // Staging box b holds tile columns [64b, 64b + 64) as [64 rows][128 bytes], with the
-          // 16-byte unit u of row r stored at unit u ^ (r % 8) (TMA's 128-byte swizzle).
-          const int box = col / Tile::kStoreBoxCols;
-          const int unit = (col % Tile::kStoreBoxCols) / 8;
-          const int byte_in_unit = (col % 8) * 2;
-          std::uint8_t* box_base = d_tile + box * Tile::kStoreBoxBytes;
-          *reinterpret_cast<__nv_bfloat162*>(box_base + r_lo * 128 + ((unit ^ (r_lo % 8)) * 16) +
-                                             byte_in_unit) = lo;
-          *reinterpret_cast<__nv_bfloat162*>(box_base + r_hi * 128 + ((unit ^ (r_hi % 8)) * 16) +
-                                             byte_in_unit) = hi;
-        } else {
-          // One box [64 rows][kBn columns], rows 2 kBn bytes apart.
-          constexpr int kRowBytes = Tile::kBn * 2;
-          *reinterpret_cast<__nv_bfloat162*>(d_tile + r_lo * kRowBytes + col * 2) = lo;
-          *reinterpret_cast<__nv_bfloat162*>(d_tile + r_hi * kRowBytes + col * 2) = hi;
+#pragma unroll
+        for (int wave = 0; wave < Tile::kWaves; ++wave) {
+          const float* r = result[wave];
+          const __nv_bfloat162 lo = __floats2bfloat162_rn(r[4 * i + 0] + bias0, r[4 * i + 1] + bias1);
+          const __nv_bfloat162 hi = __floats2bfloat162_rn(r[4 * i + 2] + bias0, r[4 * i + 3] + bias1);
+          std::uint8_t* wave_tile = d_tile + wave * (64 * Tile::kBn * 2);
+          const int r_lo = row_lo - first_row;  // row inside the wave's 64
+          const int r_hi = r_lo + 8;
+          if constexpr (Tile::kSwizzledStore) {
+            // Staging box b holds tile columns [64b, 64b + 64) as [64 rows][128 bytes], with the
+            // 16-byte unit u of row r stored at unit u ^ (r % 8) (TMA's 128-byte swizzle).
+            const int box = col / Tile::kStoreBoxCols;
+            const int unit = (col % Tile::kStoreBoxCols) / 8;
+            const int byte_in_unit = (col % 8) * 2;
+            std::uint8_t* box_base = wave_tile + box * Tile::kStoreBoxBytes;
+            *reinterpret_cast<__nv_bfloat162*>(box_base + r_lo * 128 +
+                                               ((unit ^ (r_lo % 8)) * 16) + byte_in_unit) = lo;
+            *reinterpret_cast<__nv_bfloat162*>(box_base + r_hi * 128 +
+                                               ((unit ^ (r_hi % 8)) * 16) + byte_in_unit) = hi;
+          } else {
+            // One box [64 rows][kBn columns], rows 2 kBn bytes apart.
+            constexpr int kRowBytes = Tile::kBn * 2;
+            *reinterpret_cast<__nv_bfloat162*>(wave_tile + r_lo * kRowBytes + col * 2) = lo;
+            *reinterpret_cast<__nv_bfloat162*>(wave_tile + r_hi * kRowBytes + col * 2) = hi;
+          }
         }
       }
       ptx::fence_proxy_async_shared();  // make the generic-proxy writes visible to TMA
       ptx::named_barrier_sync(named_barrier, 128);
       if (is_store_thread) {
 #pragma unroll
-        for (int box = 0; box < Tile::kBn / Tile::kStoreBoxCols; ++box) {  // kBn < 64: one box
-          ptx::tma_store_2d(&map_out, d_tile + box * Tile::kStoreBoxBytes,
-                            n_tile * Tile::kBn + box * Tile::kStoreBoxCols,
-                            m_tile * Tile::kBm + warpgroup * 64);
+        for (int wave = 0; wave < Tile::kWaves; ++wave) {
+#pragma unroll
+          for (int box = 0; box < Tile::kBn / Tile::kStoreBoxCols; ++box) {  // kBn < 64: one box
+            ptx::tma_store_2d(&map_out,
+                              d_tile + wave * (64 * Tile::kBn * 2) + box * Tile::kStoreBoxBytes,
+                              n_tile * Tile::kBn + box * Tile::kStoreBoxCols,
+                              m_tile * Tile::kBm + first_row + wave * 64);
+          }
         }
         ptx::tma_store_commit();
       }
     }
     if (is_store_thread) ptx::tma_store_wait_all();
   }
+  // A block leaves only when its peer no longer arrives on its barriers or copies into it.
+  if constexpr (Tile::kCluster > 1) ptx::cluster_sync();
 #elif defined(__CUDA_ARCH__)
   __trap();  // built without sm_90a features: never run silently as a no-op
 #endif

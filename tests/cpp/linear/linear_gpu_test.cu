@@ -157,6 +157,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{130, 400, 1024, {128, 128}, false}, Case{64, 2112, 256, {128, 128}, true},
         // More tiles than SMs (the persistent loop) and more K-blocks than pipeline stages.
         Case{1040, 2048, 2048, {128, 128}, false},
+        // 256-row tiles: ragged M, an odd count of 128-wide tiles along N (a cluster's second
+        // tile past N) and more clusters' work than fit at once.
+        Case{2100, 2112, 512, {128, 128}, true},
         // 128x128 blocks the fast path refuses: K not a multiple of 128 (nor of 16), N odd.
         Case{5, 256, 1000, {128, 128}, false}, Case{17, 131, 384, {128, 128}, true},
         Case{2, 200, 200, {128, 128}, false},

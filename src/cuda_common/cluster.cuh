@@ -1,0 +1,41 @@
+// Thread-block clusters (sm_90): the block's rank in its cluster, a whole-cluster barrier, and an
+// mbarrier arrival on another block's barrier (distributed shared memory). TMA multicast loads
+// are in tma.cuh.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda_common/smem.cuh"
+
+namespace mxq::ptx {
+
+__device__ __forceinline__ std::uint32_t cluster_ctarank() {
+  std::uint32_t rank = 0;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
+// Every thread of every block of the cluster arrives and waits: after it, the barriers another
+// block initialised may be targeted (release/acquire at cluster scope), and before a block exits,
+// no peer still arrives on or copies into its shared memory.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release;\n"
+      "barrier.cluster.wait.acquire;\n" ::
+          : "memory");
+}
+
+// Arrives on the mbarrier at the same shared-memory offset as `bar` in the cluster's block
+// `cta` (which may be this block), releasing this thread's prior reads at cluster scope.
+__device__ __forceinline__ void mbarrier_arrive_cluster(std::uint64_t* bar, std::uint32_t cta) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(cta)
+      : "memory");
+}
+
+}  // namespace mxq::ptx
