@@ -96,12 +96,13 @@ class WgmmaTactic final : public LinearTactic {
   [[nodiscard]] const std::string& name() const override { return name_; }
   [[nodiscard]] TacticKind kind() const override { return TacticKind::kFast; }
   [[nodiscard]] TacticParams params() const override {
-    return {{"block_m", shape_.bm},
-            {"block_n", shape_.bn},
-            {"block_k", 128},
-            {"stages", shape_.stages},
-            {"overlap", shape_.overlap ? 1 : 0},
-            {"cluster", shape_.cluster}};
+    TacticParams params{{"block_m", shape_.bm},
+                        {"block_n", shape_.bn},
+                        {"block_k", 128},
+                        {"stages", shape_.stages},
+                        {"overlap", shape_.overlap ? 1 : 0}};
+    if (shape_.cluster > 1) params.set("cluster", static_cast<std::int64_t>(shape_.cluster));
+    return params;
   }
   [[nodiscard]] Support check(const LinearProblem& p) const override {
     if (Support device = wgmma_device_checks(p); !device) return device;

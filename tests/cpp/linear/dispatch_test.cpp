@@ -419,6 +419,11 @@ TEST(Dispatch, TacticsDescribeTheirTiles) {
   EXPECT_EQ(params.get_int("block_m"), 128);
   EXPECT_EQ(params.get_int("block_n"), 128);
   EXPECT_EQ(params.canonical(), "block_k=128,block_m=128,block_n=128,overlap=0,stages=5");
+  // A cluster's size is a parameter only where there is one (the other tiles' keys unchanged).
+  const LinearTactic* clustered = find_tactic("cuda.sm90_wgmma.m256n128_x2");
+  ASSERT_NE(clustered, nullptr);
+  EXPECT_EQ(clustered->params().canonical(),
+            "block_k=128,block_m=256,block_n=128,cluster=2,overlap=0,stages=3");
 }
 
 }  // namespace
