@@ -6,6 +6,7 @@
 #      in the background while 3. runs the sanitizers;
 #   3. compute-sanitizer memcheck on the engine-facing MoE op, the distributed layer and the
 #      wgmma GEMMs' ring-wrapping and scale-spread cases; racecheck on the W4A8 wgmma GEMMs;
+#      both on the linear tiles at a ragged N (the cluster tile's multicast);
 #   4. the benches, one JSON file each in $OUT, named as docs/perf-data/README.md says; with
 #      .peers/deepgemm staged and carried, DeepGEMM built and timed beside mxq.
 # Run there with carry [".deps"]; each step's log is in $OUT even when a later step runs out of time.
@@ -77,6 +78,15 @@ run_tests() {
   timeout 240 "$sanitizer" --tool racecheck --error-exitcode 3 "$bin" \
     --gtest_filter='Shapes/MoeGpuW4a8VsCpu.*scale_spread*' >"$out/racecheck_w4a8.log" 2>&1
   echo "racecheck W4A8 rc=$?"
+
+  # memcheck and racecheck on the linear tiles' cluster case (multicast into the peer's shared
+  # memory, remote barrier arrivals): 64 x 2112 (an odd tile count along N), every tactic.
+  bin=$(find build-gpu -name test_linear_linear_gpu_test -type f | head -1)
+  for tool in memcheck racecheck; do
+    timeout 150 "$sanitizer" --tool $tool --error-exitcode 3 "$bin" \
+      --gtest_filter='Shapes/EveryCudaTactic.*/6' >"$out/${tool}_linear.log" 2>&1
+    echo "$tool linear rc=$?"
+  done
 }
 
 # 4.: the benches (the Python ones use the package that run_tests installed).
