@@ -65,7 +65,8 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   const CUtensorMap map_a =
       tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a, static_cast<std::uint64_t>(args.m),
                    static_cast<std::uint64_t>(args.k), static_cast<std::uint64_t>(args.lda),
-                   Tile::kBm, 128, CU_TENSOR_MAP_SWIZZLE_128B, "activations");
+                   Tile::kBm / Tile::kCluster, 128, CU_TENSOR_MAP_SWIZZLE_128B,
+                   "activations");  // a cluster's blocks each load their share of the rows
   const CUtensorMap map_w =
       tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, args.w, static_cast<std::uint64_t>(args.n),
                    static_cast<std::uint64_t>(args.k), static_cast<std::uint64_t>(args.ldw),
