@@ -59,8 +59,31 @@ __device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t p
       "r"(parity)
       : "memory");
 }
+// The same wait acquiring at cluster scope: for a barrier that blocks of the cluster arrive on
+// (their release.cluster arrivals order their reads before what follows the wait).
+__device__ __forceinline__ void mbarrier_wait_cluster(std::uint32_t bar, std::uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      ".reg .u32 polls;\n"
+      "mov.u32 polls, 0;\n"
+      "MXQ_CLUSTER_WAIT_LOOP:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@done bra MXQ_CLUSTER_WAIT_DONE;\n"
+      "add.u32 polls, polls, 1;\n"
+      "setp.lt.u32 done, polls, 67108864;\n"
+      "@done bra MXQ_CLUSTER_WAIT_LOOP;\n"
+      "trap;\n"
+      "MXQ_CLUSTER_WAIT_DONE:\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
 __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t parity) {
   mbarrier_wait(smem_addr(bar), parity);
+}
+__device__ __forceinline__ void mbarrier_wait_cluster(std::uint64_t* bar, std::uint32_t parity) {
+  mbarrier_wait_cluster(smem_addr(bar), parity);
 }
 
 }  // namespace mxq::ptx

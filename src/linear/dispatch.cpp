@@ -71,7 +71,7 @@ Preference preferred_fast(const LinearProblem& p, bool explained) {
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
   // Waves of work units (a cluster's tiles along N count as one) on sms / cluster slots.
   const auto waves = [&](const TileCost& c) {
-    return ceil_div(tiles(p, c.bm, c.bn * c.cluster), sms / c.cluster);
+    return ceil_div(tiles(p, c.bm, c.bn * c.cluster), std::max<std::int64_t>(1, sms / c.cluster));
   };
   const auto modeled_us = [&](const TileCost& c) {
     return static_cast<double>(waves(c)) *
@@ -81,16 +81,15 @@ Preference preferred_fast(const LinearProblem& p, bool explained) {
   for (const TileCost& c : kTileCosts) {
     if (modeled_us(c) < modeled_us(*best)) best = &c;
   }
-  return {best->name, explained
-                          ? detail::concat("least modeled time: ", waves(*best), " wave(s) of ",
-                                           tiles(p, best->bm, best->bn), " ", best->bm, "x",
-                                           best->bn, " tiles on ", sms, " SMs",
-                                           best->cluster > 1
-                                               ? detail::concat(" in clusters of ", best->cluster)
-                                               : std::string(),
-                                           " (",
-                                           std::round(10 * modeled_us(*best)) / 10, " us modeled)")
-                          : std::string()};
+  return {best->name,
+          explained
+              ? detail::concat("least modeled time: ", waves(*best), " wave(s) of ",
+                               tiles(p, best->bm, best->bn), " ", best->bm, "x", best->bn,
+                               " tiles on ", sms, " SMs",
+                               best->cluster > 1 ? detail::concat(" in clusters of ", best->cluster)
+                                                 : std::string(),
+                               " (", std::round(10 * modeled_us(*best)) / 10, " us modeled)")
+              : std::string()};
 }
 
 Preference preferred_fallback(const LinearProblem& p, bool explained) {

@@ -68,7 +68,7 @@ inline constexpr std::array<WgmmaShape, 3> kWgmmaAnyBlockShapes = {{
 }};
 
 std::string to_string(const MmaSyncShape& shape);  // "m64n128k64"
-std::string to_string(const WgmmaShape& shape);  // "m128n128", "m64n128_overlap", "m256n128_x2"
+std::string to_string(const WgmmaShape& shape);    // "m128n128", "m64n128_overlap", "m256n128_x2"
 
 // True when the mma.sync kernel can use 16-byte cp.async for both operands.
 bool mma_sync_vector_loads(const BlockFp8GemmArgs& args);

@@ -1,5 +1,5 @@
 // Host launcher of the Hopper (sm_90a) block-FP8 GEMM: builds the four TMA tensor maps
-// (cuda/tensor_map.h) and launches a persistent grid of one CTA per SM.
+// (cuda/tensor_map.h) and launches a persistent grid: one CTA per SM, or as many clusters as fit.
 #include <cuda.h>
 
 #include <array>
@@ -96,8 +96,9 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   MXQ_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
   // Work units: one tile, or a cluster's Tile::kCluster tiles along N.
-  const long long units = static_cast<long long>((args.m + Tile::kBm - 1) / Tile::kBm) *
-                          ((args.n + Tile::kBn * Tile::kCluster - 1) / (Tile::kBn * Tile::kCluster));
+  const long long units =
+      static_cast<long long>((args.m + Tile::kBm - 1) / Tile::kBm) *
+      ((args.n + Tile::kBn * Tile::kCluster - 1) / (Tile::kBn * Tile::kCluster));
   cudaLaunchConfig_t config{};
   config.blockDim = dim3(Tile::kThreads);
   config.dynamicSmemBytes = Tile::kSmemBytes;
@@ -113,9 +114,10 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   }
   // Persistent: as many blocks (clusters) as can be resident at once, at most one per unit.
   const long long resident = resident_units<Tile>(kernel, config);
-  config.gridDim = dim3(static_cast<unsigned>((units < resident ? units : resident) * Tile::kCluster));
-  MXQ_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_a, map_w, map_a_scale, map_out,
-                                    kernel_args));
+  config.gridDim =
+      dim3(static_cast<unsigned>((units < resident ? units : resident) * Tile::kCluster));
+  MXQ_CUDA_CHECK(
+      cudaLaunchKernelEx(&config, kernel, map_a, map_w, map_a_scale, map_out, kernel_args));
 }
 
 // Facts every instantiation relies on (dispatch checks them first; see device_ops.cpp).

@@ -5,8 +5,9 @@
 //  * one producer warpgroup whose first thread streams A [kBm x 128], W [kBn x 128] and the
 //    activation scales of the tile's rows through a kStages-deep ring of shared-memory stages with
 //    TMA (cp.async.bulk.tensor, 128-byte swizzle), completion on "full" mbarriers;
-//  * kBm/64 consumer warpgroups, each owning 64 rows: per scale block of K (a "unit": the
-//    128-wide stage, or each of its kKSplit parts when the weight block is narrower along K)
+//  * consumer warpgroups of 64 rows each (two of 128 rows, 64 at a time, in 256-row tiles): per
+//    scale block of K (a "unit": the 128-wide stage, or each of its kKSplit parts when the
+//    weight block is narrower along K)
 //    wgmma m64n{kBn}k32 e4m3 into a fresh fp32 accumulator, then the promotion
 //    result += accumulator * (a_scale[row] * w_scale[block]) on the CUDA cores (the fp32
 //    promotion per K-block that keeps the tensor cores' limited accumulation precision from
@@ -192,7 +193,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         for (int kb = 0; kb < k_blocks; ++kb, ++iteration) {
           const int s = iteration % Tile::kStages;
           const std::uint32_t phase = static_cast<std::uint32_t>(iteration / Tile::kStages) & 1U;
-          ptx::mbarrier_wait(&empty[s], phase ^ 1U);
+          if constexpr (Tile::kCluster == 1) {
+            ptx::mbarrier_wait(&empty[s], phase ^ 1U);
+          } else {
+            ptx::mbarrier_wait_cluster(&empty[s], phase ^ 1U);  // the peer's consumers arrive too
+          }
           ptx::mbarrier_arrive_expect_tx(&full[s], Tile::kTxBytes);
           if constexpr (Tile::kCluster == 1) {
             ptx::tma_load_2d(smem + Tile::kAOffset + s * Tile::kABytes, &map_a, &full[s],
@@ -237,8 +242,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       const float* w_scale_rows[Tile::kNSplit];
 #pragma unroll
       for (int c = 0; c < Tile::kNSplit; ++c) {
-        const int row = Tile::kNSplit == 1 ? n_tile * Tile::kBn / args.block_n
-                                           : n_tile * Tile::kNSplit + c;
+        const int row =
+            Tile::kNSplit == 1 ? n_tile * Tile::kBn / args.block_n : n_tile * Tile::kNSplit + c;
         w_scale_rows[c] =
             args.w_scale + static_cast<std::int64_t>(min(row, block_rows - 1)) * args.w_scale_ld;
       }
@@ -260,8 +265,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // Waits for the stage of unit `u`, reads its scales (everything read from a stage is
       // read before it is handed back) and issues the unit's wgmma for the 64 rows of `wave`
       // into `acc` as one commit group (the first overwrites acc).
-      auto issue_unit = [&](float(&acc)[Tile::kAccumulators], int u, int wave,
-                            UnitScales& scales) {
+      auto issue_unit = [&](float(&acc)[Tile::kAccumulators], int u, int wave, UnitScales& scales) {
         const int it = first + u / Tile::kKSplit;
         const int part = u % Tile::kKSplit;
         const int s = it % Tile::kStages;
@@ -283,9 +287,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           scales.lo[c] = a_lo * w[c];
           scales.hi[c] = a_hi * w[c];
         }
-        const std::uint32_t a_base =
-            ptx::smem_addr(smem + Tile::kAOffset + s * Tile::kABytes) +
-            (first_row + 64 * wave) * Tile::kBk;
+        const std::uint32_t a_base = ptx::smem_addr(smem + Tile::kAOffset + s * Tile::kABytes) +
+                                     (first_row + 64 * wave) * Tile::kBk;
         const std::uint32_t b_base = ptx::smem_addr(smem + Tile::kBOffset + s * Tile::kBBytes);
         ptx::wgmma_fence_operands(acc);
         ptx::wgmma_fence();
@@ -401,8 +404,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
         for (int wave = 0; wave < Tile::kWaves; ++wave) {
           const float* r = result[wave];
-          const __nv_bfloat162 lo = __floats2bfloat162_rn(r[4 * i + 0] + bias0, r[4 * i + 1] + bias1);
-          const __nv_bfloat162 hi = __floats2bfloat162_rn(r[4 * i + 2] + bias0, r[4 * i + 3] + bias1);
+          const __nv_bfloat162 lo =
+              __floats2bfloat162_rn(r[4 * i + 0] + bias0, r[4 * i + 1] + bias1);
+          const __nv_bfloat162 hi =
+              __floats2bfloat162_rn(r[4 * i + 2] + bias0, r[4 * i + 3] + bias1);
           std::uint8_t* wave_tile = d_tile + wave * (64 * Tile::kBn * 2);
           const int r_lo = row_lo - first_row;  // row inside the wave's 64
           const int r_hi = r_lo + 8;
@@ -413,10 +418,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             const int unit = (col % Tile::kStoreBoxCols) / 8;
             const int byte_in_unit = (col % 8) * 2;
             std::uint8_t* box_base = wave_tile + box * Tile::kStoreBoxBytes;
-            *reinterpret_cast<__nv_bfloat162*>(box_base + r_lo * 128 +
-                                               ((unit ^ (r_lo % 8)) * 16) + byte_in_unit) = lo;
-            *reinterpret_cast<__nv_bfloat162*>(box_base + r_hi * 128 +
-                                               ((unit ^ (r_hi % 8)) * 16) + byte_in_unit) = hi;
+            *reinterpret_cast<__nv_bfloat162*>(box_base + r_lo * 128 + ((unit ^ (r_lo % 8)) * 16) +
+                                               byte_in_unit) = lo;
+            *reinterpret_cast<__nv_bfloat162*>(box_base + r_hi * 128 + ((unit ^ (r_hi % 8)) * 16) +
+                                               byte_in_unit) = hi;
           } else {
             // One box [64 rows][kBn columns], rows 2 kBn bytes apart.
             constexpr int kRowBytes = Tile::kBn * 2;
