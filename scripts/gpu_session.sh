@@ -15,8 +15,8 @@
 set -uo pipefail
 part="${1:-all}"
 case "$part" in
-  all | tests | benches) ;;
-  *) echo "usage: scripts/gpu_session.sh [all|tests|benches]" >&2; exit 2 ;;
+  all | tests | benches | quick) ;;
+  *) echo "usage: scripts/gpu_session.sh [all|tests|benches|quick]" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/mxq-out}"
@@ -25,13 +25,10 @@ day=$(date -u +%F)
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o -E 'H[0-9]+' | tr 'A-Z' 'a-z')
 stamp() { echo "== $(date -u +%T) $*"; }
 
-# 1.-3.: the build, the GPU tests, the Python package and its tests, the sanitizers.
-run_tests() {
-  stamp build
-  MXQ_SKIP_CPU_TESTS=1 MXQ_SKIP_GPU_TESTS=1 scripts/gpu_check.sh || return 1
-  # The kernels not yet run on a GPU first, each under a time limit: a deadlock shows in three
-  # minutes instead of taking the whole call, and the GPU tests then leave that binary out.
-  local skip=()  # ctest names ctest need not run
+# The kernels not yet run on a GPU first, each under a time limit: a deadlock shows in three
+# minutes instead of taking the whole call, and the GPU tests then leave that binary out.
+skip=()  # ctest names ctest need not run
+run_smokes() {
   for smoke in "moe.moe_forward_gpu_test|test_moe_moe_forward_gpu_test|Shapes/MoeGpuW4a8VsCpu.*" \
     "linear.linear_gpu_test|test_linear_linear_gpu_test|*"; do
     IFS='|' read -r name binary filter <<<"$smoke"
@@ -42,6 +39,13 @@ run_tests() {
     # Timed out: left out of ctest. Run whole (filter *): its result is the smoke's.
     if ((rc == 124)) || [[ "$filter" == "*" ]]; then skip+=("$name"); fi
   done
+}
+
+# 1.-3.: the build, the GPU tests, the Python package and its tests, the sanitizers.
+run_tests() {
+  stamp build
+  MXQ_SKIP_CPU_TESTS=1 MXQ_SKIP_GPU_TESTS=1 scripts/gpu_check.sh || return 1
+  run_smokes
   stamp GPU tests
   local exclude=()
   if ((${#skip[@]} > 0)); then
@@ -120,5 +124,18 @@ case "$part" in
     run_benches
     ;;
   all) run_tests && run_benches ;;
+  quick)
+    # When little device time is left: the new kernels against the reference and the timings
+    # that decide their dispatch, in one call of about 7 minutes.
+    stamp build
+    MXQ_SKIP_CPU_TESTS=1 MXQ_SKIP_GPU_TESTS=1 scripts/gpu_check.sh || exit 1
+    run_smokes
+    stamp bench linear
+    build-gpu/mxq bench linear --m 1,64,128,512,4096 --json \
+      >"$out/linear-deepseek-v3-$day-$card.json" 2>"$out/bench_linear.err"; echo "rc=$?"
+    stamp bench moe
+    build-gpu/mxq bench moe --preset gpt-oss-120b --tokens 1,8,64,512,4096,16384 --w4a8 --json \
+      >"$out/moe-gpt-oss-120b-$day-$card.json" 2>"$out/bench_moe.err"; echo "rc=$?"
+    ;;
 esac
 stamp done
