@@ -535,6 +535,52 @@ TEST(LinearIntoOnGpu, CapturedInAGraphItReplaysTheEagerBits) {
   MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// Every fast tile, forced, captured and replayed: the same bits as its eager call. The cluster
+// tile launches with a cluster attribute and sizes its grid by an occupancy query; both must
+// hold under capture. N = 384: an odd count of 128-wide tiles (a cluster's tile past N).
+TEST(LinearIntoOnGpu, EveryFastTileReplaysItsEagerBitsFromAGraph) {
+  constexpr std::int64_t kM = 300;
+  constexpr std::int64_t kN = 384;
+  constexpr std::int64_t kK = 512;
+  const BlockFp8Weight w = quantize_weight(random_f32(kN, kK, 125), {128, 128}).to(kGpu);
+  const DeviceActivations a = device_activations(random_bf16(kM, kK, 126), 128, 4);
+  const DeviceWorkspace workspace(linear_workspace_bytes(kM, w, ActivationInput::kFp8));
+  cudaStream_t stream = nullptr;
+  MXQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int tiles = 0;
+  for (const auto& tactic : linear_tactics()) {
+    if (!tactic->name().starts_with("cuda.sm90_wgmma.")) continue;
+    ++tiles;
+    LinearOptions options;
+    options.tactic = tactic->name();
+    const Tensor eager = poisoned_output(kM, kN, DType::kBF16);
+    call_linear_into(ActivationInput::kFp8, a, w, nullptr, eager, workspace.view(), options,
+                     stream);
+    const Tensor replayed = poisoned_output(kM, kN, DType::kBF16);
+    cudaGraph_t graph = nullptr;
+    MXQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    try {
+      call_linear_into(ActivationInput::kFp8, a, w, nullptr, replayed, workspace.view(), options,
+                       stream);
+    } catch (...) {
+      (void)cudaStreamEndCapture(stream, &graph);
+      throw;
+    }
+    MXQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    expect_kernel_nodes_only(graph, tactic->name());
+    cudaGraphExec_t exec = nullptr;
+    MXQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    MXQ_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    MXQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(same_bits(replayed, eager)) << tactic->name();
+    EXPECT_FALSE(same_bits(eager, poisoned_output(kM, kN, DType::kBF16))) << tactic->name();
+    MXQ_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    MXQ_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+  EXPECT_GE(tiles, 8);  // 64x64 ... 256x128 in clusters of two
+  MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 TEST(LinearIntoOnGpu, BadArgumentsAreRefusedBeforeAnyKernelRuns) {
   constexpr std::int64_t kM = 8;
   constexpr std::int64_t kN = 128;
