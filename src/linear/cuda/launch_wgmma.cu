@@ -9,6 +9,7 @@
 
 #include "cuda_common/tensor_map.h"
 #include "linear/cuda/launch.h"
+#include "linear/cuda/tile_schedule.h"
 #include "linear/cuda/wgmma_gemm.cuh"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
@@ -95,10 +96,8 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   auto* kernel = &kernels::block_fp8_wgmma_kernel<Tile>;
   MXQ_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-  // Work units: one tile, or a cluster's Tile::kCluster tiles along N.
   const long long units =
-      static_cast<long long>((args.m + Tile::kBm - 1) / Tile::kBm) *
-      ((args.n + Tile::kBn * Tile::kCluster - 1) / (Tile::kBn * Tile::kCluster));
+      TileSchedule(args.m, args.n, Tile::kBm, Tile::kBn, Tile::kCluster).units();
   cudaLaunchConfig_t config{};
   config.blockDim = dim3(Tile::kThreads);
   config.dynamicSmemBytes = Tile::kSmemBytes;

@@ -39,6 +39,7 @@
 #include "cuda_common/tma.cuh"
 #include "cuda_common/warp_specialization.cuh"
 #include "cuda_common/wgmma.cuh"
+#include "linear/cuda/tile_schedule.h"
 
 namespace mxq::linear::gpu {
 
@@ -81,7 +82,6 @@ struct WgmmaTile {
   static constexpr int kCluster = kCluster_;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kAccumulators = kBn / 2;  // fp32 per thread for a 64 x kBn wgmma tile
-  static constexpr int kGroupM = 8;              // m-tiles per rasterisation group (L2 reuse)
 
   static constexpr int kABytes = kBm * kBk;
   static constexpr int kBBytes = kBn * kBk;
@@ -117,20 +117,6 @@ struct WgmmaTile {
   static_assert(kSmemBytes <= 232448, "shared memory per block on sm_90");
 };
 
-// Tile index -> (m tile, n tile), grouping kGroupM m-tiles so that concurrently running CTAs
-// share both their A rows and their W rows in L2.
-template <typename Tile>
-__device__ __forceinline__ void tile_coordinates(int tile, int tiles_m, int tiles_n, int& m_tile,
-                                                 int& n_tile) {
-  const int per_group = Tile::kGroupM * tiles_n;
-  const int group = tile / per_group;
-  const int first_m = group * Tile::kGroupM;
-  const int group_m = min(tiles_m - first_m, Tile::kGroupM);
-  const int in_group = tile % per_group;
-  m_tile = first_m + in_group % group_m;
-  n_tile = in_group / group_m;
-}
-
 template <typename Tile>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     block_fp8_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
@@ -148,15 +134,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
   const int warpgroup = static_cast<int>(threadIdx.x / 128);
   const int thread_in_wg = static_cast<int>(threadIdx.x % 128);
-  const int tiles_m = (args.m + Tile::kBm - 1) / Tile::kBm;
-  const int tiles_n = (args.n + Tile::kBn - 1) / Tile::kBn;
-  // The schedule's unit is a cluster's kCluster neighbouring tiles along N (one tile without a
-  // cluster); a cluster at a ragged N edge computes a tile past N, whose stores TMA drops.
+  // Work units (tile_schedule.h): a tile, or a cluster's kCluster neighbouring tiles along N.
+  const TileSchedule schedule(args.m, args.n, Tile::kBm, Tile::kBn, Tile::kCluster);
+  const int work = schedule.units();
   const int cluster_rank = Tile::kCluster == 1 ? 0 : static_cast<int>(ptx::cluster_ctarank());
   const int cluster_id = static_cast<int>(blockIdx.x) / Tile::kCluster;
   const int clusters = static_cast<int>(gridDim.x) / Tile::kCluster;
-  const int groups_n = (tiles_n + Tile::kCluster - 1) / Tile::kCluster;
-  const int work = tiles_m * groups_n;
   const int k_blocks = (args.k + Tile::kBk - 1) / Tile::kBk;  // TMA zero-fills a ragged K tail
   const int k_units = k_blocks * Tile::kKSplit;
   const int k_groups = (args.k + Tile::kUnitK - 1) / Tile::kUnitK;  // scale blocks along K
@@ -187,9 +170,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       int iteration = 0;
       for (int unit = cluster_id; unit < work; unit += clusters) {
         int m_tile = 0;
-        int n_group = 0;
-        tile_coordinates<Tile>(unit, tiles_m, groups_n, m_tile, n_group);
-        const int n_tile = n_group * Tile::kCluster + cluster_rank;
+        int n_tile = 0;
+        schedule.tile(unit, cluster_rank, m_tile, n_tile);
         for (int kb = 0; kb < k_blocks; ++kb, ++iteration) {
           const int s = iteration % Tile::kStages;
           const std::uint32_t phase = static_cast<std::uint32_t>(iteration / Tile::kStages) & 1U;
@@ -233,9 +215,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     int iteration = 0;
     for (int unit = cluster_id; unit < work; unit += clusters) {
       int m_tile = 0;
-      int n_group = 0;
-      tile_coordinates<Tile>(unit, tiles_m, groups_n, m_tile, n_group);
-      const int n_tile = n_group * Tile::kCluster + cluster_rank;
+      int n_tile = 0;
+      schedule.tile(unit, cluster_rank, m_tile, n_tile);
       // The weight block rows this tile's columns take their scales from (clamped for a
       // ragged N edge, whose columns are never stored, and a cluster's tile past N).
       const int block_rows = (args.n + args.block_n - 1) / args.block_n;
