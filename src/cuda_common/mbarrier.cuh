@@ -40,45 +40,36 @@ __device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
 // asm statement, so the compiler sees no divergent branch while wgmma are in flight (a
 // divergent path there makes ptxas serialize the wgmma, C7518). A wait that never ends (a TMA
 // that faulted, a broken pipeline) traps after 2^26 polls instead of hanging the GPU: every
-// legitimate wait here is a few microseconds.
+// legitimate wait here is a few microseconds. TRY_WAIT is the try_wait instruction (its scope).
+#define MXQ_MBARRIER_WAIT_LOOP(TRY_WAIT) \
+  "{\n"                                  \
+  ".reg .pred done;\n"                   \
+  ".reg .u32 polls;\n"                   \
+  "mov.u32 polls, 0;\n"                  \
+  "MXQ_WAIT_LOOP:\n" TRY_WAIT            \
+  " done, [%0], %1;\n"                   \
+  "@done bra MXQ_WAIT_DONE;\n"           \
+  "add.u32 polls, polls, 1;\n"           \
+  "setp.lt.u32 done, polls, 67108864;\n" \
+  "@done bra MXQ_WAIT_LOOP;\n"           \
+  "trap;\n"                              \
+  "MXQ_WAIT_DONE:\n"                     \
+  "}\n"
+
 __device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      ".reg .u32 polls;\n"
-      "mov.u32 polls, 0;\n"
-      "MXQ_WAIT_LOOP:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@done bra MXQ_WAIT_DONE;\n"
-      "add.u32 polls, polls, 1;\n"
-      "setp.lt.u32 done, polls, 67108864;\n"
-      "@done bra MXQ_WAIT_LOOP;\n"
-      "trap;\n"
-      "MXQ_WAIT_DONE:\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
+  asm volatile(MXQ_MBARRIER_WAIT_LOOP("mbarrier.try_wait.parity.shared::cta.b64")::"r"(bar),
+               "r"(parity)
+               : "memory");
 }
 // The same wait acquiring at cluster scope: for a barrier that blocks of the cluster arrive on
 // (their release.cluster arrivals order their reads before what follows the wait).
 __device__ __forceinline__ void mbarrier_wait_cluster(std::uint32_t bar, std::uint32_t parity) {
   asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      ".reg .u32 polls;\n"
-      "mov.u32 polls, 0;\n"
-      "MXQ_CLUSTER_WAIT_LOOP:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@done bra MXQ_CLUSTER_WAIT_DONE;\n"
-      "add.u32 polls, polls, 1;\n"
-      "setp.lt.u32 done, polls, 67108864;\n"
-      "@done bra MXQ_CLUSTER_WAIT_LOOP;\n"
-      "trap;\n"
-      "MXQ_CLUSTER_WAIT_DONE:\n"
-      "}\n" ::"r"(bar),
+      MXQ_MBARRIER_WAIT_LOOP("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64")::"r"(bar),
       "r"(parity)
       : "memory");
 }
+#undef MXQ_MBARRIER_WAIT_LOOP
 __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t parity) {
   mbarrier_wait(smem_addr(bar), parity);
 }

@@ -91,6 +91,7 @@ struct WgmmaTile {
   static constexpr bool kSwizzledStore = kBn >= 64;
   static constexpr int kStoreBoxCols = kSwizzledStore ? 64 : kBn;
   static constexpr int kStoreBoxBytes = 64 * kStoreBoxCols * 2;
+  static constexpr int kWaveStoreBytes = 64 * kBn * 2;  // one 64-row wave's staged output
   static constexpr int kDBytes = kBm * kBn * 2;
   static constexpr int kTxBytes = kABytes + kBBytes + kScaleBytes;
 
@@ -207,8 +208,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int first_row = warpgroup * Tile::kRowsPerConsumer;
     const int row_lo = first_row + warp_in_wg * 16 + lane / 4;
     const int row_hi = row_lo + 8;
-    std::uint8_t* d_tile =
-        smem + Tile::kDOffset + warpgroup * (Tile::kRowsPerConsumer * Tile::kBn * 2);
+    std::uint8_t* d_tile = smem + Tile::kDOffset + warpgroup * Tile::kWaves * Tile::kWaveStoreBytes;
     const bool is_store_thread = thread_in_wg == 0;
     if (is_store_thread) ptx::prefetch_tensor_map(&map_out);
 
@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
               __floats2bfloat162_rn(r[4 * i + 0] + bias0, r[4 * i + 1] + bias1);
           const __nv_bfloat162 hi =
               __floats2bfloat162_rn(r[4 * i + 2] + bias0, r[4 * i + 3] + bias1);
-          std::uint8_t* wave_tile = d_tile + wave * (64 * Tile::kBn * 2);
+          std::uint8_t* wave_tile = d_tile + wave * Tile::kWaveStoreBytes;
           const int r_lo = row_lo - first_row;  // row inside the wave's 64
           const int r_hi = r_lo + 8;
           if constexpr (Tile::kSwizzledStore) {
@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
           for (int box = 0; box < Tile::kBn / Tile::kStoreBoxCols; ++box) {  // kBn < 64: one box
             ptx::tma_store_2d(&map_out,
-                              d_tile + wave * (64 * Tile::kBn * 2) + box * Tile::kStoreBoxBytes,
+                              d_tile + wave * Tile::kWaveStoreBytes + box * Tile::kStoreBoxBytes,
                               n_tile * Tile::kBn + box * Tile::kStoreBoxCols,
                               m_tile * Tile::kBm + first_row + wave * 64);
           }
