@@ -12,6 +12,8 @@
 # Run there with carry [".deps"]; each step's log is in $OUT even when a later step runs out of time.
 # One device command may run 10 minutes: `gpu_session.sh tests` runs 1.-3., `gpu_session.sh benches`
 # (a second call on the same warm machine: the build is incremental) runs 4.; no argument runs all.
+# `quick` (about 7 minutes) runs the build, the never-run kernels' tests and the deciding benches;
+# after it, `MXQ_SKIP_SMOKES=1 gpu_session.sh tests` on the same machine runs the rest of 1.-3.
 set -uo pipefail
 part="${1:-all}"
 case "$part" in
@@ -29,6 +31,8 @@ stamp() { echo "== $(date -u +%T) $*"; }
 # minutes instead of taking the whole call, and the GPU tests then leave that binary out.
 skip=()  # ctest names ctest need not run
 run_smokes() {
+  # MXQ_SKIP_SMOKES=1: a `quick` call on this machine already ran them; ctest runs those tests.
+  [[ "${MXQ_SKIP_SMOKES:-0}" == 1 ]] && return 0
   for smoke in "moe.moe_forward_gpu_test|test_moe_moe_forward_gpu_test|Shapes/MoeGpuW4a8VsCpu.*" \
     "linear.linear_gpu_test|test_linear_linear_gpu_test|*"; do
     IFS='|' read -r name binary filter <<<"$smoke"
