@@ -19,7 +19,10 @@ fi
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMXQ_CUDA=ON "${nccl_args[@]}" \
   -DMXQ_DEPS_DIR="$PWD/.deps" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 grep -E 'mxq: (CUDA|NCCL)' "$out/configure.log"
-cmake --build build-gpu -j "$(nproc)" >"$out/build.log" 2>&1 || { grep -E -A3 'error|FAILED' "$out/build.log" | head -60; exit 1; }
+# MXQ_BUILD_TARGETS="a b": only those targets (a short call that needs the CLI and a few tests).
+targets=()
+for t in ${MXQ_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build build-gpu -j "$(nproc)" "${targets[@]}" >"$out/build.log" 2>&1 || { grep -E -A3 'error|FAILED' "$out/build.log" | head -60; exit 1; }
 echo "build ok"
 # MXQ_SKIP_GPU_TESTS=1: build only (a second device call that only benches).
 if [[ "${MXQ_SKIP_GPU_TESTS:-0}" != 1 ]]; then

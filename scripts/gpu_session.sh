@@ -132,7 +132,9 @@ case "$part" in
     # When little device time is left: the new kernels against the reference and the timings
     # that decide their dispatch, in one call of about 7 minutes.
     stamp build
-    MXQ_SKIP_CPU_TESTS=1 MXQ_SKIP_GPU_TESTS=1 scripts/gpu_check.sh || exit 1
+    MXQ_SKIP_CPU_TESTS=1 MXQ_SKIP_GPU_TESTS=1 \
+      MXQ_BUILD_TARGETS="mxq_cli test_linear_linear_gpu_test test_moe_moe_forward_gpu_test" \
+      scripts/gpu_check.sh || exit 1
     run_smokes
     stamp bench linear
     build-gpu/mxq bench linear --m 1,64,128,512,4096 --json \
