@@ -102,7 +102,8 @@ Preference preferred_fallback(const LinearProblem& p, bool explained) {
     // wgmma tile that supports the block.
     Preference tile = preferred_fast(p, explained);
     tile.name.replace(0, std::string_view("cuda.sm90_wgmma").size(), "cuda.sm90_wgmma_any");
-    if (tile.name.ends_with("_overlap")) tile.name.resize(tile.name.size() - 8);  // not compiled
+    // The overlapping tiles on other blocks are compiled but not yet timed: the plain tile.
+    if (tile.name.ends_with("_overlap")) tile.name.resize(tile.name.size() - 8);
     const LinearTactic* preferred = find_tactic(tile.name);
     if (preferred != nullptr && preferred->supports(p)) return tile;
     for (const auto& tactic : linear_tactics()) {

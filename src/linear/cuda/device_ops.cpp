@@ -135,7 +135,10 @@ class WgmmaAnyBlockTactic final : public LinearTactic {
   [[nodiscard]] const std::string& name() const override { return name_; }
   [[nodiscard]] TacticKind kind() const override { return TacticKind::kFallback; }
   [[nodiscard]] TacticParams params() const override {
-    return {{"block_m", shape_.bm}, {"block_n", shape_.bn}, {"stages", shape_.stages}};
+    return {{"block_m", shape_.bm},
+            {"block_n", shape_.bn},
+            {"stages", shape_.stages},
+            {"overlap", shape_.overlap ? 1 : 0}};
   }
   [[nodiscard]] Support check(const LinearProblem& p) const override {
     if (Support device = wgmma_device_checks(p); !device) return device;

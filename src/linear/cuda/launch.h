@@ -33,9 +33,8 @@ inline constexpr std::array<MmaSyncShape, 6> kMmaSyncShapes = {{
 }};
 
 // Tile shapes compiled for the Hopper wgmma kernel; `overlap` selects the variant that promotes
-// each K-block while the next block's wgmma run (two accumulators). ptxas holds a 384-thread
-// kernel to 168 registers per thread, too few for two 64x128 accumulators plus the result, so
-// the overlapping variant has one consumer warpgroup (256 threads).
+// each K-block while the next block's wgmma run (two accumulators: 2 x 64 + 64 fp32 registers
+// per consumer thread, which setmaxnreg's 232 hold with one or two consumer warpgroups).
 // `cluster` > 1: that many blocks along N per cluster share their A tile by TMA multicast.
 struct WgmmaShape {
   int bm;
@@ -44,11 +43,12 @@ struct WgmmaShape {
   bool overlap;
   int cluster = 1;
 };
-inline constexpr std::array<WgmmaShape, 8> kWgmmaShapes = {{
+inline constexpr std::array<WgmmaShape, 9> kWgmmaShapes = {{
     {64, 64, 8, false},
     {64, 128, 8, false},
     {128, 128, 5, false},
-    {64, 128, 8, true},  // one consumer warpgroup: 2 x 64 + 64 fp32 registers fit its 232
+    {64, 128, 8, true},
+    {128, 128, 5, true},
     // Narrow tiles for M <= 64: N / 32 or N / 16 CTAs, so that N = 2112 or 4096 stream their
     // weights on every SM (64-wide tiles leave 99 or 68 of 132 idle), with a deeper ring.
     {64, 32, 16, false},
@@ -61,10 +61,14 @@ inline constexpr std::array<WgmmaShape, 8> kWgmmaShapes = {{
 
 // Tile shapes compiled for the wgmma kernel on other weight blocks (the wgmma fallback): block K
 // extent 64 or 128; block N extent a multiple of the tile width, or 64 with 128-wide tiles.
-inline constexpr std::array<WgmmaShape, 3> kWgmmaAnyBlockShapes = {{
+// The overlapping tiles matter most here: a 64-wide weight block halves the wgmma work between
+// two promotions, so without a second accumulator the tensor cores idle during each one.
+inline constexpr std::array<WgmmaShape, 5> kWgmmaAnyBlockShapes = {{
     {64, 64, 8, false},
     {64, 128, 8, false},
     {128, 128, 5, false},
+    {64, 128, 8, true},
+    {128, 128, 5, true},
 }};
 
 std::string to_string(const MmaSyncShape& shape);  // "m64n128k64"

@@ -180,6 +180,9 @@ void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStr
   if (shape.bm == 64 && shape.bn == 128 && shape.overlap) {
     return launch_tile<kernels::WgmmaTile<64, 128, 8, true>>(args, stream);
   }
+  if (shape.bm == 128 && shape.bn == 128 && shape.overlap) {
+    return launch_tile<kernels::WgmmaTile<128, 128, 5, true>>(args, stream);
+  }
   if (shape.bm == 64 && shape.bn == 32 && !shape.overlap) {
     return launch_tile<kernels::WgmmaTile<64, 32, 16>>(args, stream);
   }
@@ -208,6 +211,12 @@ void launch_wgmma_any_block(const WgmmaShape& shape, const BlockFp8GemmArgs& arg
   }
   if (shape.bm == 128 && shape.bn == 128 && !shape.overlap) {
     return launch_any_block<128, 128, 5, false>(args, stream);
+  }
+  if (shape.bm == 64 && shape.bn == 128 && shape.overlap) {
+    return launch_any_block<64, 128, 8, true>(args, stream);
+  }
+  if (shape.bm == 128 && shape.bn == 128 && shape.overlap) {
+    return launch_any_block<128, 128, 5, true>(args, stream);
   }
   fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM (any block): tile ", to_string(shape),
        " is not compiled");
