@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 FAST_PREFIX = "cuda.sm90_wgmma."
+# The dispatch leaves the narrow tiles (N < 64) out below this M (kNarrowTileMinM in dispatch.cpp):
+# at M = 1 they measured up to 1.16x slower than the 64-wide tile the model ranks after them.
+NARROW_TILE_MIN_M = 17
 TILE = re.compile(r"\.m(\d+)n(\d+)(?:_overlap)?(?:_x(\d+))?$")
 
 
@@ -105,26 +108,36 @@ def modeled_us(cost: Tuple[float, float], name: str, p: dict) -> float:
         (cost[0] + cost[1] * p["k"] / 1000.0)
 
 
+def rule_choice(costs: Dict[str, Tuple[float, float]], p: dict) -> str:
+    """The dispatch's tile at point p: the least modeled time, narrow tiles only from
+    NARROW_TILE_MIN_M on."""
+    usable = [name for name in costs
+              if p["m"] >= NARROW_TILE_MIN_M or tile_of(name)[1] >= 64]
+    return min(usable, key=lambda name: modeled_us(costs[name], name, p))
+
+
 def evaluate(points: List[dict], costs: Dict[str, Tuple[float, float]]) -> dict:
     """The fitted rule at every point that timed every fitted tile: how often it picks the fastest,
-    and its worst ratio to the fastest (with where)."""
+    its worst ratio to the fastest (with where), and each point's choice and ratio."""
     fastest_picks, compared, worst, worst_at = 0, 0, 1.0, ""
     errors = []
+    choices = []
     for p in points:
         for name, us in p["us"].items():
             errors.append((modeled_us(costs[name], name, p) - us) / us)
         if not all(name in p["us"] for name in costs):
             continue
-        chosen = min(costs, key=lambda name: modeled_us(costs[name], name, p))
+        chosen = rule_choice(costs, p)
         best = min(p["us"].values())
         ratio = p["us"][chosen] / best
         compared += 1
         fastest_picks += ratio == 1.0
+        choices.append({"m": p["m"], "n": p["n"], "k": p["k"], "chosen": chosen, "ratio": ratio})
         if ratio > worst:
             worst, worst_at = ratio, f"M={p['m']} N={p['n']} K={p['k']}: {chosen}"
     rms = math.sqrt(sum(e * e for e in errors) / len(errors))
     return {"points": compared, "fastest": fastest_picks, "worst_ratio": worst,
-            "worst_at": worst_at, "rms_relative_error": rms}
+            "worst_at": worst_at, "rms_relative_error": rms, "choices": choices}
 
 
 def cpp_table(costs: Dict[str, Tuple[float, float]]) -> str:

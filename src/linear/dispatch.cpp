@@ -48,40 +48,61 @@ struct Preference {
 // not print it).
 //
 // The fast path's tile: the least modeled time, waves x (setup + per-K cost), with the per-tile
-// costs fitted to every tactic's time in `mxq bench linear` on an H100 (132 SMs, M = 1 ... 4096,
-// docs/perf-log/data/linear-deepseek-v3-*-2026-12-05-h100.json). A 128x128 tile costs about 2x a
-// 64x64 one for 4x the work, so many waves favour it, while a last wave that leaves SMs idle
-// favours the smaller tiles. The fill rule it replaced (the tile count that fills the SMs' slots
-// best) chose 64x64 tiles at M = 512, N = 7168: 1.8x slower than 128x128 tiles at K = 16384.
+// costs fitted (scripts/fit_linear_tile_costs.py) to every tactic's time in `mxq bench linear` on
+// an H100 (132 SMs, M = 1 ... 4096, docs/perf-log/data/linear-deepseek-v3-2026-12-06-h100.json).
+// A 128x128 tile costs about 2x a 64x64 one for 4x the work, so many waves favour the large tiles
+// (256x128: 14% faster than 128x128 at M = 4096), while a last wave that leaves SMs idle favours
+// the small ones. At M <= 16 the narrow tiles (N = 16, 32) are left out: there they measured up to
+// 1.16x slower than the 64-wide tile the model ranks after them (the model counts work per wave,
+// and one or two token rows make no work). The 2-block cluster tile measured 2.1-2.4x slower than
+// m256n128 everywhere: the model never picks it.
 struct TileCost {
-  const char* name;
+  const char* name;  // the fast tactic; its fallback twin is "cuda.sm90_wgmma_any." + the tile
   std::int64_t bm;
   std::int64_t bn;
   std::int64_t cluster;  // blocks per cluster along N: a work unit is `cluster` tiles
   double setup_us;       // per wave, whatever K
   double us_per_k_1000;  // per wave, per 1000 of K
 };
-constexpr std::array<TileCost, 3> kTileCosts{{
-    {"cuda.sm90_wgmma.m128n128", 128, 128, 1, 1.3, 3.77},
-    {"cuda.sm90_wgmma.m64n128_overlap", 64, 128, 1, 0.8, 2.35},
-    {"cuda.sm90_wgmma.m64n64", 64, 64, 1, 0.95, 1.85},
+constexpr std::array<TileCost, 9> kTileCosts{{
+    {"cuda.sm90_wgmma.m256n128_x2", 256, 128, 2, 4.72, 14.76},
+    {"cuda.sm90_wgmma.m256n128", 256, 128, 1, 3.71, 6.36},
+    {"cuda.sm90_wgmma.m128n128_overlap", 128, 128, 1, 2.55, 4.13},
+    {"cuda.sm90_wgmma.m128n128", 128, 128, 1, 2.49, 3.96},
+    {"cuda.sm90_wgmma.m64n128", 64, 128, 1, 1.70, 2.97},
+    {"cuda.sm90_wgmma.m64n128_overlap", 64, 128, 1, 1.63, 2.64},
+    {"cuda.sm90_wgmma.m64n64", 64, 64, 1, 1.09, 2.20},
+    {"cuda.sm90_wgmma.m64n32", 64, 32, 1, 0.85, 1.86},
+    {"cuda.sm90_wgmma.m64n16", 64, 16, 1, 0.60, 1.47},
 }};
+constexpr std::string_view kFastPrefix = "cuda.sm90_wgmma.";
+constexpr std::int64_t kNarrowTileMinM = 17;  // bn < 64 only from this M on
 
-Preference preferred_fast(const LinearProblem& p, bool explained) {
+// The tile of least modeled time among those `usable`, named with `prefix` (kFastPrefix or the
+// fallback's); an empty name when none is usable.
+template <typename Usable>
+Preference least_modeled_tile(const LinearProblem& p, std::string_view prefix, bool explained,
+                              Usable usable) {
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
   // Waves of work units (a cluster's tiles along N count as one) on sms / cluster slots.
   const auto waves = [&](const TileCost& c) {
     return ceil_div(tiles(p, c.bm, c.bn * c.cluster), std::max<std::int64_t>(1, sms / c.cluster));
   };
+  const auto name_of = [&](const TileCost& c) {
+    return detail::concat(prefix, std::string_view(c.name).substr(kFastPrefix.size()));
+  };
   const auto modeled_us = [&](const TileCost& c) {
     return static_cast<double>(waves(c)) *
            (c.setup_us + c.us_per_k_1000 * static_cast<double>(p.k) / 1000.0);
   };
-  const TileCost* best = &kTileCosts[0];
+  const TileCost* best = nullptr;
   for (const TileCost& c : kTileCosts) {
-    if (modeled_us(c) < modeled_us(*best)) best = &c;
+    if (c.bn < 64 && p.m < kNarrowTileMinM) continue;
+    if (!usable(name_of(c))) continue;
+    if (best == nullptr || modeled_us(c) < modeled_us(*best)) best = &c;
   }
-  return {best->name,
+  if (best == nullptr) return {};
+  return {name_of(*best),
           explained
               ? detail::concat("least modeled time: ", waves(*best), " wave(s) of ",
                                tiles(p, best->bm, best->bn), " ", best->bm, "x", best->bn,
@@ -92,28 +113,26 @@ Preference preferred_fast(const LinearProblem& p, bool explained) {
               : std::string()};
 }
 
+Preference preferred_fast(const LinearProblem& p, bool explained) {
+  return least_modeled_tile(p, kFastPrefix, explained, [&](const std::string& name) {
+    const LinearTactic* tactic = find_tactic(name);
+    return tactic != nullptr && tactic->supports(p);
+  });
+}
+
 Preference preferred_fallback(const LinearProblem& p, bool explained) {
   if (p.device.is_cpu()) {
     return {"cpu.blocked_f32.n64", "64-column tiles"};
   }
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
-  {
-    // The wgmma kernel where it supports the block: the fast path's tile rule, else the first
-    // wgmma tile that supports the block.
-    Preference tile = preferred_fast(p, explained);
-    tile.name.replace(0, std::string_view("cuda.sm90_wgmma").size(), "cuda.sm90_wgmma_any");
-    // The overlapping tiles on other blocks are compiled but not yet timed: the plain tile.
-    if (tile.name.ends_with("_overlap")) tile.name.resize(tile.name.size() - 8);
-    const LinearTactic* preferred = find_tactic(tile.name);
-    if (preferred != nullptr && preferred->supports(p)) return tile;
-    for (const auto& tactic : linear_tactics()) {
-      if (tactic->name().starts_with("cuda.sm90_wgmma_any.") && tactic->supports(p)) {
-        return {tactic->name(), explained
-                                    ? "the wgmma tile that supports block " + to_string(p.block)
-                                    : std::string()};
-      }
-    }
-  }
+  // The wgmma kernel where it supports the block, its tile by the fast path's model among the
+  // tiles it has (the same kernel's times at 128x128 blocks are the fast path's, within 1%).
+  Preference tile =
+      least_modeled_tile(p, "cuda.sm90_wgmma_any.", explained, [&](const std::string& name) {
+        const LinearTactic* tactic = find_tactic(name);
+        return tactic != nullptr && tactic->supports(p);
+      });
+  if (!tile.name.empty()) return tile;
   if (p.block.k % 64 != 0) {
     return {"cuda.mma_sync.m64n128k32",
             explained ? detail::concat("block K extent ", p.block.k,
