@@ -218,6 +218,9 @@ void launch_wgmma_any_block(const WgmmaShape& shape, const BlockFp8GemmArgs& arg
   if (shape.bm == 128 && shape.bn == 128 && shape.overlap) {
     return launch_any_block<128, 128, 5, true>(args, stream);
   }
+  if (shape.bm == 256 && shape.bn == 128 && !shape.overlap && shape.cluster == 1) {
+    return launch_any_block<256, 128, 3, false>(args, stream);
+  }
   fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM (any block): tile ", to_string(shape),
        " is not compiled");
 }
