@@ -22,7 +22,7 @@
 //   GEMM2: warpgroup g takes 64 rows of w2; 128 per block.
 // One producer thread fills a ring of stages by TMA, each one 128-wide K chunk: the tile's E4M3
 // activations (rows by slot, 128 bytes a row, 128-byte swizzled, in the instruction's K order:
-// w4a8_layout.h), their 128 group scales (one fp32 per slot), and the 128 weight rows in two boxes
+// w4a8_layout.h), their group scales (one fp32 per slot), and the 128 weight rows in two boxes
 // of 64 (row groups, 64-byte swizzled as in gemm_wgmma.cuh; the short last chunk of a row
 // unswizzled). Consumers decode chunk q + 1 while the wgmma of chunk q run, then promote chunk q
 // and hand its stage back.
@@ -60,7 +60,14 @@ constexpr int kW4a8WgmmaRows = 64 * kW4a8WgmmaGroups;            // weight rows 
 constexpr int kW4a8WgmmaWBoxRows = 64;                           // rows per weight TMA box
 constexpr int kW4a8WgmmaXBytes = kWgmmaTileTokens * kW4a8Chunk;  // 128 slots x 128 E4M3
 constexpr int kW4a8WgmmaWBytes = kW4a8WgmmaRows * kChunkBytes;   // 8 KB
-constexpr int kW4a8WgmmaScaleBytes = kWgmmaTileTokens * 4;       // one fp32 per slot
+// A stage's activation scales, one fp32 per slot: TMA reads an inner coordinate only at a 16-byte
+// boundary (any other is an illegal instruction, which no encode-time check reports), so the box
+// starts at the multiple of 4 slots at or below the tile's first and is 4 slots wider than a
+// tile; stages 128-byte aligned for TMA.
+constexpr int kW4a8WgmmaScaleSlotAlign = 4;
+constexpr int kW4a8WgmmaScaleBoxSlots = kWgmmaTileTokens + kW4a8WgmmaScaleSlotAlign;
+constexpr int kW4a8WgmmaScaleBoxBytes = kW4a8WgmmaScaleBoxSlots * 4;
+constexpr int kW4a8WgmmaScaleBytes = (kW4a8WgmmaScaleBoxBytes + 127) / 128 * 128;
 // Shared memory: x stages first (1024-byte aligned atoms), weights, scales, barriers; + slack.
 constexpr int kW4a8WgmmaWOffset = kW4a8WgmmaStages * kW4a8WgmmaXBytes;
 constexpr int kW4a8WgmmaScaleOffset = kW4a8WgmmaWOffset + kW4a8WgmmaStages * kW4a8WgmmaWBytes;
@@ -75,8 +82,8 @@ static_assert(kW4a8WgmmaWBoxRows % kGroupRows == 0, "a weight box is whole row g
 // The TMA views of a GEMM's operands (built by the launcher): the E4M3 activations [slots,
 // w4a8_act_pitch(K)] bytes in boxes of 64, 16 or 32 slots x 128 (128-byte swizzle; a narrow tile
 // copies only its own rows, as in gemm_wgmma.cuh); their scales [groups,
-// w4a8_wgmma_scale_pitch(slots)] fp32 in boxes of 128 slots x 1 group; the weights as
-// WgmmaMaps::w / w_short (gemm_wgmma.cuh) in boxes of kW4a8WgmmaWBoxGroups row groups.
+// w4a8_wgmma_scale_pitch(slots)] fp32 in boxes of kW4a8WgmmaScaleBoxSlots slots x 1 group; the
+// weights as WgmmaMaps::w / w_short (gemm_wgmma.cuh) in boxes of kW4a8WgmmaWBoxGroups row groups.
 struct W4a8WgmmaMaps {
   CUtensorMap x;
   CUtensorMap x16;
@@ -181,6 +188,7 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
     // accumulators that are never stored.
     const int first_group = static_cast<int>(w_first / kGroupRows);
     const int second_group = static_cast<int>(w_second / kGroupRows);
+    const int scale_box_slot0 = tile.slot0 - tile.slot0 % kW4a8WgmmaScaleSlotAlign;
     for (int chunk = 0; chunk < chunks; ++chunk) {
       const int stage = chunk % kW4a8WgmmaStages;
       if (chunk >= kW4a8WgmmaStages)
@@ -190,13 +198,13 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
       std::uint8_t* const s_stage = smem + kW4a8WgmmaScaleOffset + stage * kW4a8WgmmaScaleBytes;
       const bool short_chunk = chunk >= stored_full;
       mbarrier_arrive_expect_tx(
-          &full[stage], kN * kW4a8Chunk + kW4a8WgmmaScaleBytes +
+          &full[stage], kN * kW4a8Chunk + kW4a8WgmmaScaleBoxBytes +
                             (short_chunk ? kW4a8WgmmaRows * 16 * short_blocks : kW4a8WgmmaWBytes));
 #pragma unroll
       for (int box = 0; box < kN / kXBoxRows; ++box)
         tma_load_2d(x_stage + box * kXBoxRows * kW4a8Chunk, x_map, &full[stage], chunk * kW4a8Chunk,
                     tile.slot0 + kXBoxRows * box);
-      tma_load_2d(s_stage, &maps.x_scale, &full[stage], tile.slot0, chunk);
+      tma_load_2d(s_stage, &maps.x_scale, &full[stage], scale_box_slot0, chunk);
       std::uint8_t* const w_stage_hi = w_stage + kW4a8WgmmaWBoxRows * kChunkBytes;
       if (short_chunk) {
         tma_load_3d(w_stage, &maps.w_short, &full[stage], 0, 0, first_group);
@@ -256,7 +264,8 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
   const std::uint32_t empty_base = full_base + kW4a8WgmmaStages * 8;
   const std::uint32_t w_base = smem_base + kW4a8WgmmaWOffset;
   const std::uint32_t w_lane = w_base + row_lo * kChunkBytes + ((c ^ ((r / 2) % 4)) * 16);
-  const std::uint32_t xs_lane = smem_base + kW4a8WgmmaScaleOffset + 8 * c;
+  const std::uint32_t xs_lane =
+      smem_base + kW4a8WgmmaScaleOffset + 4 * (tile.slot0 % kW4a8WgmmaScaleSlotAlign) + 8 * c;
   const std::uint64_t x_desc = wgmma_desc_k128_sw128(smem_base);
   const auto x_desc_lo = static_cast<std::uint32_t>(x_desc);  // the address field, < 2^14
   const std::uint64_t x_desc_hi = x_desc & ~0xFFFFFFFFULL;
@@ -331,7 +340,9 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
     const std::uint32_t xs = xs_lane + stage * kW4a8WgmmaScaleBytes;
 #pragma unroll
     for (int i = 0; i < kN / 8; ++i) {
-      const float2 s = ld_shared_f32x2(xs + 32 * i);  // columns 8i + 2c, 8i + 2c + 1
+      // Columns 8i + 2c, 8i + 2c + 1: two loads, the pair is 8-byte aligned only for even slot0.
+      const float2 s = make_float2(__uint_as_float(ld_shared_u32(xs + 32 * i)),
+                                   __uint_as_float(ld_shared_u32(xs + 32 * i + 4)));
       acc[4 * i + 0] = fmaf(part[4 * i + 0] * f_lo, s.x, acc[4 * i + 0]);
       acc[4 * i + 1] = fmaf(part[4 * i + 1] * f_lo, s.y, acc[4 * i + 1]);
       acc[4 * i + 2] = fmaf(part[4 * i + 2] * f_hi, s.x, acc[4 * i + 2]);

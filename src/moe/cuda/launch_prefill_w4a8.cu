@@ -39,7 +39,7 @@ W4a8WgmmaMaps w4a8_wgmma_maps(const GemmArgs& args, bool gemm1, int tokens) {
                    CU_TENSOR_MAP_SWIZZLE_128B, "MoE W4A8 wgmma activations (32-slot tiles)");
   maps.x_scale = tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, operand.scales,
                               static_cast<std::uint64_t>(w4a8_act_groups(k)), scale_pitch,
-                              scale_pitch * sizeof(float), 1, kWgmmaTileTokens,
+                              scale_pitch * sizeof(float), 1, kW4a8WgmmaScaleBoxSlots,
                               CU_TENSOR_MAP_SWIZZLE_NONE, "MoE W4A8 wgmma activation scales");
   const WgmmaWeightMaps weights = make_wgmma_weight_maps(w, gemm1, kW4a8WgmmaWBoxGroups);
   maps.w = weights.full;
