@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 FAST_PREFIX = "cuda.sm90_wgmma."
-# The dispatch leaves the narrow tiles (N < 64) out below this M (kNarrowTileMinM in dispatch.cpp):
-# at M = 1 they measured up to 1.16x slower than the 64-wide tile the model ranks after them.
-NARROW_TILE_MIN_M = 17
+# Up to this M the dispatch does not use the model (kDecodeMaxM in dispatch.cpp): it takes the
+# widest of these 64-row tiles that gives at least a third of the SMs a tile, else the narrowest.
+DECODE_MAX_M = 16
+DECODE_TILES = ["m64n128_overlap", "m64n64", "m64n32", "m64n16"]
 TILE = re.compile(r"\.m(\d+)n(\d+)(?:_overlap)?(?:_x(\d+))?$")
 
 
@@ -108,12 +109,27 @@ def modeled_us(cost: Tuple[float, float], name: str, p: dict) -> float:
         (cost[0] + cost[1] * p["k"] / 1000.0)
 
 
+def decode_choice(names: List[str], p: dict) -> str:
+    """The dispatch's tile at M <= DECODE_MAX_M among `names`; '' when none is a decode tile."""
+    chosen = ""
+    for tile in DECODE_TILES:
+        name = FAST_PREFIX + tile
+        if name not in names:
+            continue
+        chosen = name
+        if 3 * -(-p["n"] // tile_of(name)[1]) >= p["sms"]:
+            break
+    return chosen
+
+
 def rule_choice(costs: Dict[str, Tuple[float, float]], p: dict) -> str:
-    """The dispatch's tile at point p: the least modeled time, narrow tiles only from
-    NARROW_TILE_MIN_M on."""
-    usable = [name for name in costs
-              if p["m"] >= NARROW_TILE_MIN_M or tile_of(name)[1] >= 64]
-    return min(usable, key=lambda name: modeled_us(costs[name], name, p))
+    """The dispatch's tile at point p: the decode rule up to DECODE_MAX_M, else the least modeled
+    time."""
+    if p["m"] <= DECODE_MAX_M:
+        decode = decode_choice(list(costs), p)
+        if decode:
+            return decode
+    return min(costs, key=lambda name: modeled_us(costs[name], name, p))
 
 
 def evaluate(points: List[dict], costs: Dict[str, Tuple[float, float]]) -> dict:

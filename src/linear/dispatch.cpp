@@ -52,10 +52,17 @@ struct Preference {
 // an H100 (132 SMs, M = 1 ... 4096, docs/perf-log/data/linear-deepseek-v3-2026-12-06-h100.json).
 // A 128x128 tile costs about 2x a 64x64 one for 4x the work, so many waves favour the large tiles
 // (256x128: 14% faster than 128x128 at M = 4096), while a last wave that leaves SMs idle favours
-// the small ones. At M <= 16 the narrow tiles (N = 16, 32) are left out: there they measured up to
-// 1.16x slower than the 64-wide tile the model ranks after them (the model counts work per wave,
-// and one or two token rows make no work). The 2-block cluster tile measured 2.1-2.4x slower than
-// m256n128 everywhere: the model never picks it.
+// the small ones. The 2-block cluster tile measured 2.1-2.4x slower than m256n128 everywhere: the
+// model never picks it.
+//
+// At M <= 16 (decode) there is no work to model: every tile streams the same weights, and the
+// model, which counts work per wave, picked tiles up to 1.11x slower than the fastest. What the
+// runs show instead: the widest 64-row tile that still gives at least a third of the SMs a tile is
+// within 1.5% of the fastest at each M = 1 point of the 2026-12-06 H100 run, fast path and
+// fallback, and within 3% of the fastest tile the 2026-12-05 run timed at each of its M = 1, 8,
+// 16 points (docs/perf-log/data/linear-deepseek-v3-*-h100.json): wider tiles keep more bytes in
+// flight per CTA, until too few CTAs are left to keep the HBM busy (N = 2112: 66 n32 tiles beat
+// 33 n64 ones; N = 4096: 64 n64 beat 32 n128; N = 7168: 56 n128 beat 112 n64).
 struct TileCost {
   const char* name;  // the fast tactic; its fallback twin is "cuda.sm90_wgmma_any." + the tile
   std::int64_t bm;
@@ -76,7 +83,37 @@ constexpr std::array<TileCost, 9> kTileCosts{{
     {"cuda.sm90_wgmma.m64n16", 64, 16, 1, 0.60, 1.47},
 }};
 constexpr std::string_view kFastPrefix = "cuda.sm90_wgmma.";
-constexpr std::int64_t kNarrowTileMinM = 17;  // bn < 64 only from this M on
+constexpr std::int64_t kDecodeMaxM = 16;
+// The decode tiles, widest first (the 128-wide one in its overlapping form: as fast or faster).
+struct DecodeTile {
+  std::string_view tile;
+  std::int64_t bn;
+};
+constexpr std::array<DecodeTile, 4> kDecodeTiles{
+    {{"m64n128_overlap", 128}, {"m64n64", 64}, {"m64n32", 32}, {"m64n16", 16}}};
+
+// The decode rule above among the tiles `usable`, named with `prefix`; an empty name when none is.
+template <typename Usable>
+Preference decode_tile(const LinearProblem& p, std::string_view prefix, bool explained,
+                       Usable usable) {
+  const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
+  std::string chosen;
+  std::int64_t chosen_bn = 0;
+  for (const DecodeTile& candidate : kDecodeTiles) {
+    std::string name = detail::concat(prefix, candidate.tile);
+    if (!usable(name)) continue;
+    chosen = std::move(name);  // the narrowest usable one when none fills a third of the SMs
+    chosen_bn = candidate.bn;
+    if (3 * ceil_div(p.n, candidate.bn) >= sms) break;
+  }
+  if (chosen.empty()) return {};
+  return {chosen, explained ? detail::concat("M <= ", kDecodeMaxM,
+                                             ": the widest 64-row tile with a tile for at least a "
+                                             "third of the ",
+                                             sms, " SMs (", tiles(p, 64, chosen_bn), " 64x",
+                                             chosen_bn, " tiles)")
+                            : std::string()};
+}
 
 // The tile of least modeled time among those `usable`, named with `prefix` (kFastPrefix or the
 // fallback's); an empty name when none is usable.
@@ -97,7 +134,6 @@ Preference least_modeled_tile(const LinearProblem& p, std::string_view prefix, b
   };
   const TileCost* best = nullptr;
   for (const TileCost& c : kTileCosts) {
-    if (c.bn < 64 && p.m < kNarrowTileMinM) continue;
     if (!usable(name_of(c))) continue;
     if (best == nullptr || modeled_us(c) < modeled_us(*best)) best = &c;
   }
@@ -113,8 +149,19 @@ Preference least_modeled_tile(const LinearProblem& p, std::string_view prefix, b
               : std::string()};
 }
 
+// The decode rule at M <= kDecodeMaxM, else the least modeled time.
+template <typename Usable>
+Preference preferred_tile(const LinearProblem& p, std::string_view prefix, bool explained,
+                          Usable usable) {
+  if (p.m <= kDecodeMaxM) {
+    Preference decode = decode_tile(p, prefix, explained, usable);
+    if (!decode.name.empty()) return decode;
+  }
+  return least_modeled_tile(p, prefix, explained, usable);
+}
+
 Preference preferred_fast(const LinearProblem& p, bool explained) {
-  return least_modeled_tile(p, kFastPrefix, explained, [&](const std::string& name) {
+  return preferred_tile(p, kFastPrefix, explained, [&](const std::string& name) {
     const LinearTactic* tactic = find_tactic(name);
     return tactic != nullptr && tactic->supports(p);
   });
@@ -129,7 +176,7 @@ Preference preferred_fallback(const LinearProblem& p, bool explained) {
   // tiles it has (the same kernel's times at 128x128 blocks are the fast path's, within 1%).
   // Its 256-row tile is compiled but not yet timed on a GPU: the tuner or --tactic runs it.
   Preference tile =
-      least_modeled_tile(p, "cuda.sm90_wgmma_any.", explained, [&](const std::string& name) {
+      preferred_tile(p, "cuda.sm90_wgmma_any.", explained, [&](const std::string& name) {
         if (name == "cuda.sm90_wgmma_any.m256n128") return false;
         const LinearTactic* tactic = find_tactic(name);
         return tactic != nullptr && tactic->supports(p);

@@ -127,22 +127,31 @@ TEST(Dispatch, DeepSeekBlocksTakeTheFastPathOnSm90) {
             "cuda.sm90_wgmma.m64n16");
   EXPECT_EQ(explain(h200_problem(17, 2112, 7168, {128, 128})).chosen->name(),
             "cuda.sm90_wgmma.m64n16");
-  // ...but not for 16 token rows or fewer, where the narrow tiles measured slower.
+  // At 16 token rows or fewer: the widest 64-row tile with a tile for at least a third of the
+  // SMs (N = 2112: 66 64x32 tiles; 33 64x64 ones are too few).
   for (const std::int64_t m : {1, 16}) {
-    EXPECT_EQ(explain(h200_problem(m, 2112, 7168, {128, 128})).chosen->name(),
-              "cuda.sm90_wgmma.m64n64");
+    const Explanation e = explain(h200_problem(m, 2112, 7168, {128, 128}));
+    EXPECT_EQ(e.chosen->name(), "cuda.sm90_wgmma.m64n32") << e.str();
+    EXPECT_NE(e.chosen_because.find("third of the 132 SMs (66 64x32 tiles)"), std::string::npos)
+        << e.chosen_because;
   }
+  EXPECT_EQ(explain(h200_problem(1, 4096, 7168, {128, 128})).chosen->name(),
+            "cuda.sm90_wgmma.m64n64");
+  EXPECT_EQ(explain(h200_problem(1, 7168, 16384, {128, 128})).chosen->name(),
+            "cuda.sm90_wgmma.m64n128_overlap");
+  // N too small for even the narrowest tile to reach a third of the SMs: the narrowest.
+  EXPECT_EQ(explain(h200_problem(1, 512, 7168, {128, 128})).chosen->name(),
+            "cuda.sm90_wgmma.m64n16");
   // Two waves of 64x128 tiles (192) beat three of 64x64 ones (384).
   EXPECT_EQ(explain(h200_problem(1, 24576, 1536, {128, 128})).chosen->name(),
             "cuda.sm90_wgmma.m64n128_overlap");
 }
 
 // The rule against the bench: at every point of the committed `mxq bench linear` run (every fast
-// and fallback tactic timed on an H100, 132 SMs), the rule's tactic is within 4% of the fastest
-// fast tactic from M = 64 on (the worst: 3.0% at M = 64, N = 24576, K = 1536, where the weight
-// reads, not the tiles' work, set the time), and within 12% at M = 1, where the per-wave model
-// knows no bandwidth (the worst: 11.4% at N = 7168, K = 16384, m64n64 against m64n128). The
-// wgmma fallback's tile on 64x64 blocks is within 4% of its fastest tile everywhere.
+// and fallback tactic timed on an H100, 132 SMs), the rule's fast tile is within 4% of the fastest
+// fast tile (the worst: 3.0% at M = 64, N = 24576, K = 1536, where the weight reads, not the
+// tiles' work, set the time), and the wgmma fallback's tile on 64x64 blocks within 4% of its
+// fastest tile.
 TEST(Dispatch, RuleChoosesTheMeasuredFastestTile) {
   REQUIRE_CUDA_TACTICS();
   const std::filesystem::path file = std::filesystem::path(MXQ_SOURCE_DIR) / "docs" / "perf-log" /
@@ -180,8 +189,7 @@ TEST(Dispatch, RuleChoosesTheMeasuredFastestTile) {
       const std::map<std::string, double>& us = block.n == 128 ? fast_us : fallback_us;
       const std::string chosen = explain(p).chosen->name();
       ASSERT_TRUE(us.contains(chosen)) << chosen;
-      const double bound = block.n == 128 && m == 1 ? 1.12 : 1.04;
-      EXPECT_LE(us.at(chosen), bound * fastest(us))
+      EXPECT_LE(us.at(chosen), 1.04 * fastest(us))
           << p.str() << ": " << chosen << " " << us.at(chosen) << " us, fastest " << fastest(us);
       ++compared;
     }
