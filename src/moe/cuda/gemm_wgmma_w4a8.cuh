@@ -43,8 +43,6 @@
 #include "moe/layout/row_groups.h"
 #include "moe/layout/w4a8_layout.h"
 #include "mxfp4_mma.cuh"
-#include "mxq/formats/e4m3.h"
-#include "mxq/formats/fp8_block_scale.h"
 #include "wgmma_epilogue.cuh"
 
 namespace mxq::moe::gpu::detail {
@@ -92,54 +90,6 @@ struct W4a8WgmmaMaps {
   CUtensorMap w;
   CUtensorMap w_short;
 };
-
-// GEMM1's activations: x quantized per slot (the pair's token row) into E4M3 groups of 128 in the
-// wgmma K order, the scales [group][slot]; GEMM2's: the activation rows (already by slot). One
-// warp per (pair, group), 4 values a lane: a quad of consecutive k is 4 consecutive bytes of the
-// wgmma order. The scale and the codes are quantize_fp8_groups_kernel's (the CPU reference's).
-template <bool kGather>
-__global__ void quantize_fp8_groups_by_slot_kernel(const std::uint16_t* __restrict__ src,
-                                                   const int* __restrict__ pair_slot, int pairs,
-                                                   int top_k, int k, std::uint8_t* __restrict__ q,
-                                                   float* __restrict__ scales,
-                                                   std::size_t scale_pitch) {
-  ptx::wait_for_predecessor();  // the routing's slots, or GEMM1's activations
-  ptx::allow_dependents();
-  const int groups = w4a8_act_groups(k);
-  const int item = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (item >= pairs * groups) return;
-  const int pair = item / groups;
-  const int group = item % groups;
-  int slot = pair;
-  const std::uint16_t* row = src + static_cast<std::size_t>(pair) * k;
-  if constexpr (kGather) {
-    slot = pair_slot[pair];
-    if (slot < 0) return;  // an expert of another rank
-    row = src + static_cast<std::size_t>(pair / top_k) * k;
-  }
-  const int k0 = group * kW4a8Chunk + 4 * lane;
-  float v[4] = {0.0F, 0.0F, 0.0F, 0.0F};
-  std::uint32_t amax_bits = 0;
-  if (k0 < k) {
-    const uint2 quad = __ldg(reinterpret_cast<const uint2*>(row + k0));
-    const std::uint32_t half[4] = {quad.x & 0xFFFFU, quad.x >> 16, quad.y & 0xFFFFU, quad.y >> 16};
-    for (int i = 0; i < 4; ++i) {
-      v[i] = __uint_as_float(half[i] << 16);
-      amax_bits = max(amax_bits, (half[i] << 16) & 0x7FFFFFFFU);
-    }
-  }
-  for (int offset = 16; offset > 0; offset /= 2)
-    amax_bits = max(amax_bits, __shfl_xor_sync(0xFFFFFFFFU, amax_bits, offset));
-  const float scale = fp8_block_scale(__uint_as_float(amax_bits), ScaleMode::kFp32);
-  std::uint32_t codes = 0;
-  for (int i = 0; i < 4; ++i)
-    codes |= static_cast<std::uint32_t>(float_to_e4m3(v[i] / scale, Fp8Saturation::kSatFinite))
-             << (8 * i);
-  *reinterpret_cast<std::uint32_t*>(q + static_cast<std::size_t>(slot) * w4a8_act_pitch(k) +
-                                    w4a8_wgmma_act_offset(k0)) = codes;
-  if (lane == 0) scales[static_cast<std::size_t>(group) * scale_pitch + slot] = scale;
-}
 
 // One chunk of a lane's two rows, decoded: the A fragments of the chunk's 4 MX blocks (k32 steps)
 // and what the promotion needs (the rows' packed scales; whether the chunk folds).

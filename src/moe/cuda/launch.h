@@ -6,8 +6,8 @@
 //                       gemm1_single_token.cuh       register-streamed MXFP4 (few slots/expert)
 //   launch_prefill.cu   gemm_wgmma.cuh               GemmVariant::kPrefillWgmma: the activations
 //                                                    gathered by slot, wgmma with a TMA producer
-//   launch_prefill_w4a8.cu  gemm_wgmma_w4a8.cuh      the same for W4A8: activations quantized by
-//                                                    slot, FP8 wgmma on table-decoded weights
+//   launch_prefill_w4a8.cu  gemm_wgmma_w4a8.cuh,     the same for W4A8: activations quantized by
+//                       quantize_activations.cuh     slot, FP8 wgmma on table-decoded weights
 //   launch_combine.cu   combine.cuh                  weighted sum over each token's k experts
 // and weight_layout.cu converts prepared weights and scales to the kernels' device layouts.
 // Each kernel header is included by its launch file only (a kernel has one translation unit).

@@ -5,6 +5,7 @@
 #include "gemm_wgmma_w4a8.cuh"
 #include "launch.h"
 #include "mxq/core/cuda_check.h"
+#include "quantize_activations.cuh"
 #include "wgmma_weight_maps.cuh"
 
 namespace mxq::moe::gpu::detail {
