@@ -2,8 +2,9 @@
 """Fits the block-FP8 linear dispatch's tile cost model to `mxq bench linear --json` runs.
 
 The dispatch (src/linear/dispatch.cpp, `kTileCosts`) picks the fast path's wgmma tile by the least
-modeled time, waves x (setup_us + us_per_k_1000 * K / 1000), with waves = ceil(tiles / SMs) and
-tiles = ceil(M / bm) * ceil(N / bn). This script fits (setup_us, us_per_k_1000) of every timed
+modeled time, waves x (setup_us + us_per_k_1000 * K / split / 1000), with waves = ceil(units /
+slots): a unit is a tile (a cluster's tiles along N for the multicast tiles), tiles = ceil(M / bm)
+* ceil(N / bn), slots = SMs / blocks per cluster; a split-K tile's blocks each stream K / split. This script fits (setup_us, us_per_k_1000) of every timed
 `cuda.sm90_wgmma.*` tile on 128x128 blocks, by least squares on the relative error (each point
 weighted by 1 / its time, so the small problems count as much as the large ones), then says how
 the fitted rule does: at how many points its choice is the fastest tile and how far it is from the
@@ -27,14 +28,14 @@ FAST_PREFIX = "cuda.sm90_wgmma."
 # widest of these 64-row tiles that gives at least a third of the SMs a tile, else the narrowest.
 DECODE_MAX_M = 16
 DECODE_TILES = ["m64n128_overlap", "m64n64", "m64n32", "m64n16"]
-TILE = re.compile(r"\.m(\d+)n(\d+)(?:_overlap)?(?:_x(\d+))?$")
+TILE = re.compile(r"\.m(\d+)n(\d+)(?:_overlap)?(?:_x(\d+))?(?:_splitk(\d+))?$")
 
 
 def _tile_match(name: str) -> re.Match:
     match = TILE.search(name)
     if match is None:
         raise ValueError(f"{name}: not a wgmma tile name "
-                         "(expected ...m<bm>n<bn>[_overlap][_x<cluster>])")
+                         "(expected ...m<bm>n<bn>[_overlap][_x<cluster>][_splitk<split>])")
     return match
 
 
@@ -50,10 +51,22 @@ def cluster_of(name: str) -> int:
     return int(match.group(3)) if match.group(3) else 1
 
 
-def waves(m: int, n: int, bm: int, bn: int, sms: int, cluster: int = 1) -> int:
-    """Waves of work units: a cluster's `cluster` tiles along N on sms / cluster slots."""
+def split_of(name: str) -> int:
+    """Blocks splitting K per tile (cuda.sm90_wgmma.m64n128_overlap_splitk4 -> 4; 1 without)."""
+    match = _tile_match(name)
+    return int(match.group(4)) if match.group(4) else 1
+
+
+def waves(m: int, n: int, bm: int, bn: int, sms: int, cluster: int = 1, split: int = 1) -> int:
+    """Waves of work units: a cluster's `cluster` tiles along N (or one tile split over `split`
+    blocks) on sms / (cluster * split) slots."""
     units = -(-m // bm) * -(-n // (bn * cluster))
-    return -(-units // (sms // cluster))
+    return -(-units // max(1, sms // (cluster * split)))
+
+
+def waves_of(name: str, p: dict) -> int:
+    bm, bn = tile_of(name)
+    return waves(p["m"], p["n"], bm, bn, p["sms"], cluster_of(name), split_of(name))
 
 
 def load_points(paths: List[Path]) -> List[dict]:
@@ -84,15 +97,13 @@ def fit(points: List[dict]) -> Dict[str, Tuple[float, float]]:
     costs = {}
     names = sorted({name for p in points for name in p["us"]})
     for name in names:
-        bm, bn = tile_of(name)
-        cluster = cluster_of(name)
         # Normal equations of the 2-parameter weighted least squares.
         s11 = s12 = s22 = r1 = r2 = 0.0
         for p in points:
             if name not in p["us"]:
                 continue
-            w = waves(p["m"], p["n"], bm, bn, p["sms"], cluster)
-            x1, x2 = w / p["us"][name], w * p["k"] / 1000.0 / p["us"][name]
+            w = waves_of(name, p)
+            x1, x2 = w / p["us"][name], w * p["k"] / split_of(name) / 1000.0 / p["us"][name]
             s11, s12, s22 = s11 + x1 * x1, s12 + x1 * x2, s22 + x2 * x2
             r1, r2 = r1 + x1, r2 + x2  # the target (us / us) is 1
         det = s11 * s22 - s12 * s12
@@ -104,9 +115,7 @@ def fit(points: List[dict]) -> Dict[str, Tuple[float, float]]:
 
 
 def modeled_us(cost: Tuple[float, float], name: str, p: dict) -> float:
-    bm, bn = tile_of(name)
-    return waves(p["m"], p["n"], bm, bn, p["sms"], cluster_of(name)) * \
-        (cost[0] + cost[1] * p["k"] / 1000.0)
+    return waves_of(name, p) * (cost[0] + cost[1] * p["k"] / split_of(name) / 1000.0)
 
 
 def decode_choice(names: List[str], p: dict) -> str:
@@ -160,7 +169,8 @@ def cpp_table(costs: Dict[str, Tuple[float, float]]) -> str:
     rows = []
     for name, (setup, per_k) in sorted(costs.items(), key=lambda kv: -kv[1][1]):
         bm, bn = tile_of(name)
-        rows.append(f'    {{"{name}", {bm}, {bn}, {cluster_of(name)}, {setup:.2f}, {per_k:.2f}}},')
+        rows.append(f'    {{"{name}", {bm}, {bn}, {cluster_of(name)}, {split_of(name)}, {setup:.2f}, '
+                    f'{per_k:.2f}}},')
     return (f"constexpr std::array<TileCost, {len(rows)}> kTileCosts{{{{\n" + "\n".join(rows)
             + "\n}};")
 

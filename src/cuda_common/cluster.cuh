@@ -1,6 +1,6 @@
-// Thread-block clusters (sm_90): the block's rank in its cluster, a whole-cluster barrier, and an
-// mbarrier arrival on another block's barrier (distributed shared memory). TMA multicast loads
-// are in tma.cuh.
+// Thread-block clusters (sm_90): the block's rank in its cluster, a whole-cluster barrier, an
+// mbarrier arrival on another block's barrier and a load from another block's shared memory
+// (distributed shared memory). TMA multicast loads are in tma.cuh.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +36,22 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(std::uint64_t* bar, std:
       "}\n" ::"r"(smem_addr(bar)),
       "r"(cta)
       : "memory");
+}
+
+// Reads four floats at the shared-memory offset of `local` in the cluster's block `cta` (which may
+// be this block): distributed shared memory.
+__device__ __forceinline__ float4 ld_shared_cluster_f32x4(const void* local, std::uint32_t cta) {
+  float4 v;
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %4, %5;\n"
+      "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n"
+      "}\n"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+      : "r"(smem_addr(local)), "r"(cta)
+      : "memory");
+  return v;
 }
 
 }  // namespace mxq::ptx

@@ -68,19 +68,20 @@ struct TileCost {
   std::int64_t bm;
   std::int64_t bn;
   std::int64_t cluster;  // blocks per cluster along N: a work unit is `cluster` tiles
+  std::int64_t split_k;  // blocks per tile splitting K: each streams K / split_k
   double setup_us;       // per wave, whatever K
-  double us_per_k_1000;  // per wave, per 1000 of K
+  double us_per_k_1000;  // per wave, per 1000 of K (of the block's share of K)
 };
 constexpr std::array<TileCost, 9> kTileCosts{{
-    {"cuda.sm90_wgmma.m256n128_x2", 256, 128, 2, 4.72, 14.76},
-    {"cuda.sm90_wgmma.m256n128", 256, 128, 1, 3.71, 6.36},
-    {"cuda.sm90_wgmma.m128n128_overlap", 128, 128, 1, 2.55, 4.13},
-    {"cuda.sm90_wgmma.m128n128", 128, 128, 1, 2.49, 3.96},
-    {"cuda.sm90_wgmma.m64n128", 64, 128, 1, 1.70, 2.97},
-    {"cuda.sm90_wgmma.m64n128_overlap", 64, 128, 1, 1.63, 2.64},
-    {"cuda.sm90_wgmma.m64n64", 64, 64, 1, 1.09, 2.20},
-    {"cuda.sm90_wgmma.m64n32", 64, 32, 1, 0.85, 1.86},
-    {"cuda.sm90_wgmma.m64n16", 64, 16, 1, 0.60, 1.47},
+    {"cuda.sm90_wgmma.m256n128_x2", 256, 128, 2, 1, 4.72, 14.76},
+    {"cuda.sm90_wgmma.m256n128", 256, 128, 1, 1, 3.71, 6.36},
+    {"cuda.sm90_wgmma.m128n128_overlap", 128, 128, 1, 1, 2.55, 4.13},
+    {"cuda.sm90_wgmma.m128n128", 128, 128, 1, 1, 2.49, 3.96},
+    {"cuda.sm90_wgmma.m64n128", 64, 128, 1, 1, 1.70, 2.97},
+    {"cuda.sm90_wgmma.m64n128_overlap", 64, 128, 1, 1, 1.63, 2.64},
+    {"cuda.sm90_wgmma.m64n64", 64, 64, 1, 1, 1.09, 2.20},
+    {"cuda.sm90_wgmma.m64n32", 64, 32, 1, 1, 0.85, 1.86},
+    {"cuda.sm90_wgmma.m64n16", 64, 16, 1, 1, 0.60, 1.47},
 }};
 constexpr std::string_view kFastPrefix = "cuda.sm90_wgmma.";
 constexpr std::int64_t kDecodeMaxM = 16;
@@ -121,16 +122,18 @@ template <typename Usable>
 Preference least_modeled_tile(const LinearProblem& p, std::string_view prefix, bool explained,
                               Usable usable) {
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
-  // Waves of work units (a cluster's tiles along N count as one) on sms / cluster slots.
+  // Waves of work units (a cluster's tiles along N count as one) on sms / blocks-per-unit slots.
   const auto waves = [&](const TileCost& c) {
-    return ceil_div(tiles(p, c.bm, c.bn * c.cluster), std::max<std::int64_t>(1, sms / c.cluster));
+    return ceil_div(tiles(p, c.bm, c.bn * c.cluster),
+                    std::max<std::int64_t>(1, sms / (c.cluster * c.split_k)));
   };
   const auto name_of = [&](const TileCost& c) {
     return detail::concat(prefix, std::string_view(c.name).substr(kFastPrefix.size()));
   };
   const auto modeled_us = [&](const TileCost& c) {
     return static_cast<double>(waves(c)) *
-           (c.setup_us + c.us_per_k_1000 * static_cast<double>(p.k) / 1000.0);
+           (c.setup_us +
+            c.us_per_k_1000 * static_cast<double>(p.k) / static_cast<double>(c.split_k) / 1000.0);
   };
   const TileCost* best = nullptr;
   for (const TileCost& c : kTileCosts) {
@@ -145,6 +148,9 @@ Preference least_modeled_tile(const LinearProblem& p, std::string_view prefix, b
                                " tiles on ", sms, " SMs",
                                best->cluster > 1 ? detail::concat(" in clusters of ", best->cluster)
                                                  : std::string(),
+                               best->split_k > 1
+                                   ? detail::concat(", K split over ", best->split_k, " blocks")
+                                   : std::string(),
                                " (", std::round(10 * modeled_us(*best)) / 10, " us modeled)")
               : std::string()};
 }

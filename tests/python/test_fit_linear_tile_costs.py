@@ -30,7 +30,8 @@ def _bench_file(path: Path, points, sms: int = 132) -> Path:
 
 def test_timings_that_follow_the_model_give_back_its_coefficients(fit, tmp_path):
     truth = {"cuda.sm90_wgmma.m128n128": (1.5, 3.5), "cuda.sm90_wgmma.m64n64": (0.75, 2.0),
-             "cuda.sm90_wgmma.m256n128_x2": (2.5, 7.0)}
+             "cuda.sm90_wgmma.m256n128_x2": (2.5, 7.0),
+             "cuda.sm90_wgmma.m64n128_overlap_splitk4": (2.0, 2.6)}
     points = []
     for m, n, k in [(1, 2112, 7168), (512, 7168, 16384), (4096, 4096, 7168), (256, 32768, 512),
                     (2048, 24576, 1536)]:
@@ -38,7 +39,9 @@ def test_timings_that_follow_the_model_give_back_its_coefficients(fit, tmp_path)
                    {"name": "cuda.sm90_wgmma_any.m64n64", "blocks": "128x128", "us": 1.0}]
         for name, (setup, per_k) in truth.items():
             bm, bn = fit.tile_of(name)
-            us = fit.waves(m, n, bm, bn, 132, fit.cluster_of(name)) * (setup + per_k * k / 1000)
+            split = fit.split_of(name)
+            us = fit.waves(m, n, bm, bn, 132, fit.cluster_of(name), split) * \
+                (setup + per_k * k / split / 1000)
             timings.append({"name": name + (" *" if bm == 64 else ""), "blocks": "128x128",
                             "us": us})
         points.append({"m": m, "n": n, "k": k, "timings": timings})
@@ -91,6 +94,18 @@ def test_a_cluster_counts_its_tiles_along_n_as_one_unit_on_half_the_slots(fit):
     assert fit.waves(4096, 2112, 256, 128, 132, 2) == 3  # 16 x 9 = 144 units on 66 slots
     with pytest.raises(ValueError, match="not a wgmma tile name"):
         fit.cluster_of("cublaslt")
+
+
+def test_a_split_k_tile_is_one_unit_on_split_blocks_each_streaming_k_over_split(fit):
+    name = "cuda.sm90_wgmma.m64n128_overlap_splitk4"
+    assert fit.tile_of(name) == (64, 128)
+    assert (fit.cluster_of(name), fit.split_of(name)) == (1, 4)
+    assert fit.split_of("cuda.sm90_wgmma.m64n64") == 1
+    # M = 64, N = 2112: 17 tiles on 33 slots of 4 blocks is one wave; N = 24576: 192 tiles, 6.
+    assert fit.waves(64, 2112, 64, 128, 132, 1, 4) == 1
+    assert fit.waves(64, 24576, 64, 128, 132, 1, 4) == 6
+    point = {"m": 64, "n": 2112, "k": 7168, "sms": 132}
+    assert fit.modeled_us((2.0, 2.6), name, point) == pytest.approx(2.0 + 2.6 * 7.168 / 4)
 
 
 def test_files_that_are_not_bench_output_are_refused(fit, tmp_path, capsys):

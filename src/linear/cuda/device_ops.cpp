@@ -102,6 +102,7 @@ class WgmmaTactic final : public LinearTactic {
                         {"stages", shape_.stages},
                         {"overlap", shape_.overlap ? 1 : 0}};
     if (shape_.cluster > 1) params.set("cluster", static_cast<std::int64_t>(shape_.cluster));
+    if (shape_.split_k > 1) params.set("split_k", static_cast<std::int64_t>(shape_.split_k));
     return params;
   }
   [[nodiscard]] Support check(const LinearProblem& p) const override {

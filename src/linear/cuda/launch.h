@@ -36,14 +36,17 @@ inline constexpr std::array<MmaSyncShape, 6> kMmaSyncShapes = {{
 // each K-block while the next block's wgmma run (two accumulators: 2 x 64 + 64 fp32 registers
 // per consumer thread, which setmaxnreg's 232 hold with one or two consumer warpgroups).
 // `cluster` > 1: that many blocks along N per cluster share their A tile by TMA multicast.
+// `split_k` > 1: that many blocks per cluster split K and sum the tile in distributed shared
+// memory.
 struct WgmmaShape {
   int bm;
   int bn;
   int stages;
   bool overlap;
   int cluster = 1;
+  int split_k = 1;
 };
-inline constexpr std::array<WgmmaShape, 9> kWgmmaShapes = {{
+inline constexpr std::array<WgmmaShape, 14> kWgmmaShapes = {{
     {64, 64, 8, false},
     {64, 128, 8, false},
     {128, 128, 5, false},
@@ -57,6 +60,17 @@ inline constexpr std::array<WgmmaShape, 9> kWgmmaShapes = {{
     // once per 256 rows; the cluster of two also reads each A tile once per 256 columns.
     {256, 128, 3, false},
     {256, 128, 3, false, 2},
+    // Split K for small M: a problem of few wide tiles (N = 2112: 17 of 64x128; 4096: 32; 7168:
+    // 56) on 2 or 4 blocks per tile, each streaming its share of K. A 64-row block streams about
+    // 64 GB/s (its wgmma and promotion per K-block, not the memory, set the rate), so filling the
+    // SMs is what brings these GEMMs to the HBM; narrowing the tiles instead makes every block
+    // read the whole of A (N = 2112 with 64x16 tiles: 4x the weight bytes). The stage rings are
+    // shorter than the unsplit tiles' to leave room for the fp32 partial tile.
+    {64, 64, 8, false, 1, 2},
+    {64, 64, 8, false, 1, 4},
+    {64, 128, 6, true, 1, 2},
+    {64, 128, 6, true, 1, 4},
+    {128, 128, 4, true, 1, 2},
 }};
 
 // Tile shapes compiled for the wgmma kernel on other weight blocks (the wgmma fallback): block K
@@ -75,7 +89,8 @@ inline constexpr std::array<WgmmaShape, 6> kWgmmaAnyBlockShapes = {{
 }};
 
 std::string to_string(const MmaSyncShape& shape);  // "m64n128k64"
-std::string to_string(const WgmmaShape& shape);    // "m128n128", "m64n128_overlap", "m256n128_x2"
+// "m128n128", "m64n128_overlap", "m256n128_x2", "m64n128_overlap_splitk4"
+std::string to_string(const WgmmaShape& shape);
 
 // True when the mma.sync kernel can use 16-byte cp.async for both operands.
 bool mma_sync_vector_loads(const BlockFp8GemmArgs& args);

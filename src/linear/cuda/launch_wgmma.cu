@@ -37,7 +37,7 @@ long long resident_units(Kernel kernel, const cudaLaunchConfig_t& config) {
   MXQ_CUDA_CHECK(cudaGetDevice(&device));
   int sms = 0;
   MXQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if constexpr (Tile::kCluster == 1) {
+  if constexpr (Tile::kClusterBlocks == 1) {
     return sms;
   } else {
     constexpr int kMaxDevices = 64;
@@ -48,11 +48,11 @@ long long resident_units(Kernel kernel, const cudaLaunchConfig_t& config) {
       }
     }
     cudaLaunchConfig_t probe = config;
-    probe.gridDim = dim3(static_cast<unsigned>(sms / Tile::kCluster * Tile::kCluster));
+    probe.gridDim = dim3(static_cast<unsigned>(sms / Tile::kClusterBlocks * Tile::kClusterBlocks));
     int clusters = 0;
     MXQ_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &probe));
     if (clusters <= 0) {
-      fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: no cluster of ", Tile::kCluster,
+      fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: no cluster of ", Tile::kClusterBlocks,
            " blocks with ", Tile::kSmemBytes, " bytes of shared memory fits on device ", device);
     }
     if (device < kMaxDevices) cached[static_cast<std::size_t>(device)].store(clusters);
@@ -104,17 +104,17 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   config.stream = stream;
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = Tile::kCluster;
+  cluster.val.clusterDim.x = Tile::kClusterBlocks;
   cluster.val.clusterDim.y = 1;
   cluster.val.clusterDim.z = 1;
-  if constexpr (Tile::kCluster > 1) {
+  if constexpr (Tile::kClusterBlocks > 1) {
     config.attrs = &cluster;
     config.numAttrs = 1;
   }
   // Persistent: as many blocks (clusters) as can be resident at once, at most one per unit.
   const long long resident = resident_units<Tile>(kernel, config);
   config.gridDim =
-      dim3(static_cast<unsigned>((units < resident ? units : resident) * Tile::kCluster));
+      dim3(static_cast<unsigned>((units < resident ? units : resident) * Tile::kClusterBlocks));
   MXQ_CUDA_CHECK(
       cudaLaunchKernelEx(&config, kernel, map_a, map_w, map_a_scale, map_out, kernel_args));
 }
@@ -156,11 +156,39 @@ void launch_any_block(const BlockFp8GemmArgs& args, cudaStream_t stream) {
        " is not compiled for tile m", kBm, "n", kBn);
 }
 
+// The split-K tiles (launch.h), 128x128 weight blocks.
+void launch_split_k(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream) {
+  const auto is = [&](int bm, int bn, int stages, bool overlap, int split_k) {
+    return shape.bm == bm && shape.bn == bn && shape.stages == stages && shape.overlap == overlap &&
+           shape.cluster == 1 && shape.split_k == split_k;
+  };
+  using kernels::WgmmaTile;
+  if (is(64, 64, 8, false, 2)) {
+    return launch_tile<WgmmaTile<64, 64, 8, false, 1, 1, 1, 2>>(args, stream);
+  }
+  if (is(64, 64, 8, false, 4)) {
+    return launch_tile<WgmmaTile<64, 64, 8, false, 1, 1, 1, 4>>(args, stream);
+  }
+  if (is(64, 128, 6, true, 2)) {
+    return launch_tile<WgmmaTile<64, 128, 6, true, 1, 1, 1, 2>>(args, stream);
+  }
+  if (is(64, 128, 6, true, 4)) {
+    return launch_tile<WgmmaTile<64, 128, 6, true, 1, 1, 1, 4>>(args, stream);
+  }
+  if (is(128, 128, 4, true, 2)) {
+    return launch_tile<WgmmaTile<128, 128, 4, true, 1, 1, 1, 2>>(args, stream);
+  }
+  fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: split-K tile ", to_string(shape),
+       " is not compiled");
+}
+
 }  // namespace
 
 std::string to_string(const WgmmaShape& shape) {
-  return detail::concat('m', shape.bm, 'n', shape.bn, shape.overlap ? "_overlap" : "",
-                        shape.cluster > 1 ? detail::concat("_x", shape.cluster) : std::string());
+  return detail::concat(
+      'm', shape.bm, 'n', shape.bn, shape.overlap ? "_overlap" : "",
+      shape.cluster > 1 ? detail::concat("_x", shape.cluster) : std::string(),
+      shape.split_k > 1 ? detail::concat("_splitk", shape.split_k) : std::string());
 }
 
 void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream) {
@@ -195,6 +223,7 @@ void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStr
   if (shape.bm == 256 && shape.bn == 128 && !shape.overlap && shape.cluster == 2) {
     return launch_tile<kernels::WgmmaTile<256, 128, 3, false, 1, 1, 2>>(args, stream);
   }
+  if (shape.split_k > 1) return launch_split_k(shape, args, stream);
   fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: tile ", to_string(shape),
        " is not compiled");
 }

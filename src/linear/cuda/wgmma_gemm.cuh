@@ -21,6 +21,13 @@
 // tiles along N with the same rows: each loads half of the A tile and multicasts it to both, so
 // the pair reads each A row from L2 once (the L2-to-SM traffic per FLOP, not the tensor cores, is
 // what limits 128x128 tiles at large M).
+// Split K (kSplitK > 1, for small M): the kSplitK blocks of a cluster compute the same tile over
+// consecutive ranges of K, so that a problem of few tiles still runs on every SM while each block
+// keeps a wide tile (narrowing the tile instead multiplies the A rows every block reads). Each
+// block writes its fp32 partial tile to its shared memory; after every block of the cluster has
+// (the "reduce ready" mbarriers), block r sums columns [r, r + 1) * kBn / kSplitK of the tile over
+// the blocks in rank order through distributed shared memory, and stores them. No workspace, no
+// atomics: the same bits on every run.
 // Weight scales: with kNSplit == 1 a tile lies inside one weight block row (block_n % kBn == 0)
 // and needs one scale per unit; with kNSplit > 1 the tile spans kNSplit block rows of
 // kBn / kNSplit columns each, and each accumulator column takes the scale of its block row
@@ -60,7 +67,7 @@ struct WgmmaGemmArgs {
 namespace mxq::linear::gpu::kernels {
 
 template <int kBm_, int kBn_, int kStages_, bool kOverlap_ = false, int kKSplit_ = 1,
-          int kNSplit_ = 1, int kCluster_ = 1>
+          int kNSplit_ = 1, int kCluster_ = 1, int kSplitK_ = 1>
 struct WgmmaTile {
   static constexpr int kBm = kBm_;
   static constexpr int kBn = kBn_;
@@ -80,19 +87,29 @@ struct WgmmaTile {
   static constexpr int kConsumers = kBm / kRowsPerConsumer;  // consumer warpgroups
   // Blocks per cluster along N sharing (multicasting) the A tile; each loads kBm / kCluster rows.
   static constexpr int kCluster = kCluster_;
+  // Blocks per cluster splitting K (each sums and stores kBn / kSplitK of the tile's columns).
+  static constexpr int kSplitK = kSplitK_;
+  static constexpr int kClusterBlocks = kCluster * kSplitK;
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  static constexpr int kAccumulators = kBn / 2;  // fp32 per thread for a 64 x kBn wgmma tile
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kAccumulators = kBn / 2;         // fp32 per thread for a 64 x kBn wgmma tile
+  static constexpr int kFragments = kAccumulators / 4;  // 8-column fragments of the tile
+  static constexpr int kOutCols = kBn / kSplitK;        // columns this block stores
+  static constexpr int kOutFragments = kFragments / kSplitK;
 
   static constexpr int kABytes = kBm * kBk;
   static constexpr int kBBytes = kBn * kBk;
   static constexpr int kScaleBytes = kBm * 4 * kKSplit;  // [kKSplit][kBm] activation scales
   // Output staging: boxes of 64 rows x 64 columns (128 bytes of bf16: the swizzle span), or one
   // unswizzled box of the tile's width for the narrow 16- and 32-column tiles.
-  static constexpr bool kSwizzledStore = kBn >= 64;
-  static constexpr int kStoreBoxCols = kSwizzledStore ? 64 : kBn;
+  static constexpr bool kSwizzledStore = kOutCols >= 64;
+  static constexpr int kStoreBoxCols = kSwizzledStore ? 64 : kOutCols;
   static constexpr int kStoreBoxBytes = 64 * kStoreBoxCols * 2;
-  static constexpr int kWaveStoreBytes = 64 * kBn * 2;  // one 64-row wave's staged output
-  static constexpr int kDBytes = kBm * kBn * 2;
+  static constexpr int kWaveStoreBytes = 64 * kOutCols * 2;  // one 64-row wave's staged output
+  static constexpr int kDBytes = kBm * kOutCols * 2;
+  // Split K: every consumer thread's fp32 partial, float4 f of thread t at [f][t] (a warp's
+  // 16-byte accesses are consecutive: no bank conflicts).
+  static constexpr int kReduceBytes = kSplitK > 1 ? kBm* kBn * 4 : 0;
   static constexpr int kTxBytes = kABytes + kBBytes + kScaleBytes;
 
   // Shared-memory layout (offsets from a 1024-byte aligned base).
@@ -100,14 +117,21 @@ struct WgmmaTile {
   static constexpr int kBOffset = kAOffset + kStages * kABytes;
   static constexpr int kDOffset = kBOffset + kStages * kBBytes;
   static constexpr int kScaleOffset = kDOffset + kDBytes;
-  static constexpr int kBarrierOffset = kScaleOffset + kStages * kScaleBytes;
-  static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + alignment slack
+  static constexpr int kReduceOffset = kScaleOffset + kStages * kScaleBytes;
+  static constexpr int kBarrierOffset = kReduceOffset + kReduceBytes;
+  // full[kStages], empty[kStages], then (split K) reduce_ready, reduce_done.
+  static constexpr int kBarriers = 2 * kStages + (kSplitK > 1 ? 2 : 0);
+  static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8 + 1024;  // + alignment slack
 
   static_assert(kBm == 64 || kBm == 128 || kBm == 256,
                 "64 rows per consumer warpgroup, 1 or 2 of them; or 2 x 128 rows");
   static_assert(!kOverlap || kWaves == 1, "the overlapping variant has one 64-row wave");
   static_assert(kCluster == 1 || (kCluster == 2 && kBm == 256),
                 "clusters of two blocks, with 256-row tiles");
+  static_assert(kSplitK == 1 || kSplitK == 2 || kSplitK == 4, "K split over 1, 2 or 4 blocks");
+  static_assert(kSplitK == 1 || (kCluster == 1 && kWaves == 1),
+                "split K with one 64-row wave per consumer and no multicast cluster");
+  static_assert(kOutCols >= 16 && kFragments % kSplitK == 0, "16-column store boxes at least");
   static_assert(kBn == 16 || kBn == 32 || kBn == 64 || kBn == 128,
                 "16-, 32-, 64- or 128-wide tiles");
   static_assert(kKSplit == 1 || kKSplit == 2 || kKSplit == 4, "weight block K of 128, 64 or 32");
@@ -117,6 +141,61 @@ struct WgmmaTile {
   static_assert(kScaleBytes % 128 == 0, "TMA destination alignment");
   static_assert(kSmemBytes <= 232448, "shared memory per block on sm_90");
 };
+
+// Split K: replaces this consumer thread's fragments of the columns its block stores with their
+// sums over the cluster's blocks (in rank order), from the partial tiles in each block's shared
+// memory at `partials`. `reductions` counts the tiles reduced before (the barriers' phase).
+template <typename Tile>
+__device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulators],
+                                               std::uint8_t* partials, std::uint64_t* reduce_ready,
+                                               std::uint64_t* reduce_done, int reductions,
+                                               int consumer_thread, int split_rank) {
+  auto* mine = reinterpret_cast<float4*>(partials);
+  const bool lane0 = consumer_thread % 32 == 0;
+  // The peers have read the previous tile's partial out of this buffer.
+  if (reductions > 0) {
+    ptx::mbarrier_wait_cluster(reduce_done, static_cast<std::uint32_t>(reductions - 1) & 1U);
+  }
+#pragma unroll
+  for (int i = 0; i < Tile::kFragments; ++i) {
+    mine[i * Tile::kConsumerThreads + consumer_thread] =
+        make_float4(result[4 * i], result[4 * i + 1], result[4 * i + 2], result[4 * i + 3]);
+  }
+  // The warp's writes are ordered before lane 0's release to every block of the cluster.
+  __syncwarp();
+  if (lane0) {
+#pragma unroll
+    for (int cta = 0; cta < Tile::kSplitK; ++cta) {
+      ptx::mbarrier_arrive_cluster(reduce_ready, static_cast<std::uint32_t>(cta));
+    }
+  }
+  ptx::mbarrier_wait_cluster(reduce_ready, static_cast<std::uint32_t>(reductions) & 1U);
+#pragma unroll
+  for (int i = 0; i < Tile::kFragments; ++i) {
+    if (i / Tile::kOutFragments != split_rank) continue;
+    float4 sum = make_float4(0.0F, 0.0F, 0.0F, 0.0F);
+#pragma unroll
+    for (int cta = 0; cta < Tile::kSplitK; ++cta) {
+      const float4 part = ptx::ld_shared_cluster_f32x4(
+          &mine[i * Tile::kConsumerThreads + consumer_thread], static_cast<std::uint32_t>(cta));
+      sum.x += part.x;
+      sum.y += part.y;
+      sum.z += part.z;
+      sum.w += part.w;
+    }
+    result[4 * i] = sum.x;
+    result[4 * i + 1] = sum.y;
+    result[4 * i + 2] = sum.z;
+    result[4 * i + 3] = sum.w;
+  }
+  __syncwarp();
+  if (lane0) {
+#pragma unroll
+    for (int cta = 0; cta < Tile::kSplitK; ++cta) {
+      ptx::mbarrier_arrive_cluster(reduce_done, static_cast<std::uint32_t>(cta));
+    }
+  }
+}
 
 template <typename Tile>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
@@ -132,17 +211,23 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   std::uint8_t* smem = smem_raw + ((1024U - (raw_addr & 1023U)) & 1023U);
   auto* full = reinterpret_cast<std::uint64_t*>(smem + Tile::kBarrierOffset);
   std::uint64_t* empty = full + Tile::kStages;
+  std::uint64_t* reduce_ready = empty + Tile::kStages;  // split K only
+  std::uint64_t* reduce_done = reduce_ready + 1;
 
   const int warpgroup = static_cast<int>(threadIdx.x / 128);
   const int thread_in_wg = static_cast<int>(threadIdx.x % 128);
   // Work units (tile_schedule.h): a tile, or a cluster's kCluster neighbouring tiles along N.
   const TileSchedule schedule(args.m, args.n, Tile::kBm, Tile::kBn, Tile::kCluster);
   const int work = schedule.units();
-  const int cluster_rank = Tile::kCluster == 1 ? 0 : static_cast<int>(ptx::cluster_ctarank());
-  const int cluster_id = static_cast<int>(blockIdx.x) / Tile::kCluster;
-  const int clusters = static_cast<int>(gridDim.x) / Tile::kCluster;
+  const int block_rank = Tile::kClusterBlocks == 1 ? 0 : static_cast<int>(ptx::cluster_ctarank());
+  const int cluster_rank = Tile::kCluster == 1 ? 0 : block_rank;  // along N
+  const int split_rank = Tile::kSplitK == 1 ? 0 : block_rank;     // along K
+  const int cluster_id = static_cast<int>(blockIdx.x) / Tile::kClusterBlocks;
+  const int clusters = static_cast<int>(gridDim.x) / Tile::kClusterBlocks;
   const int k_blocks = (args.k + Tile::kBk - 1) / Tile::kBk;  // TMA zero-fills a ragged K tail
-  const int k_units = k_blocks * Tile::kKSplit;
+  // This block's stages of K: all, or its share of a split (possibly none when K is short).
+  const int kb_begin = k_blocks * split_rank / Tile::kSplitK;
+  const int kb_end = k_blocks * (split_rank + 1) / Tile::kSplitK;
   const int k_groups = (args.k + Tile::kUnitK - 1) / Tile::kUnitK;  // scale blocks along K
 
   if (threadIdx.x == 0) {
@@ -152,11 +237,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // One arrival per consumer warp of every block that writes into this stage.
       ptx::mbarrier_init(&empty[s], Tile::kConsumers * 4 * Tile::kCluster);
     }
+    if constexpr (Tile::kSplitK > 1) {
+      // One arrival per consumer warp of every block of the cluster.
+      ptx::mbarrier_init(reduce_ready, Tile::kConsumers * 4 * Tile::kSplitK);
+      ptx::mbarrier_init(reduce_done, Tile::kConsumers * 4 * Tile::kSplitK);
+    }
     ptx::fence_barrier_init();
     ptx::fence_proxy_async_shared();
   }
-  if constexpr (Tile::kCluster > 1) {
-    ptx::cluster_sync();  // the peer's barriers are initialised before anything targets them
+  if constexpr (Tile::kClusterBlocks > 1) {
+    ptx::cluster_sync();  // the peers' barriers are initialised before anything targets them
   } else {
     __syncthreads();
   }
@@ -173,7 +263,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         int m_tile = 0;
         int n_tile = 0;
         schedule.tile(unit, cluster_rank, m_tile, n_tile);
-        for (int kb = 0; kb < k_blocks; ++kb, ++iteration) {
+        for (int kb = kb_begin; kb < kb_end; ++kb, ++iteration) {
           const int s = iteration % Tile::kStages;
           const std::uint32_t phase = static_cast<std::uint32_t>(iteration / Tile::kStages) & 1U;
           if constexpr (Tile::kCluster == 1) {
@@ -213,6 +303,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (is_store_thread) ptx::prefetch_tensor_map(&map_out);
 
     int iteration = 0;
+    int reductions = 0;  // split K: tiles reduced so far (the reduce barriers' phase)
     for (int unit = cluster_id; unit < work; unit += clusters) {
       int m_tile = 0;
       int n_tile = 0;
@@ -243,11 +334,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         float hi[Tile::kNSplit];
       };
       const int first = iteration;
+      const int u_begin = kb_begin * Tile::kKSplit;  // this block's units (scale blocks of K)
+      const int u_end = kb_end * Tile::kKSplit;
       // Waits for the stage of unit `u`, reads its scales (everything read from a stage is
       // read before it is handed back) and issues the unit's wgmma for the 64 rows of `wave`
       // into `acc` as one commit group (the first overwrites acc).
       auto issue_unit = [&](float(&acc)[Tile::kAccumulators], int u, int wave, UnitScales& scales) {
-        const int it = first + u / Tile::kKSplit;
+        const int it = first + (u - u_begin) / Tile::kKSplit;
         const int part = u % Tile::kKSplit;
         const int s = it % Tile::kStages;
         const std::uint32_t phase = static_cast<std::uint32_t>(it / Tile::kStages) & 1U;
@@ -288,7 +381,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         if (u % Tile::kKSplit != Tile::kKSplit - 1) return;
         __syncwarp();
         if (lane == 0) {
-          std::uint64_t* stage_empty = &empty[(first + u / Tile::kKSplit) % Tile::kStages];
+          std::uint64_t* stage_empty =
+              &empty[(first + (u - u_begin) / Tile::kKSplit) % Tile::kStages];
           if constexpr (Tile::kCluster == 1) {
             ptx::mbarrier_arrive(stage_empty);
           } else {
@@ -316,7 +410,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
       if constexpr (!Tile::kOverlap) {
         float accumulator[Tile::kAccumulators];
-        for (int u = 0; u < k_units; ++u) {
+        for (int u = u_begin; u < u_end; ++u) {
 #pragma unroll
           for (int wave = 0; wave < Tile::kWaves; ++wave) {
             UnitScales scales;
@@ -327,7 +421,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             promote(accumulator, scales, result[wave]);
           }
         }
-      } else {
+      } else if (u_begin < u_end) {
         // Software pipeline over two accumulators: unit u+1's wgmma run on the tensor cores
         // while unit u is promoted on the CUDA cores. wgmma_wait<1> leaves the newer group in
         // flight and guarantees the older one (the unit being promoted) is complete.
@@ -335,10 +429,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         float acc_odd[Tile::kAccumulators];
         UnitScales even_scales;
         UnitScales odd_scales;
-        issue_unit(acc_even, 0, 0, even_scales);
-        for (int u = 0; u < k_units; u += 2) {
+        issue_unit(acc_even, u_begin, 0, even_scales);
+        for (int u = u_begin; u < u_end; u += 2) {
           // acc_even holds unit u.
-          if (u + 1 < k_units) {
+          if (u + 1 < u_end) {
             issue_unit(acc_odd, u + 1, 0, odd_scales);
             ptx::wgmma_wait<1>();
           } else {
@@ -347,9 +441,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           ptx::wgmma_fence_operands(acc_even);
           release_unit(u);
           promote(acc_even, even_scales, result[0]);
-          if (u + 1 >= k_units) break;
+          if (u + 1 >= u_end) break;
           // acc_odd holds unit u + 1.
-          if (u + 2 < k_units) {
+          if (u + 2 < u_end) {
             issue_unit(acc_even, u + 2, 0, even_scales);
             ptx::wgmma_wait<1>();
           } else {
@@ -360,7 +454,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           promote(acc_odd, odd_scales, result[0]);
         }
       }
-      iteration = first + k_blocks;
+      iteration = first + (kb_end - kb_begin);
+      if constexpr (Tile::kSplitK > 1) {
+        reduce_split_k<Tile>(result[0], smem + Tile::kReduceOffset, reduce_ready, reduce_done,
+                             reductions, warpgroup * 128 + thread_in_wg, split_rank);
+        ++reductions;
+      }
 
       // ---- epilogue: this warpgroup's kRowsPerConsumer x kBn block, 64 rows per wave ----
       const int named_barrier = 1 + warpgroup;
@@ -368,9 +467,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       ptx::named_barrier_sync(named_barrier, 128);
       const int col_in_group = 2 * (lane % 4);
 #pragma unroll
-      for (int i = 0; i < Tile::kAccumulators / 4; ++i) {
-        const int col = i * 8 + col_in_group;  // column inside the tile
-        const int global_col = n_tile * Tile::kBn + col;
+      for (int i = 0; i < Tile::kFragments; ++i) {
+        // Split K: this block stores fragments [split_rank, split_rank + 1) * kOutFragments.
+        if (Tile::kSplitK > 1 && i / Tile::kOutFragments != split_rank) continue;
+        const int col = (i % Tile::kOutFragments) * 8 + col_in_group;  // inside the stored part
+        const int global_col = n_tile * Tile::kBn + split_rank * Tile::kOutCols + col;
         float bias0 = 0.0F;
         float bias1 = 0.0F;
         if (global_col < args.n) {  // N % 16 == 0: col and col + 1 are both in range or both out
@@ -404,8 +505,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             *reinterpret_cast<__nv_bfloat162*>(box_base + r_hi * 128 + ((unit ^ (r_hi % 8)) * 16) +
                                                byte_in_unit) = hi;
           } else {
-            // One box [64 rows][kBn columns], rows 2 kBn bytes apart.
-            constexpr int kRowBytes = Tile::kBn * 2;
+            // One box [64 rows][kOutCols columns], rows 2 kOutCols bytes apart.
+            constexpr int kRowBytes = Tile::kOutCols * 2;
             *reinterpret_cast<__nv_bfloat162*>(wave_tile + r_lo * kRowBytes + col * 2) = lo;
             *reinterpret_cast<__nv_bfloat162*>(wave_tile + r_hi * kRowBytes + col * 2) = hi;
           }
@@ -417,11 +518,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
         for (int wave = 0; wave < Tile::kWaves; ++wave) {
 #pragma unroll
-          for (int box = 0; box < Tile::kBn / Tile::kStoreBoxCols; ++box) {  // kBn < 64: one box
-            ptx::tma_store_2d(&map_out,
-                              d_tile + wave * Tile::kWaveStoreBytes + box * Tile::kStoreBoxBytes,
-                              n_tile * Tile::kBn + box * Tile::kStoreBoxCols,
-                              m_tile * Tile::kBm + first_row + wave * 64);
+          for (int box = 0; box < Tile::kOutCols / Tile::kStoreBoxCols; ++box) {  // < 64: one box
+            ptx::tma_store_2d(
+                &map_out, d_tile + wave * Tile::kWaveStoreBytes + box * Tile::kStoreBoxBytes,
+                n_tile * Tile::kBn + split_rank * Tile::kOutCols + box * Tile::kStoreBoxCols,
+                m_tile * Tile::kBm + first_row + wave * 64);
           }
         }
         ptx::tma_store_commit();
@@ -429,8 +530,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     }
     if (is_store_thread) ptx::tma_store_wait_all();
   }
-  // A block leaves only when its peer no longer arrives on its barriers or copies into it.
-  if constexpr (Tile::kCluster > 1) ptx::cluster_sync();
+  // A block leaves only when no peer still arrives on its barriers, copies into its shared memory
+  // or reads its partial tile.
+  if constexpr (Tile::kClusterBlocks > 1) ptx::cluster_sync();
 #elif defined(__CUDA_ARCH__)
   __trap();  // built without sm_90a features: never run silently as a no-op
 #endif

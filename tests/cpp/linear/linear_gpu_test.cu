@@ -157,6 +157,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{130, 400, 1024, {128, 128}, false}, Case{64, 2112, 256, {128, 128}, true},
         // More tiles than SMs (the persistent loop) and more K-blocks than pipeline stages.
         Case{1040, 2048, 2048, {128, 128}, false},
+        // Split K: 13 K-blocks over 2 and 4 blocks (shares of 6/7 and 3/3/3/4), ragged M, and a
+        // last tile whose split column parts lie partly or wholly past N.
+        Case{37, 528, 1664, {128, 128}, true},
         // 256-row tiles: ragged M, an odd count of 128-wide tiles along N (a cluster's second
         // tile past N) and more clusters' work than fit at once.
         Case{2100, 2112, 512, {128, 128}, true},
