@@ -137,7 +137,7 @@ case "$part" in
       scripts/gpu_check.sh || exit 1
     run_smokes
     stamp bench linear
-    build-gpu/mxq bench linear --m 1,64,128,512,4096 --json \
+    build-gpu/mxq bench linear --m 1,8,32,64,128,256,512,4096 --json \
       >"$out/linear-deepseek-v3-$day-$card.json" 2>"$out/bench_linear.err"; echo "rc=$?"
     stamp bench moe
     build-gpu/mxq bench moe --preset gpt-oss-120b --tokens 1,8,64,512,4096,16384 --w4a8 --json \
