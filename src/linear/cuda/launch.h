@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "linear/cuda/kernel_params.h"
@@ -45,6 +46,7 @@ struct WgmmaShape {
   bool overlap;
   int cluster = 1;
   int split_k = 1;
+  friend constexpr bool operator==(const WgmmaShape&, const WgmmaShape&) = default;
 };
 inline constexpr std::array<WgmmaShape, 14> kWgmmaShapes = {{
     {64, 64, 8, false},
@@ -96,6 +98,12 @@ std::string to_string(const WgmmaShape& shape);
 bool mma_sync_vector_loads(const BlockFp8GemmArgs& args);
 
 void launch_mma_sync(const MmaSyncShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream);
+// The tile of the kernel that launch_wgmma / launch_wgmma_any_block run for `shape` (its template
+// constants as a WgmmaShape), or nothing when no kernel is compiled for it: host-only, so that a
+// test without a GPU checks every listed shape runs the kernel its name says.
+std::optional<WgmmaShape> compiled_wgmma_shape(const WgmmaShape& shape);
+std::optional<WgmmaShape> compiled_wgmma_any_block_shape(const WgmmaShape& shape);
+
 void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream);
 void launch_wgmma_any_block(const WgmmaShape& shape, const BlockFp8GemmArgs& args,
                             cudaStream_t stream);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "cuda_common/tensor_map.h"
 #include "linear/cuda/launch.h"
@@ -156,30 +157,71 @@ void launch_any_block(const BlockFp8GemmArgs& args, cudaStream_t stream) {
        " is not compiled for tile m", kBm, "n", kBn);
 }
 
-// The split-K tiles (launch.h), 128x128 weight blocks.
-void launch_split_k(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream) {
-  const auto is = [&](int bm, int bn, int stages, bool overlap, int split_k) {
-    return shape.bm == bm && shape.bn == bn && shape.stages == stages && shape.overlap == overlap &&
-           shape.cluster == 1 && shape.split_k == split_k;
-  };
+// Calls visit.template operator()<Tile>() with the kernel tile compiled for `shape`, matched as a
+// whole value (stages, cluster and split included: a shape that differs in one field is another
+// kernel); false when none is. For the wgmma fallback, Tile is the tile's 128x128-block form, whose
+// constants launch_any_block takes.
+template <typename Visit>
+bool visit_fast_tile(const WgmmaShape& shape, Visit&& visit) {
   using kernels::WgmmaTile;
-  if (is(64, 64, 8, false, 2)) {
-    return launch_tile<WgmmaTile<64, 64, 8, false, 1, 1, 1, 2>>(args, stream);
+  if (shape == WgmmaShape{64, 64, 8, false})
+    return visit.template operator()<WgmmaTile<64, 64, 8>>(), true;
+  if (shape == WgmmaShape{64, 128, 8, false})
+    return visit.template operator()<WgmmaTile<64, 128, 8>>(), true;
+  if (shape == WgmmaShape{128, 128, 5, false})
+    return visit.template operator()<WgmmaTile<128, 128, 5>>(), true;
+  if (shape == WgmmaShape{64, 128, 8, true})
+    return visit.template operator()<WgmmaTile<64, 128, 8, true>>(), true;
+  if (shape == WgmmaShape{128, 128, 5, true})
+    return visit.template operator()<WgmmaTile<128, 128, 5, true>>(), true;
+  if (shape == WgmmaShape{64, 32, 16, false})
+    return visit.template operator()<WgmmaTile<64, 32, 16>>(), true;
+  if (shape == WgmmaShape{64, 16, 16, false})
+    return visit.template operator()<WgmmaTile<64, 16, 16>>(), true;
+  if (shape == WgmmaShape{256, 128, 3, false})
+    return visit.template operator()<WgmmaTile<256, 128, 3>>(), true;
+  if (shape == WgmmaShape{256, 128, 3, false, 2}) {
+    return visit.template operator()<WgmmaTile<256, 128, 3, false, 1, 1, 2>>(), true;
   }
-  if (is(64, 64, 8, false, 4)) {
-    return launch_tile<WgmmaTile<64, 64, 8, false, 1, 1, 1, 4>>(args, stream);
+  if (shape == WgmmaShape{64, 64, 8, false, 1, 2}) {
+    return visit.template operator()<WgmmaTile<64, 64, 8, false, 1, 1, 1, 2>>(), true;
   }
-  if (is(64, 128, 6, true, 2)) {
-    return launch_tile<WgmmaTile<64, 128, 6, true, 1, 1, 1, 2>>(args, stream);
+  if (shape == WgmmaShape{64, 64, 8, false, 1, 4}) {
+    return visit.template operator()<WgmmaTile<64, 64, 8, false, 1, 1, 1, 4>>(), true;
   }
-  if (is(64, 128, 6, true, 4)) {
-    return launch_tile<WgmmaTile<64, 128, 6, true, 1, 1, 1, 4>>(args, stream);
+  if (shape == WgmmaShape{64, 128, 6, true, 1, 2}) {
+    return visit.template operator()<WgmmaTile<64, 128, 6, true, 1, 1, 1, 2>>(), true;
   }
-  if (is(128, 128, 4, true, 2)) {
-    return launch_tile<WgmmaTile<128, 128, 4, true, 1, 1, 1, 2>>(args, stream);
+  if (shape == WgmmaShape{64, 128, 6, true, 1, 4}) {
+    return visit.template operator()<WgmmaTile<64, 128, 6, true, 1, 1, 1, 4>>(), true;
   }
-  fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: split-K tile ", to_string(shape),
-       " is not compiled");
+  if (shape == WgmmaShape{128, 128, 4, true, 1, 2}) {
+    return visit.template operator()<WgmmaTile<128, 128, 4, true, 1, 1, 1, 2>>(), true;
+  }
+  return false;
+}
+
+template <typename Visit>
+bool visit_any_block_tile(const WgmmaShape& shape, Visit&& visit) {
+  using kernels::WgmmaTile;
+  if (shape == WgmmaShape{64, 64, 8, false})
+    return visit.template operator()<WgmmaTile<64, 64, 8>>(), true;
+  if (shape == WgmmaShape{64, 128, 8, false})
+    return visit.template operator()<WgmmaTile<64, 128, 8>>(), true;
+  if (shape == WgmmaShape{128, 128, 5, false})
+    return visit.template operator()<WgmmaTile<128, 128, 5>>(), true;
+  if (shape == WgmmaShape{64, 128, 8, true})
+    return visit.template operator()<WgmmaTile<64, 128, 8, true>>(), true;
+  if (shape == WgmmaShape{128, 128, 5, true})
+    return visit.template operator()<WgmmaTile<128, 128, 5, true>>(), true;
+  if (shape == WgmmaShape{256, 128, 3, false})
+    return visit.template operator()<WgmmaTile<256, 128, 3>>(), true;
+  return false;
+}
+
+template <typename Tile>
+WgmmaShape shape_of() {
+  return {Tile::kBm, Tile::kBn, Tile::kStages, Tile::kOverlap, Tile::kCluster, Tile::kSplitK};
 }
 
 }  // namespace
@@ -196,62 +238,37 @@ void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStr
   require(args.block_n == 128 && args.block_k == 128, "block must be 128x128");
   require(args.k % 128 == 0, "K % 128 == 0");
   if (args.m <= 0 || args.n <= 0 || args.k <= 0) return;
-  if (shape.bm == 64 && shape.bn == 64 && !shape.overlap) {
-    return launch_tile<kernels::WgmmaTile<64, 64, 8>>(args, stream);
+  const bool compiled =
+      visit_fast_tile(shape, [&]<typename Tile>() { launch_tile<Tile>(args, stream); });
+  if (!compiled) {
+    fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: tile ", to_string(shape),
+         " is not compiled");
   }
-  if (shape.bm == 64 && shape.bn == 128 && !shape.overlap) {
-    return launch_tile<kernels::WgmmaTile<64, 128, 8>>(args, stream);
-  }
-  if (shape.bm == 128 && shape.bn == 128 && !shape.overlap) {
-    return launch_tile<kernels::WgmmaTile<128, 128, 5>>(args, stream);
-  }
-  if (shape.bm == 64 && shape.bn == 128 && shape.overlap) {
-    return launch_tile<kernels::WgmmaTile<64, 128, 8, true>>(args, stream);
-  }
-  if (shape.bm == 128 && shape.bn == 128 && shape.overlap) {
-    return launch_tile<kernels::WgmmaTile<128, 128, 5, true>>(args, stream);
-  }
-  if (shape.bm == 64 && shape.bn == 32 && !shape.overlap) {
-    return launch_tile<kernels::WgmmaTile<64, 32, 16>>(args, stream);
-  }
-  if (shape.bm == 64 && shape.bn == 16 && !shape.overlap) {
-    return launch_tile<kernels::WgmmaTile<64, 16, 16>>(args, stream);
-  }
-  if (shape.bm == 256 && shape.bn == 128 && !shape.overlap && shape.cluster == 1) {
-    return launch_tile<kernels::WgmmaTile<256, 128, 3>>(args, stream);
-  }
-  if (shape.bm == 256 && shape.bn == 128 && !shape.overlap && shape.cluster == 2) {
-    return launch_tile<kernels::WgmmaTile<256, 128, 3, false, 1, 1, 2>>(args, stream);
-  }
-  if (shape.split_k > 1) return launch_split_k(shape, args, stream);
-  fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: tile ", to_string(shape),
-       " is not compiled");
 }
 
 void launch_wgmma_any_block(const WgmmaShape& shape, const BlockFp8GemmArgs& args,
                             cudaStream_t stream) {
   require_common(args);
   if (args.m <= 0 || args.n <= 0 || args.k <= 0) return;
-  if (shape.bm == 64 && shape.bn == 64 && !shape.overlap) {
-    return launch_any_block<64, 64, 8, false>(args, stream);
+  const bool compiled = visit_any_block_tile(shape, [&]<typename Tile>() {
+    launch_any_block<Tile::kBm, Tile::kBn, Tile::kStages, Tile::kOverlap>(args, stream);
+  });
+  if (!compiled) {
+    fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM (any block): tile ", to_string(shape),
+         " is not compiled");
   }
-  if (shape.bm == 64 && shape.bn == 128 && !shape.overlap) {
-    return launch_any_block<64, 128, 8, false>(args, stream);
-  }
-  if (shape.bm == 128 && shape.bn == 128 && !shape.overlap) {
-    return launch_any_block<128, 128, 5, false>(args, stream);
-  }
-  if (shape.bm == 64 && shape.bn == 128 && shape.overlap) {
-    return launch_any_block<64, 128, 8, true>(args, stream);
-  }
-  if (shape.bm == 128 && shape.bn == 128 && shape.overlap) {
-    return launch_any_block<128, 128, 5, true>(args, stream);
-  }
-  if (shape.bm == 256 && shape.bn == 128 && !shape.overlap && shape.cluster == 1) {
-    return launch_any_block<256, 128, 3, false>(args, stream);
-  }
-  fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM (any block): tile ", to_string(shape),
-       " is not compiled");
+}
+
+std::optional<WgmmaShape> compiled_wgmma_shape(const WgmmaShape& shape) {
+  std::optional<WgmmaShape> compiled;
+  visit_fast_tile(shape, [&]<typename Tile>() { compiled = shape_of<Tile>(); });
+  return compiled;
+}
+
+std::optional<WgmmaShape> compiled_wgmma_any_block_shape(const WgmmaShape& shape) {
+  std::optional<WgmmaShape> compiled;
+  visit_any_block_tile(shape, [&]<typename Tile>() { compiled = shape_of<Tile>(); });
+  return compiled;
 }
 
 }  // namespace mxq::linear::gpu
