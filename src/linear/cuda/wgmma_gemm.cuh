@@ -151,7 +151,6 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
                                                std::uint64_t* reduce_done, int reductions,
                                                int consumer_thread, int split_rank) {
   auto* mine = reinterpret_cast<float4*>(partials);
-  const bool lane0 = consumer_thread % 32 == 0;
   // The peers have read the previous tile's partial out of this buffer.
   if (reductions > 0) {
     ptx::mbarrier_wait_cluster(reduce_done, static_cast<std::uint32_t>(reductions - 1) & 1U);
@@ -161,13 +160,12 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
     mine[i * Tile::kConsumerThreads + consumer_thread] =
         make_float4(result[4 * i], result[4 * i + 1], result[4 * i + 2], result[4 * i + 3]);
   }
-  // The warp's writes are ordered before lane 0's release to every block of the cluster.
-  __syncwarp();
-  if (lane0) {
+  // Every thread releases its own writes to every block of the cluster (a warp-level arrival by
+  // lane 0 after __syncwarp is what racecheck reported as 17856 hazards a store: it does not take
+  // the warp barrier as ordering the other lanes' writes before lane 0's release).
 #pragma unroll
-    for (int cta = 0; cta < Tile::kSplitK; ++cta) {
-      ptx::mbarrier_arrive_cluster(reduce_ready, static_cast<std::uint32_t>(cta));
-    }
+  for (int cta = 0; cta < Tile::kSplitK; ++cta) {
+    ptx::mbarrier_arrive_cluster(reduce_ready, static_cast<std::uint32_t>(cta));
   }
   ptx::mbarrier_wait_cluster(reduce_ready, static_cast<std::uint32_t>(reductions) & 1U);
 #pragma unroll
@@ -188,12 +186,9 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
     result[4 * i + 2] = sum.z;
     result[4 * i + 3] = sum.w;
   }
-  __syncwarp();
-  if (lane0) {
 #pragma unroll
-    for (int cta = 0; cta < Tile::kSplitK; ++cta) {
-      ptx::mbarrier_arrive_cluster(reduce_done, static_cast<std::uint32_t>(cta));
-    }
+  for (int cta = 0; cta < Tile::kSplitK; ++cta) {
+    ptx::mbarrier_arrive_cluster(reduce_done, static_cast<std::uint32_t>(cta));
   }
 }
 
@@ -238,9 +233,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       ptx::mbarrier_init(&empty[s], Tile::kConsumers * 4 * Tile::kCluster);
     }
     if constexpr (Tile::kSplitK > 1) {
-      // One arrival per consumer warp of every block of the cluster.
-      ptx::mbarrier_init(reduce_ready, Tile::kConsumers * 4 * Tile::kSplitK);
-      ptx::mbarrier_init(reduce_done, Tile::kConsumers * 4 * Tile::kSplitK);
+      // One arrival per consumer thread of every block of the cluster.
+      ptx::mbarrier_init(reduce_ready, Tile::kConsumerThreads * Tile::kSplitK);
+      ptx::mbarrier_init(reduce_done, Tile::kConsumerThreads * Tile::kSplitK);
     }
     ptx::fence_barrier_init();
     ptx::fence_proxy_async_shared();
