@@ -180,7 +180,10 @@ Preference preferred_fallback(const LinearProblem& p, bool explained) {
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
   // The wgmma kernel where it supports the block, its tile by the fast path's model among the
   // tiles it has (the same kernel's times at 128x128 blocks are the fast path's, within 1%).
-  // Its 256-row tile is compiled but not yet timed on a GPU: the tuner or --tactic runs it.
+  // Its 256-row tile is left to the tuner: on 64x64 blocks it is 1.05-1.14x the rule's tile at
+  // M >= 512 on four of the six DeepSeek-V3 shapes but 0.58-0.86x on 2112 x 7168 (H100,
+  // docs/perf-log/data/linear-deepseek-v3-fallback-2026-12-06-h100.json), where the model fitted
+  // to the fast path would still choose it.
   Preference tile =
       preferred_tile(p, "cuda.sm90_wgmma_any.", explained, [&](const std::string& name) {
         if (name == "cuda.sm90_wgmma_any.m256n128") return false;
