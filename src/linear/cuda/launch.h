@@ -104,6 +104,10 @@ void launch_mma_sync(const MmaSyncShape& shape, const BlockFp8GemmArgs& args, cu
 std::optional<WgmmaShape> compiled_wgmma_shape(const WgmmaShape& shape);
 std::optional<WgmmaShape> compiled_wgmma_any_block_shape(const WgmmaShape& shape);
 
+// The work units (blocks, or clusters of blocks) of the fast tile `shape` that the current device
+// holds at once: the persistent grid's size (cudaOccupancyMaxActiveClusters for clusters).
+long long resident_wgmma_units(const WgmmaShape& shape);
+
 void launch_wgmma(const WgmmaShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream);
 void launch_wgmma_any_block(const WgmmaShape& shape, const BlockFp8GemmArgs& args,
                             cudaStream_t stream);

@@ -61,6 +61,27 @@ long long resident_units(Kernel kernel, const cudaLaunchConfig_t& config) {
   }
 }
 
+// The launch configuration of a tile's kernel without its grid; `cluster` (the cluster-dimension
+// attribute the configuration points to) must outlive it.
+template <typename Tile, typename Kernel>
+cudaLaunchConfig_t launch_config(Kernel kernel, cudaStream_t stream, cudaLaunchAttribute& cluster) {
+  MXQ_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+  cudaLaunchConfig_t config{};
+  config.blockDim = dim3(Tile::kThreads);
+  config.dynamicSmemBytes = Tile::kSmemBytes;
+  config.stream = stream;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = Tile::kClusterBlocks;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  if constexpr (Tile::kClusterBlocks > 1) {
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  return config;
+}
+
 template <typename Tile>
 void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   const int k_groups = (args.k + args.block_k - 1) / args.block_k;
@@ -95,23 +116,10 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   kernel_args.bias_bf16 = args.bias_bf16;
 
   auto* kernel = &kernels::block_fp8_wgmma_kernel<Tile>;
-  MXQ_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
   const long long units =
       TileSchedule(args.m, args.n, Tile::kBm, Tile::kBn, Tile::kCluster).units();
-  cudaLaunchConfig_t config{};
-  config.blockDim = dim3(Tile::kThreads);
-  config.dynamicSmemBytes = Tile::kSmemBytes;
-  config.stream = stream;
   cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = Tile::kClusterBlocks;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  if constexpr (Tile::kClusterBlocks > 1) {
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-  }
+  cudaLaunchConfig_t config = launch_config<Tile>(kernel, stream, cluster);
   // Persistent: as many blocks (clusters) as can be resident at once, at most one per unit.
   const long long resident = resident_units<Tile>(kernel, config);
   config.gridDim =
@@ -263,6 +271,21 @@ std::optional<WgmmaShape> compiled_wgmma_shape(const WgmmaShape& shape) {
   std::optional<WgmmaShape> compiled;
   visit_fast_tile(shape, [&]<typename Tile>() { compiled = shape_of<Tile>(); });
   return compiled;
+}
+
+long long resident_wgmma_units(const WgmmaShape& shape) {
+  long long resident = 0;
+  const bool compiled = visit_fast_tile(shape, [&]<typename Tile>() {
+    auto* kernel = &kernels::block_fp8_wgmma_kernel<Tile>;
+    cudaLaunchAttribute cluster{};
+    const cudaLaunchConfig_t config = launch_config<Tile>(kernel, nullptr, cluster);
+    resident = resident_units<Tile>(kernel, config);
+  });
+  if (!compiled) {
+    fail(ErrorCode::kInternal, "sm90 wgmma block-FP8 GEMM: tile ", to_string(shape),
+         " is not compiled");
+  }
+  return resident;
 }
 
 std::optional<WgmmaShape> compiled_wgmma_any_block_shape(const WgmmaShape& shape) {

@@ -13,10 +13,12 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "linear/cuda/launch.h"
 #include "linear/linear_test_support.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/formats/bf16.h"
@@ -231,6 +233,24 @@ TEST(LinearOnGpu, TheFastPathIsChosenOnThisGpuForDeepSeekBlocks) {
   const BlockFp8Weight w64 =
       quantize_weight(random_f32(256, 512, 107), BlockShape{64, 64}).to(kGpu);
   EXPECT_EQ(explain(make_problem(x, w64, nullptr)).chosen->kind(), TacticKind::kFallback);
+}
+
+// The persistent grid of every fast tile: at least one work unit fits and never more blocks than
+// SMs (one block per SM). The counts go to the log: the 2026-12-06 H100 timings of the cluster
+// tiles fit far fewer resident clusters than SMs allow (docs/perf-log/linear.md).
+TEST(LinearOnGpu, EveryFastTileHasAPersistentGridWithinTheSms) {
+  int device = 0;
+  MXQ_CUDA_CHECK(cudaGetDevice(&device));
+  int sms = 0;
+  MXQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  for (const gpu::WgmmaShape& shape : gpu::kWgmmaShapes) {
+    const long long units = gpu::resident_wgmma_units(shape);
+    const long long blocks = units * shape.cluster * shape.split_k;
+    EXPECT_GE(units, 1) << gpu::to_string(shape);
+    EXPECT_LE(blocks, sms) << gpu::to_string(shape);
+    std::cout << "[ resident ] " << gpu::to_string(shape) << ": " << units << " units, " << blocks
+              << " blocks of " << sms << " SMs\n";
+  }
 }
 
 TEST(LinearOnGpu, PackedUe8m0ScalesGiveIdenticalBits) {
