@@ -7,7 +7,6 @@
 
 #include <array>
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "linear/cuda/kernel_params.h"
@@ -98,11 +97,10 @@ std::string to_string(const WgmmaShape& shape);
 bool mma_sync_vector_loads(const BlockFp8GemmArgs& args);
 
 void launch_mma_sync(const MmaSyncShape& shape, const BlockFp8GemmArgs& args, cudaStream_t stream);
-// The tile of the kernel that launch_wgmma / launch_wgmma_any_block run for `shape` (its template
-// constants as a WgmmaShape), or nothing when no kernel is compiled for it: host-only, so that a
-// test without a GPU checks every listed shape runs the kernel its name says.
-std::optional<WgmmaShape> compiled_wgmma_shape(const WgmmaShape& shape);
-std::optional<WgmmaShape> compiled_wgmma_any_block_shape(const WgmmaShape& shape);
+// Whether launch_wgmma / launch_wgmma_any_block have a kernel whose template constants are
+// `shape` (host-only: a test without a GPU checks every listed shape has its own kernel).
+bool wgmma_tile_compiled(const WgmmaShape& shape);
+bool wgmma_any_block_tile_compiled(const WgmmaShape& shape);
 
 // The work units (blocks, or clusters of blocks) of the fast tile `shape` that the current device
 // holds at once: the persistent grid's size (cudaOccupancyMaxActiveClusters for clusters).

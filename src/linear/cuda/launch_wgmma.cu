@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 
 #include "cuda_common/tensor_map.h"
 #include "linear/cuda/launch.h"
@@ -165,71 +164,39 @@ void launch_any_block(const BlockFp8GemmArgs& args, cudaStream_t stream) {
        " is not compiled for tile m", kBm, "n", kBn);
 }
 
-// Calls visit.template operator()<Tile>() with the kernel tile compiled for `shape`, matched as a
-// whole value (stages, cluster and split included: a shape that differs in one field is another
-// kernel); false when none is. For the wgmma fallback, Tile is the tile's 128x128-block form, whose
-// constants launch_any_block takes.
+template <typename Tile>
+constexpr WgmmaShape shape_of() {
+  return {Tile::kBm, Tile::kBn, Tile::kStages, Tile::kOverlap, Tile::kCluster, Tile::kSplitK};
+}
+
+// Visits each Tile whose own constants equal `shape` (as a whole value: stages, cluster and split
+// included, so a shape never runs another shape's kernel); true when one did.
+template <typename... Tiles, typename Visit>
+bool visit_matching(const WgmmaShape& shape, Visit& visit) {
+  return ((shape == shape_of<Tiles>() ? (visit.template operator()<Tiles>(), true) : false) || ...);
+}
+
+// The kernels compiled for kWgmmaShapes (launch.h).
 template <typename Visit>
 bool visit_fast_tile(const WgmmaShape& shape, Visit&& visit) {
   using kernels::WgmmaTile;
-  if (shape == WgmmaShape{64, 64, 8, false})
-    return visit.template operator()<WgmmaTile<64, 64, 8>>(), true;
-  if (shape == WgmmaShape{64, 128, 8, false})
-    return visit.template operator()<WgmmaTile<64, 128, 8>>(), true;
-  if (shape == WgmmaShape{128, 128, 5, false})
-    return visit.template operator()<WgmmaTile<128, 128, 5>>(), true;
-  if (shape == WgmmaShape{64, 128, 8, true})
-    return visit.template operator()<WgmmaTile<64, 128, 8, true>>(), true;
-  if (shape == WgmmaShape{128, 128, 5, true})
-    return visit.template operator()<WgmmaTile<128, 128, 5, true>>(), true;
-  if (shape == WgmmaShape{64, 32, 16, false})
-    return visit.template operator()<WgmmaTile<64, 32, 16>>(), true;
-  if (shape == WgmmaShape{64, 16, 16, false})
-    return visit.template operator()<WgmmaTile<64, 16, 16>>(), true;
-  if (shape == WgmmaShape{256, 128, 3, false})
-    return visit.template operator()<WgmmaTile<256, 128, 3>>(), true;
-  if (shape == WgmmaShape{256, 128, 3, false, 2}) {
-    return visit.template operator()<WgmmaTile<256, 128, 3, false, 1, 1, 2>>(), true;
-  }
-  if (shape == WgmmaShape{64, 64, 8, false, 1, 2}) {
-    return visit.template operator()<WgmmaTile<64, 64, 8, false, 1, 1, 1, 2>>(), true;
-  }
-  if (shape == WgmmaShape{64, 64, 8, false, 1, 4}) {
-    return visit.template operator()<WgmmaTile<64, 64, 8, false, 1, 1, 1, 4>>(), true;
-  }
-  if (shape == WgmmaShape{64, 128, 6, true, 1, 2}) {
-    return visit.template operator()<WgmmaTile<64, 128, 6, true, 1, 1, 1, 2>>(), true;
-  }
-  if (shape == WgmmaShape{64, 128, 6, true, 1, 4}) {
-    return visit.template operator()<WgmmaTile<64, 128, 6, true, 1, 1, 1, 4>>(), true;
-  }
-  if (shape == WgmmaShape{128, 128, 4, true, 1, 2}) {
-    return visit.template operator()<WgmmaTile<128, 128, 4, true, 1, 1, 1, 2>>(), true;
-  }
-  return false;
+  return visit_matching<
+      WgmmaTile<64, 64, 8>, WgmmaTile<64, 128, 8>, WgmmaTile<128, 128, 5>,
+      WgmmaTile<64, 128, 8, true>, WgmmaTile<128, 128, 5, true>, WgmmaTile<64, 32, 16>,
+      WgmmaTile<64, 16, 16>, WgmmaTile<256, 128, 3>, WgmmaTile<256, 128, 3, false, 1, 1, 2>,
+      WgmmaTile<64, 64, 8, false, 1, 1, 1, 2>, WgmmaTile<64, 64, 8, false, 1, 1, 1, 4>,
+      WgmmaTile<64, 128, 6, true, 1, 1, 1, 2>, WgmmaTile<64, 128, 6, true, 1, 1, 1, 4>,
+      WgmmaTile<128, 128, 4, true, 1, 1, 1, 2>>(shape, visit);
 }
 
+// The tiles compiled for kWgmmaAnyBlockShapes, in their 128x128-block form, whose constants
+// launch_any_block takes.
 template <typename Visit>
 bool visit_any_block_tile(const WgmmaShape& shape, Visit&& visit) {
   using kernels::WgmmaTile;
-  if (shape == WgmmaShape{64, 64, 8, false})
-    return visit.template operator()<WgmmaTile<64, 64, 8>>(), true;
-  if (shape == WgmmaShape{64, 128, 8, false})
-    return visit.template operator()<WgmmaTile<64, 128, 8>>(), true;
-  if (shape == WgmmaShape{128, 128, 5, false})
-    return visit.template operator()<WgmmaTile<128, 128, 5>>(), true;
-  if (shape == WgmmaShape{64, 128, 8, true})
-    return visit.template operator()<WgmmaTile<64, 128, 8, true>>(), true;
-  if (shape == WgmmaShape{128, 128, 5, true})
-    return visit.template operator()<WgmmaTile<128, 128, 5, true>>(), true;
-  if (shape == WgmmaShape{256, 128, 3, false})
-    return visit.template operator()<WgmmaTile<256, 128, 3>>(), true;
-  return false;
-}
-
-template <typename Tile>
-WgmmaShape shape_of() {
-  return {Tile::kBm, Tile::kBn, Tile::kStages, Tile::kOverlap, Tile::kCluster, Tile::kSplitK};
+  return visit_matching<WgmmaTile<64, 64, 8>, WgmmaTile<64, 128, 8>, WgmmaTile<128, 128, 5>,
+                        WgmmaTile<64, 128, 8, true>, WgmmaTile<128, 128, 5, true>,
+                        WgmmaTile<256, 128, 3>>(shape, visit);
 }
 
 }  // namespace
@@ -267,10 +234,10 @@ void launch_wgmma_any_block(const WgmmaShape& shape, const BlockFp8GemmArgs& arg
   }
 }
 
-std::optional<WgmmaShape> compiled_wgmma_shape(const WgmmaShape& shape) {
-  std::optional<WgmmaShape> compiled;
-  visit_fast_tile(shape, [&]<typename Tile>() { compiled = shape_of<Tile>(); });
-  return compiled;
+bool wgmma_tile_compiled(const WgmmaShape& shape) {
+  // [&]: a lambda with a capture default has no conversion to a function pointer, on whose
+  // unused template parameter nvcc warns.
+  return visit_fast_tile(shape, [&]<typename Tile>() {});
 }
 
 long long resident_wgmma_units(const WgmmaShape& shape) {
@@ -288,10 +255,10 @@ long long resident_wgmma_units(const WgmmaShape& shape) {
   return resident;
 }
 
-std::optional<WgmmaShape> compiled_wgmma_any_block_shape(const WgmmaShape& shape) {
-  std::optional<WgmmaShape> compiled;
-  visit_any_block_tile(shape, [&]<typename Tile>() { compiled = shape_of<Tile>(); });
-  return compiled;
+bool wgmma_any_block_tile_compiled(const WgmmaShape& shape) {
+  // [&]: a lambda with a capture default has no conversion to a function pointer, on whose
+  // unused template parameter nvcc warns.
+  return visit_any_block_tile(shape, [&]<typename Tile>() {});
 }
 
 }  // namespace mxq::linear::gpu
