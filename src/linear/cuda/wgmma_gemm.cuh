@@ -142,6 +142,10 @@ struct WgmmaTile {
   static_assert(kSmemBytes <= 232448, "shared memory per block on sm_90");
 };
 
+// Named barriers of the consumer warpgroups: 1 + warpgroup in the epilogue, kReduceBarrier +
+// warpgroup in the split-K reduction (0 is __syncthreads).
+constexpr int kReduceBarrier = 4;
+
 // Split K: replaces this consumer thread's fragments of the columns its block stores with their
 // sums over the cluster's blocks (in rank order), from the partial tiles in each block's shared
 // memory at `partials`. `reductions` counts the tiles reduced before (the barriers' phase).
@@ -160,12 +164,18 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
     mine[i * Tile::kConsumerThreads + consumer_thread] =
         make_float4(result[4 * i], result[4 * i + 1], result[4 * i + 2], result[4 * i + 3]);
   }
-  // Every thread releases its own writes to every block of the cluster (a warp-level arrival by
-  // lane 0 after __syncwarp is what racecheck reported as 17856 hazards a store: it does not take
-  // the warp barrier as ordering the other lanes' writes before lane 0's release).
+  // The warpgroup's writes are ordered before its first thread's release to every block of the
+  // cluster by a named barrier (a CTA-scope barrier, unlike the __syncwarp of a warp-level
+  // arrival, which racecheck reported as 17856 hazards a store); one arrival per warpgroup instead
+  // of one per thread (the remote arrivals are what every tile pays).
+  const int warpgroup = consumer_thread / 128;
+  const bool first_of_warpgroup = consumer_thread % 128 == 0;
+  ptx::named_barrier_sync(kReduceBarrier + warpgroup, 128);
+  if (first_of_warpgroup) {
 #pragma unroll
-  for (int cta = 0; cta < Tile::kSplitK; ++cta) {
-    ptx::mbarrier_arrive_cluster(reduce_ready, static_cast<std::uint32_t>(cta));
+    for (int cta = 0; cta < Tile::kSplitK; ++cta) {
+      ptx::mbarrier_arrive_cluster(reduce_ready, static_cast<std::uint32_t>(cta));
+    }
   }
   ptx::mbarrier_wait_cluster(reduce_ready, static_cast<std::uint32_t>(reductions) & 1U);
 #pragma unroll
@@ -186,9 +196,12 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
     result[4 * i + 2] = sum.z;
     result[4 * i + 3] = sum.w;
   }
+  ptx::named_barrier_sync(kReduceBarrier + warpgroup, 128);
+  if (first_of_warpgroup) {
 #pragma unroll
-  for (int cta = 0; cta < Tile::kSplitK; ++cta) {
-    ptx::mbarrier_arrive_cluster(reduce_done, static_cast<std::uint32_t>(cta));
+    for (int cta = 0; cta < Tile::kSplitK; ++cta) {
+      ptx::mbarrier_arrive_cluster(reduce_done, static_cast<std::uint32_t>(cta));
+    }
   }
 }
 
@@ -233,9 +246,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       ptx::mbarrier_init(&empty[s], Tile::kConsumers * 4 * Tile::kCluster);
     }
     if constexpr (Tile::kSplitK > 1) {
-      // One arrival per consumer thread of every block of the cluster.
-      ptx::mbarrier_init(reduce_ready, Tile::kConsumerThreads * Tile::kSplitK);
-      ptx::mbarrier_init(reduce_done, Tile::kConsumerThreads * Tile::kSplitK);
+      // One arrival per consumer warpgroup of every block of the cluster.
+      ptx::mbarrier_init(reduce_ready, Tile::kConsumers * Tile::kSplitK);
+      ptx::mbarrier_init(reduce_done, Tile::kConsumers * Tile::kSplitK);
     }
     ptx::fence_barrier_init();
     ptx::fence_proxy_async_shared();
