@@ -25,17 +25,41 @@ __device__ __forceinline__ void cluster_sync() {
           : "memory");
 }
 
-// Arrives on the mbarrier at the same shared-memory offset as `bar` in the cluster's block
-// `cta` (which may be this block), releasing this thread's prior reads at cluster scope.
-__device__ __forceinline__ void mbarrier_arrive_cluster(std::uint64_t* bar, std::uint32_t cta) {
+// Arrives on the mbarrier at the same shared-memory offset as `bar` in the cluster's block `cta`
+// (which may be this block), with the instruction's default semantics: release at CTA scope,
+// which orders this thread's earlier reads of its own shared memory (a stage handed back to a
+// producer that will write into it: CUTLASS's consumer release). It compiles to the bare
+// SYNCS.ARRIVE; `.release.cluster` adds MEMBAR.ALL.GPU before every arrival (sm_90a SASS), which
+// the 2-block cluster tile paid twice per warp and K-block.
+__device__ __forceinline__ void mbarrier_arrive_remote(std::uint64_t* bar, std::uint32_t cta) {
   asm volatile(
       "{\n"
       ".reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
       "}\n" ::"r"(smem_addr(bar)),
       "r"(cta)
       : "memory");
+}
+
+// A relaxed arrival at cluster scope: after fence_acq_rel_cluster() it publishes the writes
+// before the fence to the blocks that acquire the barrier (one fence for several arrivals).
+__device__ __forceinline__ void mbarrier_arrive_remote_relaxed(std::uint64_t* bar,
+                                                               std::uint32_t cta) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(cta)
+      : "memory");
+}
+
+// Orders this thread's earlier memory operations (and what it observed of others') before its
+// later ones at cluster scope (MEMBAR.ALL.GPU on sm_90a).
+__device__ __forceinline__ void fence_acq_rel_cluster() {
+  asm volatile("fence.acq_rel.cluster;\n" ::: "memory");
 }
 
 // Reads four floats at the shared-memory offset of `local` in the cluster's block `cta` (which may

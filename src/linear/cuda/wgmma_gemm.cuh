@@ -157,7 +157,8 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
   auto* mine = reinterpret_cast<float4*>(partials);
   // The peers have read the previous tile's partial out of this buffer.
   if (reductions > 0) {
-    ptx::mbarrier_wait_cluster(reduce_done, static_cast<std::uint32_t>(reductions - 1) & 1U);
+    // CTA scope: the wait only guards this block's writes that follow (no L1 invalidation).
+    ptx::mbarrier_wait(reduce_done, static_cast<std::uint32_t>(reductions - 1) & 1U);
   }
 #pragma unroll
   for (int i = 0; i < Tile::kFragments; ++i) {
@@ -172,20 +173,33 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
   const bool first_of_warpgroup = consumer_thread % 128 == 0;
   ptx::named_barrier_sync(kReduceBarrier + warpgroup, 128);
   if (first_of_warpgroup) {
+    ptx::fence_acq_rel_cluster();  // one fence publishes the warpgroup's writes to every block
 #pragma unroll
     for (int cta = 0; cta < Tile::kSplitK; ++cta) {
-      ptx::mbarrier_arrive_cluster(reduce_ready, static_cast<std::uint32_t>(cta));
+      ptx::mbarrier_arrive_remote_relaxed(reduce_ready, static_cast<std::uint32_t>(cta));
     }
   }
   ptx::mbarrier_wait_cluster(reduce_ready, static_cast<std::uint32_t>(reductions) & 1U);
+  // Every remote load first, back to back (each is a round trip to another SM; issued one after
+  // another's sum they would add their latencies), then the sums in rank order.
+  float4 parts[Tile::kOutFragments][Tile::kSplitK];
+  const int first_fragment = split_rank * Tile::kOutFragments;
+#pragma unroll
+  for (int f = 0; f < Tile::kOutFragments; ++f) {
+#pragma unroll
+    for (int cta = 0; cta < Tile::kSplitK; ++cta) {
+      parts[f][cta] = ptx::ld_shared_cluster_f32x4(
+          &mine[(first_fragment + f) * Tile::kConsumerThreads + consumer_thread],
+          static_cast<std::uint32_t>(cta));
+    }
+  }
 #pragma unroll
   for (int i = 0; i < Tile::kFragments; ++i) {
     if (i / Tile::kOutFragments != split_rank) continue;
     float4 sum = make_float4(0.0F, 0.0F, 0.0F, 0.0F);
 #pragma unroll
     for (int cta = 0; cta < Tile::kSplitK; ++cta) {
-      const float4 part = ptx::ld_shared_cluster_f32x4(
-          &mine[i * Tile::kConsumerThreads + consumer_thread], static_cast<std::uint32_t>(cta));
+      const float4 part = parts[i % Tile::kOutFragments][cta];
       sum.x += part.x;
       sum.y += part.y;
       sum.z += part.z;
@@ -200,7 +214,7 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
   if (first_of_warpgroup) {
 #pragma unroll
     for (int cta = 0; cta < Tile::kSplitK; ++cta) {
-      ptx::mbarrier_arrive_cluster(reduce_done, static_cast<std::uint32_t>(cta));
+      ptx::mbarrier_arrive_remote(reduce_done, static_cast<std::uint32_t>(cta));
     }
   }
 }
@@ -277,7 +291,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           if constexpr (Tile::kCluster == 1) {
             ptx::mbarrier_wait(&empty[s], phase ^ 1U);
           } else {
-            ptx::mbarrier_wait_cluster(&empty[s], phase ^ 1U);  // the peer's consumers arrive too
+            // The peer's consumers arrive too. CTA scope, as CUTLASS's producer acquire: the wait
+            // only guards the TMA writes that follow, and `.acquire.cluster` costs an L1
+            // invalidation (CCTL.IVALL) per stage.
+            ptx::mbarrier_wait(&empty[s], phase ^ 1U);
           }
           ptx::mbarrier_arrive_expect_tx(&full[s], Tile::kTxBytes);
           if constexpr (Tile::kCluster == 1) {
@@ -396,7 +413,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           } else {
 #pragma unroll
             for (int cta = 0; cta < Tile::kCluster; ++cta) {
-              ptx::mbarrier_arrive_cluster(stage_empty, static_cast<std::uint32_t>(cta));
+              ptx::mbarrier_arrive_remote(stage_empty, static_cast<std::uint32_t>(cta));
             }
           }
         }
