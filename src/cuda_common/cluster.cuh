@@ -42,24 +42,21 @@ __device__ __forceinline__ void mbarrier_arrive_remote(std::uint64_t* bar, std::
       : "memory");
 }
 
-// A relaxed arrival at cluster scope: after fence_acq_rel_cluster() it publishes the writes
-// before the fence to the blocks that acquire the barrier (one fence for several arrivals).
-__device__ __forceinline__ void mbarrier_arrive_remote_relaxed(std::uint64_t* bar,
-                                                               std::uint32_t cta) {
+// Arrives on the mbarrier at the same shared-memory offset as `bar` in the cluster's block `cta`,
+// releasing at cluster scope what this thread wrote or read before (and, after a CTA barrier, what
+// the threads it synchronized with did): the peer that acquires the barrier at cluster scope then
+// sees those writes of shared memory (or may overwrite what was read). MEMBAR.ALL.GPU +
+// SYNCS.ARRIVE on sm_90a: for data handed between blocks, once per warpgroup, not per warp.
+__device__ __forceinline__ void mbarrier_arrive_remote_release_cluster(std::uint64_t* bar,
+                                                                       std::uint32_t cta) {
   asm volatile(
       "{\n"
       ".reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [remote];\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
       "}\n" ::"r"(smem_addr(bar)),
       "r"(cta)
       : "memory");
-}
-
-// Orders this thread's earlier memory operations (and what it observed of others') before its
-// later ones at cluster scope (MEMBAR.ALL.GPU on sm_90a).
-__device__ __forceinline__ void fence_acq_rel_cluster() {
-  asm volatile("fence.acq_rel.cluster;\n" ::: "memory");
 }
 
 // Reads four floats at the shared-memory offset of `local` in the cluster's block `cta` (which may

@@ -155,10 +155,10 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
                                                std::uint64_t* reduce_done, int reductions,
                                                int consumer_thread, int split_rank) {
   auto* mine = reinterpret_cast<float4*>(partials);
-  // The peers have read the previous tile's partial out of this buffer.
+  // The peers have read the previous tile's partial out of this buffer (their release at cluster
+  // scope, acquired here, orders those reads before these writes).
   if (reductions > 0) {
-    // CTA scope: the wait only guards this block's writes that follow (no L1 invalidation).
-    ptx::mbarrier_wait(reduce_done, static_cast<std::uint32_t>(reductions - 1) & 1U);
+    ptx::mbarrier_wait_cluster(reduce_done, static_cast<std::uint32_t>(reductions - 1) & 1U);
   }
 #pragma unroll
   for (int i = 0; i < Tile::kFragments; ++i) {
@@ -166,17 +166,17 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
         make_float4(result[4 * i], result[4 * i + 1], result[4 * i + 2], result[4 * i + 3]);
   }
   // The warpgroup's writes are ordered before its first thread's release to every block of the
-  // cluster by a named barrier (a CTA-scope barrier, unlike the __syncwarp of a warp-level
-  // arrival, which racecheck reported as 17856 hazards a store); one arrival per warpgroup instead
-  // of one per thread (the remote arrivals are what every tile pays).
+  // cluster by a named barrier (a CTA-scope barrier: racecheck reported the __syncwarp of a
+  // warp-level arrival as 17856 hazards a store, and a fence.acq_rel.cluster followed by relaxed
+  // arrivals as a race too); one arrival per warpgroup instead of one per thread (each release
+  // is a GPU-scope memory barrier, and the remote arrivals are what every tile pays).
   const int warpgroup = consumer_thread / 128;
   const bool first_of_warpgroup = consumer_thread % 128 == 0;
   ptx::named_barrier_sync(kReduceBarrier + warpgroup, 128);
   if (first_of_warpgroup) {
-    ptx::fence_acq_rel_cluster();  // one fence publishes the warpgroup's writes to every block
 #pragma unroll
     for (int cta = 0; cta < Tile::kSplitK; ++cta) {
-      ptx::mbarrier_arrive_remote_relaxed(reduce_ready, static_cast<std::uint32_t>(cta));
+      ptx::mbarrier_arrive_remote_release_cluster(reduce_ready, static_cast<std::uint32_t>(cta));
     }
   }
   ptx::mbarrier_wait_cluster(reduce_ready, static_cast<std::uint32_t>(reductions) & 1U);
@@ -214,7 +214,7 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
   if (first_of_warpgroup) {
 #pragma unroll
     for (int cta = 0; cta < Tile::kSplitK; ++cta) {
-      ptx::mbarrier_arrive_remote(reduce_done, static_cast<std::uint32_t>(cta));
+      ptx::mbarrier_arrive_remote_release_cluster(reduce_done, static_cast<std::uint32_t>(cta));
     }
   }
 }
