@@ -25,9 +25,30 @@ __device__ __forceinline__ void cluster_sync() {
           : "memory");
 }
 
-// Arrives on the mbarrier at the same shared-memory offset as `bar` in the cluster's block
-// `cta` (which may be this block), releasing this thread's prior reads at cluster scope.
-__device__ __forceinline__ void mbarrier_arrive_cluster(std::uint64_t* bar, std::uint32_t cta) {
+// Arrives on the mbarrier at the same shared-memory offset as `bar` in the cluster's block `cta`
+// (which may be this block), with the instruction's default semantics: release at CTA scope,
+// which orders this thread's earlier reads of its own shared memory (a stage handed back to a
+// producer that will write into it: CUTLASS's consumer release). It compiles to the bare
+// SYNCS.ARRIVE; `.release.cluster` adds MEMBAR.ALL.GPU before every arrival (sm_90a SASS), which
+// the 2-block cluster tile paid twice per warp and K-block.
+__device__ __forceinline__ void mbarrier_arrive_remote(std::uint64_t* bar, std::uint32_t cta) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(cta)
+      : "memory");
+}
+
+// Arrives on the mbarrier at the same shared-memory offset as `bar` in the cluster's block `cta`,
+// releasing at cluster scope what this thread wrote or read before (and, after a CTA barrier, what
+// the threads it synchronized with did): the peer that acquires the barrier at cluster scope then
+// sees those writes of shared memory (or may overwrite what was read). MEMBAR.ALL.GPU +
+// SYNCS.ARRIVE on sm_90a: for data handed between blocks, once per warpgroup, not per warp.
+__device__ __forceinline__ void mbarrier_arrive_remote_release_cluster(std::uint64_t* bar,
+                                                                       std::uint32_t cta) {
   asm volatile(
       "{\n"
       ".reg .b32 remote;\n"

@@ -151,7 +151,8 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
                                                std::uint64_t* reduce_done, int reductions,
                                                int consumer_thread, int split_rank) {
   auto* mine = reinterpret_cast<float4*>(partials);
-  // The peers have read the previous tile's partial out of this buffer.
+  // The peers have read the previous tile's partial out of this buffer (their release at cluster
+  // scope, acquired here, orders those reads before these writes).
   if (reductions > 0) {
     ptx::mbarrier_wait_cluster(reduce_done, static_cast<std::uint32_t>(reductions - 1) & 1U);
   }
@@ -160,22 +161,37 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
     mine[i * Tile::kConsumerThreads + consumer_thread] =
         make_float4(result[4 * i], result[4 * i + 1], result[4 * i + 2], result[4 * i + 3]);
   }
-  // Every thread releases its own writes to every block of the cluster (a warp-level arrival by
-  // lane 0 after __syncwarp is what racecheck reported as 17856 hazards a store: it does not take
-  // the warp barrier as ordering the other lanes' writes before lane 0's release).
+  // Every thread releases its own writes to every block of the cluster. One release per
+  // warpgroup after a named barrier is correct by the PTX memory model (the barrier orders the
+  // other threads' writes before the first thread's cumulative release) and as fast on an H100,
+  // but compute-sanitizer's racecheck does not follow it (nor a __syncwarp with lane 0's
+  // release, nor a fence.acq_rel.cluster with relaxed arrivals): per-thread arrivals are what it
+  // checks clean, and their fences overlap (docs/perf-log/linear.md).
 #pragma unroll
   for (int cta = 0; cta < Tile::kSplitK; ++cta) {
-    ptx::mbarrier_arrive_cluster(reduce_ready, static_cast<std::uint32_t>(cta));
+    ptx::mbarrier_arrive_remote_release_cluster(reduce_ready, static_cast<std::uint32_t>(cta));
   }
   ptx::mbarrier_wait_cluster(reduce_ready, static_cast<std::uint32_t>(reductions) & 1U);
+  // Every remote load first, back to back (each is a round trip to another SM; issued one after
+  // another's sum they would add their latencies), then the sums in rank order.
+  float4 parts[Tile::kOutFragments][Tile::kSplitK];
+  const int first_fragment = split_rank * Tile::kOutFragments;
+#pragma unroll
+  for (int f = 0; f < Tile::kOutFragments; ++f) {
+#pragma unroll
+    for (int cta = 0; cta < Tile::kSplitK; ++cta) {
+      parts[f][cta] = ptx::ld_shared_cluster_f32x4(
+          &mine[(first_fragment + f) * Tile::kConsumerThreads + consumer_thread],
+          static_cast<std::uint32_t>(cta));
+    }
+  }
 #pragma unroll
   for (int i = 0; i < Tile::kFragments; ++i) {
     if (i / Tile::kOutFragments != split_rank) continue;
     float4 sum = make_float4(0.0F, 0.0F, 0.0F, 0.0F);
 #pragma unroll
     for (int cta = 0; cta < Tile::kSplitK; ++cta) {
-      const float4 part = ptx::ld_shared_cluster_f32x4(
-          &mine[i * Tile::kConsumerThreads + consumer_thread], static_cast<std::uint32_t>(cta));
+      const float4 part = parts[i % Tile::kOutFragments][cta];
       sum.x += part.x;
       sum.y += part.y;
       sum.z += part.z;
@@ -186,9 +202,10 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
     result[4 * i + 2] = sum.z;
     result[4 * i + 3] = sum.w;
   }
+  // This thread's reads of the peers' partials are done: the peers may write the next tile's.
 #pragma unroll
   for (int cta = 0; cta < Tile::kSplitK; ++cta) {
-    ptx::mbarrier_arrive_cluster(reduce_done, static_cast<std::uint32_t>(cta));
+    ptx::mbarrier_arrive_remote_release_cluster(reduce_done, static_cast<std::uint32_t>(cta));
   }
 }
 
@@ -264,7 +281,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           if constexpr (Tile::kCluster == 1) {
             ptx::mbarrier_wait(&empty[s], phase ^ 1U);
           } else {
-            ptx::mbarrier_wait_cluster(&empty[s], phase ^ 1U);  // the peer's consumers arrive too
+            // The peer's consumers arrive too. CTA scope, as CUTLASS's producer acquire: the wait
+            // only guards the TMA writes that follow, and `.acquire.cluster` costs an L1
+            // invalidation (CCTL.IVALL) per stage.
+            ptx::mbarrier_wait(&empty[s], phase ^ 1U);
           }
           ptx::mbarrier_arrive_expect_tx(&full[s], Tile::kTxBytes);
           if constexpr (Tile::kCluster == 1) {
@@ -383,7 +403,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           } else {
 #pragma unroll
             for (int cta = 0; cta < Tile::kCluster; ++cta) {
-              ptx::mbarrier_arrive_cluster(stage_empty, static_cast<std::uint32_t>(cta));
+              ptx::mbarrier_arrive_remote(stage_empty, static_cast<std::uint32_t>(cta));
             }
           }
         }
