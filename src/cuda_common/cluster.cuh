@@ -46,7 +46,7 @@ __device__ __forceinline__ void mbarrier_arrive_remote(std::uint64_t* bar, std::
 // releasing at cluster scope what this thread wrote or read before (and, after a CTA barrier, what
 // the threads it synchronized with did): the peer that acquires the barrier at cluster scope then
 // sees those writes of shared memory (or may overwrite what was read). MEMBAR.ALL.GPU +
-// SYNCS.ARRIVE on sm_90a: for data handed between blocks, once per warpgroup, not per warp.
+// SYNCS.ARRIVE on sm_90a: for data handed between blocks through shared memory, not for stages.
 __device__ __forceinline__ void mbarrier_arrive_remote_release_cluster(std::uint64_t* bar,
                                                                        std::uint32_t cta) {
   asm volatile(
