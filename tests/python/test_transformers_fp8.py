@@ -91,29 +91,45 @@ def w8a8_emulation(x, weight, scale, block, bias=None):
     return y.to(x.dtype)
 
 
+def with_relative_noise(y, noise):
+    """y with every element multiplied by (1 + size * N(0, 1)), noise = (size, generator): a
+    stand-in for a kernel whose outputs are `size` (normalized) from exact."""
+    if noise is None:
+        return y
+    size, generator = noise
+    eps = torch.randn(y.shape, generator=generator, device=generator.device, dtype=torch.float32)
+    return (y.float() * (1 + size * eps.to(y.device))).to(y.dtype)
+
+
 class W8A8Emulation(torch.nn.Module):
-    def __init__(self, linear):
+    def __init__(self, linear, noise=None):
         super().__init__()
         self.linear = linear
+        self.noise = noise
 
     def forward(self, x):
         m = self.linear
-        return w8a8_emulation(x, m.weight, m.weight_scale_inv, m.block_size, m.bias)
+        y = w8a8_emulation(x, m.weight, m.weight_scale_inv, m.block_size, m.bias)
+        return with_relative_noise(y, self.noise)
 
 
 class W8A8EmulatedExperts(MxqFp8Experts):
+    noise = None
+
     def project(self, x, weight, scale):
-        return w8a8_emulation(x, weight, scale, self.block_size)
+        return with_relative_noise(w8a8_emulation(x, weight, scale, self.block_size), self.noise)
 
 
-def emulate(model):
+def emulate(model, noise=None):
     """``model`` (loaded by load_deepseek_v3_fp8) with each of mxq's FP8 linears and experts
-    computed by the plain-torch W8A8 emulation instead, on the device the model is on."""
+    computed by the plain-torch W8A8 emulation instead, on the device the model is on; with
+    ``noise`` = (size, torch.Generator), each output carries a seeded relative error of that size."""
     for name, module in list(model.named_modules()):
         if isinstance(module, MxqFp8Linear):
-            model.set_submodule(name, W8A8Emulation(module))
+            model.set_submodule(name, W8A8Emulation(module, noise))
         elif isinstance(module, MxqFp8Experts):
             module.__class__ = W8A8EmulatedExperts
+            module.noise = noise
     return model
 
 
@@ -545,23 +561,29 @@ def test_cuda_linears_equal_the_emulation(checkpoint):
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_CUDA, reason="needs mxq built with CUDA and a GPU")
 def test_cuda_model_near_the_cpu_model(checkpoint, mxq_model, fp8_model):
-    """End to end, the CUDA model's logits are as near the CPU model's as those of the same
-    model with the plain-torch emulation in place of mxq's linears: on the CUDA device, torch's
-    own kernels (attention, norms, fp32 matmuls) differ from the CPU's, and each activation's
-    E4M3 rounding amplifies such differences, so this drift, measured in the same run, is the
-    yardstick."""
+    """End to end, the CUDA model's logits are as near the CPU model's as an emulated model's
+    whose every linear is off by DESIGN.md's per-op tolerance (4e-3, as seeded noise): the
+    fast CUDA tactics are not exact (the FP8 wgmma keeps about 14 bits of its sum inside a K
+    block, as in cuBLASLt and DeepGEMM: 6e-4 to 1.1e-3 per linear on an H100, see
+    tests/cpp/linear/linear_gpu_test.cu), each activation's E4M3 rounding amplifies such
+    differences layer by layer, and the exact emulation on CUDA matches the CPU model, so the
+    yardstick is what a kernel within the op's tolerance would give, measured in the same run."""
     model = load_deepseek_v3_fp8(checkpoint, device="cuda")
     emulated = emulate(load_deepseek_v3_fp8(checkpoint, device="cuda"))
+    tolerant = emulate(load_deepseek_v3_fp8(checkpoint, device="cuda"),
+                       noise=(4e-3, torch.Generator(device="cuda").manual_seed(0)))
     ids = tokens(0)
     with torch.no_grad():
         cpu = mxq_model(ids).logits.float()
         ours = model(ids.cuda()).logits.float().cpu()
         theirs = emulated(ids.cuda()).logits.float().cpu()
+        within_tolerance = tolerant(ids.cuda()).logits.float().cpu()
 
     def drift(logits):
         return ((logits - cpu).norm(dim=-1) / cpu.norm(dim=-1)).flatten().median().item()
 
-    assert drift(ours) <= 1.5 * drift(theirs) + 1e-3, (drift(ours), drift(theirs))
+    assert drift(theirs) <= 1e-3, drift(theirs)
+    assert drift(ours) <= drift(within_tolerance), (drift(ours), drift(within_tolerance))
     replace_fp8_linears(fp8_model, device="cuda")
     with torch.no_grad():
         assert torch.equal(fp8_model(ids.cuda()).logits, model(ids.cuda()).logits)
