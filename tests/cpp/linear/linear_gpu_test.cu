@@ -198,8 +198,8 @@ TEST(LinearOnGpu, EveryTacticStaysWithinTheToleranceOnOutlierActivations) {
   // promotes every 64 or 32 of K, mma.sync every block): how the error depends on how often the
   // tensor cores' sum is promoted to fp32. fp32 output shows the accumulation's error alone.
   for (const BlockShape block : {BlockShape{128, 128}, BlockShape{128, 64}, BlockShape{128, 32}}) {
-    for (const Shape2 s : {Shape2{192, 128}, Shape2{128, 256}, Shape2{320, 128},
-                           Shape2{384, 256}, Shape2{256, 384}, Shape2{2112, 7168}}) {
+    for (const Shape2 s : {Shape2{192, 128}, Shape2{128, 256}, Shape2{320, 128}, Shape2{384, 256},
+                           Shape2{256, 384}, Shape2{2112, 7168}}) {
       constexpr std::int64_t kM = 24;
       Tensor x = random_bf16(kM, s.k, 121);
       auto* bits = reinterpret_cast<std::uint16_t*>(x.data());
@@ -223,9 +223,8 @@ TEST(LinearOnGpu, EveryTacticStaysWithinTheToleranceOnOutlierActivations) {
           MXQ_CUDA_CHECK(cudaDeviceSynchronize());
           const auto result = compare(out, reference);
           std::cout << "[ error ] block " << block.n << "x" << block.k << " "
-                    << (out_dtype == DType::kBF16 ? "bf16" : "f32") << " N=" << s.n
-                    << " K=" << s.k << " " << tactic->name() << ": " << result.normalized_error
-                    << "\n";
+                    << (out_dtype == DType::kBF16 ? "bf16" : "f32") << " N=" << s.n << " K=" << s.k
+                    << " " << tactic->name() << ": " << result.normalized_error << "\n";
           EXPECT_LE(result.normalized_error, kMaxNormalizedError)
               << tactic->name() << " N=" << s.n << " K=" << s.k;
         }
