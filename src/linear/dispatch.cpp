@@ -52,8 +52,8 @@ struct Preference {
 // an H100 (132 SMs, M = 1 ... 4096, docs/perf-log/data/linear-deepseek-v3-2026-12-06-h100.json).
 // A 128x128 tile costs about 2x a 64x64 one for 4x the work, so many waves favour the large tiles
 // (256x128: 14% faster than 128x128 at M = 4096), while a last wave that leaves SMs idle favours
-// the small ones. The 2-block cluster tile measured 2.1-2.4x slower than m256n128 everywhere: the
-// model never picks it.
+// the small ones. The 2-block cluster tile measured 2.1-2.4x slower than m256n128 everywhere (and
+// still 1.06-1.27x after its stages were released at CTA scope): the model never picks it.
 //
 // At M <= 16 (decode) there is no work to model: every tile streams the same weights, and the
 // model, which counts work per wave, picked tiles up to 1.11x slower than the fastest. What the
@@ -92,6 +92,18 @@ struct DecodeTile {
 };
 constexpr std::array<DecodeTile, 4> kDecodeTiles{
     {{"m64n128_overlap", 128}, {"m64n64", 64}, {"m64n32", 32}, {"m64n16", 16}}};
+// Split K at decode: where K is long and the rule's tiles leave SMs idle, the widest 64-row tile
+// split over two blocks whose blocks reach half the SMs. Each block streams half of K, so the
+// weights stream from twice as many SMs with wide tiles; the reduction through distributed
+// shared memory costs about a microsecond a tile. On the H100 (per-thread arrivals,
+// docs/perf-log/data/linear-deepseek-v3-splitk-per-thread-2026-12-06-h100.json), M = 1 and 8:
+// 2112 x 7168 16.9 / 16.7 us against 18.9 / 17.5 (66 64x32 tiles), 7168 x 16384 48.8 / 49.1
+// against 57.2 / 51.1 (56 64x128), 4096 x 7168 20.8 / 19.8 against 21.8 / 19.7 (64 64x64); at
+// K = 2048 (7168 x 2048: 15.2 against 12.0) the halves are too short to pay for it.
+constexpr std::int64_t kDecodeSplitMinK = 4096;
+constexpr std::array<DecodeTile, 2> kDecodeSplitTiles{
+    {{"m64n128_overlap_splitk2", 128}, {"m64n64_splitk2", 64}}};
+constexpr std::int64_t kDecodeSplit = 2;
 
 // The decode rule above among the tiles `usable`, named with `prefix`; an empty name when none is.
 template <typename Usable>
@@ -108,6 +120,20 @@ Preference decode_tile(const LinearProblem& p, std::string_view prefix, bool exp
     if (3 * ceil_div(p.n, candidate.bn) >= sms) break;
   }
   if (chosen.empty()) return {};
+  if (p.k >= kDecodeSplitMinK && tiles(p, 64, chosen_bn) < sms) {
+    for (const DecodeTile& candidate : kDecodeSplitTiles) {
+      std::string name = detail::concat(prefix, candidate.tile);
+      const std::int64_t blocks = kDecodeSplit * tiles(p, 64, candidate.bn);
+      if (2 * blocks < sms || !usable(name)) continue;
+      return {std::move(name),
+              explained ? detail::concat("M <= ", kDecodeMaxM, " and K >= ", kDecodeSplitMinK,
+                                         ": the widest 64-row tile split over ", kDecodeSplit,
+                                         " blocks along K whose blocks reach half of the ", sms,
+                                         " SMs (", tiles(p, 64, candidate.bn), " 64x",
+                                         candidate.bn, " tiles, ", blocks, " blocks)")
+                        : std::string()};
+    }
+  }
   return {chosen, explained ? detail::concat("M <= ", kDecodeMaxM,
                                              ": the widest 64-row tile with a tile for at least a "
                                              "third of the ",

@@ -128,16 +128,30 @@ TEST(Dispatch, DeepSeekBlocksTakeTheFastPathOnSm90) {
   EXPECT_EQ(explain(h200_problem(17, 2112, 7168, {128, 128})).chosen->name(),
             "cuda.sm90_wgmma.m64n16");
   // At 16 token rows or fewer: the widest 64-row tile with a tile for at least a third of the
-  // SMs (N = 2112: 66 64x32 tiles; 33 64x64 ones are too few).
+  // SMs (N = 2112: 66 64x32 tiles; 33 64x64 ones are too few)...
   for (const std::int64_t m : {1, 16}) {
-    const Explanation e = explain(h200_problem(m, 2112, 7168, {128, 128}));
+    const Explanation e = explain(h200_problem(m, 2112, 2048, {128, 128}));
     EXPECT_EQ(e.chosen->name(), "cuda.sm90_wgmma.m64n32") << e.str();
     EXPECT_NE(e.chosen_because.find("third of the 132 SMs (66 64x32 tiles)"), std::string::npos)
         << e.chosen_because;
   }
+  EXPECT_EQ(explain(h200_problem(1, 7168, 2048, {128, 128})).chosen->name(),
+            "cuda.sm90_wgmma.m64n128_overlap");
+  // ... unless K >= 4096 and those tiles leave SMs idle: then the widest 64-row tile split over 2
+  // blocks along K whose blocks reach half of the SMs.
+  for (const std::int64_t m : {1, 16}) {
+    const Explanation e = explain(h200_problem(m, 2112, 7168, {128, 128}));
+    EXPECT_EQ(e.chosen->name(), "cuda.sm90_wgmma.m64n64_splitk2") << e.str();
+    EXPECT_NE(e.chosen_because.find("half of the 132 SMs (33 64x64 tiles, 66 blocks)"),
+              std::string::npos)
+        << e.chosen_because;
+  }
   EXPECT_EQ(explain(h200_problem(1, 4096, 7168, {128, 128})).chosen->name(),
-            "cuda.sm90_wgmma.m64n64");
+            "cuda.sm90_wgmma.m64n64_splitk2");
   EXPECT_EQ(explain(h200_problem(1, 7168, 16384, {128, 128})).chosen->name(),
+            "cuda.sm90_wgmma.m64n128_overlap_splitk2");
+  // Tiles enough for every SM: no split (N = 32768: 256 64x128 tiles).
+  EXPECT_EQ(explain(h200_problem(1, 32768, 7168, {128, 128})).chosen->name(),
             "cuda.sm90_wgmma.m64n128_overlap");
   // N too small for even the narrowest tile to reach a third of the SMs: the narrowest.
   EXPECT_EQ(explain(h200_problem(1, 512, 7168, {128, 128})).chosen->name(),
@@ -152,40 +166,51 @@ TEST(Dispatch, DeepSeekBlocksTakeTheFastPathOnSm90) {
 // fast tile (the worst: 3.0% at M = 64, N = 24576, K = 1536, where the weight reads, not the
 // tiles' work, set the time), and the wgmma fallback's tile on 64x64 blocks within 4% of its
 // fastest tile.
+// A run of `mxq bench linear --json` kept in docs/perf-log/data.
+nlohmann::json measured_run(const char* name) {
+  const std::filesystem::path file =
+      std::filesystem::path(MXQ_SOURCE_DIR) / "docs" / "perf-log" / "data" / name;
+  std::ifstream in(file);
+  EXPECT_TRUE(in) << file;
+  return nlohmann::json::parse(in);
+}
+
+// One point's wgmma tactic times on `blocks` ("128x128": the fast tiles; "64x64": the
+// fallback's), by tactic name.
+std::map<std::string, double> wgmma_times(const nlohmann::json& point, std::string_view blocks) {
+  const std::string_view prefix = blocks == "128x128" ? "cuda.sm90_wgmma." : "cuda.sm90_wgmma_any.";
+  std::map<std::string, double> us;
+  for (const auto& t : point.at("timings")) {
+    std::string name = t.at("name").get<std::string>();
+    if (name.ends_with(" *")) name.resize(name.size() - 2);
+    if (t.at("blocks") == blocks && name.starts_with(prefix)) us[name] = t.at("us").get<double>();
+  }
+  return us;
+}
+
+double fastest(const std::map<std::string, double>& us) {
+  double best = us.begin()->second;
+  for (const auto& [name, t] : us) best = std::min(best, t);
+  return best;
+}
+
 TEST(Dispatch, RuleChoosesTheMeasuredFastestTile) {
   REQUIRE_CUDA_TACTICS();
-  const std::filesystem::path file = std::filesystem::path(MXQ_SOURCE_DIR) / "docs" / "perf-log" /
-                                     "data" / "linear-deepseek-v3-2026-12-06-h100.json";
-  std::ifstream in(file);
-  ASSERT_TRUE(in) << file;
-  const nlohmann::json run = nlohmann::json::parse(in);
+  // Every tile of the fast path and the fallback at M = 1 ... 4096 (the split-K tiles were not
+  // built yet: the points where the decode rule splits K are checked against the next run).
+  const nlohmann::json run = measured_run("linear-deepseek-v3-2026-12-06-h100.json");
   ASSERT_EQ(run.at("sm_count").get<int>(), 132);
   int compared = 0;
   for (const auto& point : run.at("points")) {
     const std::int64_t m = point.at("m").get<std::int64_t>();
-    // The wgmma tactics' times by block shape: the fast tiles on 128x128 blocks, the fallback's
-    // on 64x64 blocks.
-    std::map<std::string, double> fast_us;
-    std::map<std::string, double> fallback_us;
-    for (const auto& t : point.at("timings")) {
-      std::string name = t.at("name").get<std::string>();
-      if (name.ends_with(" *")) name.resize(name.size() - 2);
-      if (t.at("blocks") == "128x128" && name.starts_with("cuda.sm90_wgmma.")) {
-        fast_us[name] = t.at("us").get<double>();
-      }
-      if (t.at("blocks") == "64x64" && name.starts_with("cuda.sm90_wgmma_any.")) {
-        fallback_us[name] = t.at("us").get<double>();
-      }
-    }
-    const auto fastest = [](const std::map<std::string, double>& us) {
-      double best = us.begin()->second;
-      for (const auto& [name, t] : us) best = std::min(best, t);
-      return best;
-    };
+    const std::int64_t k = point.at("k").get<std::int64_t>();
+    const std::map<std::string, double> fast_us = wgmma_times(point, "128x128");
+    const std::map<std::string, double> fallback_us = wgmma_times(point, "64x64");
     ASSERT_GE(fast_us.size(), 9U);
     ASSERT_GE(fallback_us.size(), 5U);
     for (const BlockShape block : {BlockShape{128, 128}, BlockShape{64, 64}}) {
-      const LinearProblem p = h200_problem(m, point.at("n"), point.at("k"), block);
+      if (block.n == 128 && m <= 16 && k >= 4096) continue;
+      const LinearProblem p = h200_problem(m, point.at("n"), k, block);
       const std::map<std::string, double>& us = block.n == 128 ? fast_us : fallback_us;
       const std::string chosen = explain(p).chosen->name();
       ASSERT_TRUE(us.contains(chosen)) << chosen;
@@ -194,7 +219,38 @@ TEST(Dispatch, RuleChoosesTheMeasuredFastestTile) {
       ++compared;
     }
   }
-  EXPECT_EQ(compared, 2 * 30);
+  EXPECT_EQ(compared, 2 * 30 - 3);  // less the three M = 1 points with K >= 4096
+}
+
+TEST(Dispatch, DecodeRuleSplitsKWhereTheMeasuredRunSaysSo) {
+  REQUIRE_CUDA_TACTICS();
+  // The fast tiles, split-K ones included, at M = 1 and 8 on the three shapes with K >= 4096
+  // (the unsplit rule's points are the test above's).
+  const nlohmann::json run =
+      measured_run("linear-deepseek-v3-splitk-per-thread-2026-12-06-h100.json");
+  ASSERT_EQ(run.at("sm_count").get<int>(), 132);
+  int compared = 0;
+  int split = 0;
+  for (const auto& point : run.at("points")) {
+    const std::int64_t m = point.at("m").get<std::int64_t>();
+    if (m > 16 || point.at("k").get<std::int64_t>() < 4096) continue;
+    const std::map<std::string, double> us = wgmma_times(point, "128x128");
+    ASSERT_TRUE(us.contains("cuda.sm90_wgmma.m64n64_splitk2"));
+    const LinearProblem p = h200_problem(m, point.at("n"), point.at("k"), BlockShape{128, 128});
+    const Explanation e = explain(p);
+    const std::string chosen = e.chosen->name();
+    ASSERT_TRUE(us.contains(chosen)) << chosen;
+    EXPECT_LE(us.at(chosen), 1.04 * fastest(us))
+        << p.str() << ": " << chosen << " " << us.at(chosen) << " us, fastest " << fastest(us);
+    if (chosen.ends_with("_splitk2")) {
+      ++split;
+      EXPECT_NE(e.chosen_because.find("split over 2 blocks along K"), std::string::npos)
+          << e.chosen_because;
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, 3 * 2);  // 2112 x 7168, 7168 x 16384, 4096 x 7168 at M = 1 and 8
+  EXPECT_EQ(split, 3 * 2);
 }
 
 TEST(Dispatch, BlockShapeIsAValueWhereverItComesFrom) {
