@@ -129,8 +129,8 @@ Preference decode_tile(const LinearProblem& p, std::string_view prefix, bool exp
               explained ? detail::concat("M <= ", kDecodeMaxM, " and K >= ", kDecodeSplitMinK,
                                          ": the widest 64-row tile split over ", kDecodeSplit,
                                          " blocks along K whose blocks reach half of the ", sms,
-                                         " SMs (", tiles(p, 64, candidate.bn), " 64x",
-                                         candidate.bn, " tiles, ", blocks, " blocks)")
+                                         " SMs (", tiles(p, 64, candidate.bn), " 64x", candidate.bn,
+                                         " tiles, ", blocks, " blocks)")
                         : std::string()};
     }
   }
