@@ -87,13 +87,17 @@ run_tests() {
     --gtest_filter='Shapes/MoeGpuW4a8VsCpu.*scale_spread*' >"$out/racecheck_w4a8.log" 2>&1
   echo "racecheck W4A8 rc=$?"
 
-  # memcheck and racecheck on the linear tiles' cluster case (multicast into the peer's shared
-  # memory, remote barrier arrivals): 64 x 2112 (an odd tile count along N), every tactic.
+  # memcheck and racecheck on the linear tiles' cluster cases, every tactic: 64 x 2112 (an odd
+  # tile count along N: multicast into the peer's shared memory), 37 x 528 x 1664 (split K over 2
+  # and 4 blocks, a ragged last tile) and 2100 x 2112 (many tiles per cluster: the split-K
+  # reduction's "done" barrier, which one tile a cluster never exercises).
   bin=$(find build-gpu -name test_linear_linear_gpu_test -type f | head -1)
   for tool in memcheck racecheck; do
-    timeout 150 "$sanitizer" --tool $tool --error-exitcode 3 "$bin" \
-      --gtest_filter='Shapes/EveryCudaTactic.*/6' >"$out/${tool}_linear.log" 2>&1
-    echo "$tool linear rc=$?"
+    for case in 6 8 9; do
+      timeout 150 "$sanitizer" --tool $tool --error-exitcode 3 "$bin" \
+        --gtest_filter="Shapes/EveryCudaTactic.*/$case" >"$out/${tool}_linear_$case.log" 2>&1
+      echo "$tool linear case $case rc=$?"
+    done
   done
 }
 
