@@ -89,6 +89,7 @@ constexpr std::int64_t kDecodeMaxM = 16;
 struct DecodeTile {
   std::string_view tile;
   std::int64_t bn;
+  std::int64_t split = 1;  // blocks per tile along K (the tile's `_splitk` suffix)
 };
 constexpr std::array<DecodeTile, 4> kDecodeTiles{
     {{"m64n128_overlap", 128}, {"m64n64", 64}, {"m64n32", 32}, {"m64n16", 16}}};
@@ -102,8 +103,7 @@ constexpr std::array<DecodeTile, 4> kDecodeTiles{
 // K = 2048 (7168 x 2048: 15.2 against 12.0) the halves are too short to pay for it.
 constexpr std::int64_t kDecodeSplitMinK = 4096;
 constexpr std::array<DecodeTile, 2> kDecodeSplitTiles{
-    {{"m64n128_overlap_splitk2", 128}, {"m64n64_splitk2", 64}}};
-constexpr std::int64_t kDecodeSplit = 2;
+    {{"m64n128_overlap_splitk2", 128, 2}, {"m64n64_splitk2", 64, 2}}};
 
 // The decode rule above among the tiles `usable`, named with `prefix`; an empty name when none is.
 template <typename Usable>
@@ -123,11 +123,11 @@ Preference decode_tile(const LinearProblem& p, std::string_view prefix, bool exp
   if (p.k >= kDecodeSplitMinK && tiles(p, 64, chosen_bn) < sms) {
     for (const DecodeTile& candidate : kDecodeSplitTiles) {
       std::string name = detail::concat(prefix, candidate.tile);
-      const std::int64_t blocks = kDecodeSplit * tiles(p, 64, candidate.bn);
+      const std::int64_t blocks = candidate.split * tiles(p, 64, candidate.bn);
       if (2 * blocks < sms || !usable(name)) continue;
       return {std::move(name),
               explained ? detail::concat("M <= ", kDecodeMaxM, " and K >= ", kDecodeSplitMinK,
-                                         ": the widest 64-row tile split over ", kDecodeSplit,
+                                         ": the widest 64-row tile split over ", candidate.split,
                                          " blocks along K whose blocks reach half of the ", sms,
                                          " SMs (", tiles(p, 64, candidate.bn), " 64x", candidate.bn,
                                          " tiles, ", blocks, " blocks)")

@@ -588,5 +588,5 @@ def test_cuda_model_near_the_cpu_model(checkpoint, mxq_model, fp8_model):
     with torch.no_grad():
         assert torch.equal(fp8_model(ids.cuda()).logits, model(ids.cuda()).logits)
     sequence, steps = generate_with_logits(model, tokens(0, (1, 8)).cuda())
-    step_error = max(3e-2, 2 * drift(theirs))
+    step_error = 3e-2  # the exact emulation's drift is at most 1e-3 (asserted above)
     assert assert_greedy_matches(sequence, steps, emulated, step_error) >= 6

@@ -194,9 +194,10 @@ TEST(LinearOnGpu, EveryTacticStaysWithinTheToleranceOnOutlierActivations) {
   struct Shape2 {
     std::int64_t n, k;
   };
-  // Weight blocks 128 deep along K (the fast path) and 64 and 32 deep (the wgmma fallback then
-  // promotes every 64 or 32 of K, mma.sync every block): how the error depends on how often the
-  // tensor cores' sum is promoted to fp32. fp32 output shows the accumulation's error alone.
+  // Weight blocks 128 deep along K (the fast path), 64 deep (the wgmma fallback then promotes
+  // every 64 of K) and 32 deep (mma.sync only): how the error depends on how often the tensor
+  // cores' sum is promoted to fp32. fp32 output (mma.sync only) shows the accumulation's error
+  // alone.
   for (const BlockShape block : {BlockShape{128, 128}, BlockShape{128, 64}, BlockShape{128, 32}}) {
     for (const Shape2 s : {Shape2{192, 128}, Shape2{128, 256}, Shape2{320, 128}, Shape2{384, 256},
                            Shape2{256, 384}, Shape2{2112, 7168}}) {
