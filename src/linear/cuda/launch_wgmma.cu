@@ -84,11 +84,12 @@ cudaLaunchConfig_t launch_config(Kernel kernel, cudaStream_t stream, cudaLaunchA
 template <typename Tile>
 void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   const int k_groups = (args.k + args.block_k - 1) / args.block_k;
-  const CUtensorMap map_a =
-      tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a, static_cast<std::uint64_t>(args.m),
-                   static_cast<std::uint64_t>(args.k), static_cast<std::uint64_t>(args.lda),
-                   Tile::kBm / Tile::kCluster, 128, CU_TENSOR_MAP_SWIZZLE_128B,
-                   "activations");  // a cluster's blocks each load their share of the rows
+  const int a_rows = Tile::stage_rows(args.m);
+  const CUtensorMap map_a = tma::make_2d(
+      CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a, static_cast<std::uint64_t>(args.m),
+      static_cast<std::uint64_t>(args.k), static_cast<std::uint64_t>(args.lda),
+      static_cast<std::uint32_t>(a_rows / Tile::kCluster), 128, CU_TENSOR_MAP_SWIZZLE_128B,
+      "activations");  // a cluster's blocks each load their share of the rows
   const CUtensorMap map_w =
       tma::make_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, args.w, static_cast<std::uint64_t>(args.n),
                    static_cast<std::uint64_t>(args.k), static_cast<std::uint64_t>(args.ldw),
@@ -96,7 +97,8 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   const CUtensorMap map_a_scale = tma::make_2d(
       CU_TENSOR_MAP_DATA_TYPE_FLOAT32, args.a_scale, static_cast<std::uint64_t>(k_groups),
       static_cast<std::uint64_t>(args.m), static_cast<std::uint64_t>(args.a_scale_ld) * 4,
-      Tile::kKSplit, Tile::kBm, CU_TENSOR_MAP_SWIZZLE_NONE, "activation scales");
+      Tile::kKSplit, static_cast<std::uint32_t>(a_rows), CU_TENSOR_MAP_SWIZZLE_NONE,
+      "activation scales");
   const CUtensorMap map_out = tma::make_2d(
       CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.out, static_cast<std::uint64_t>(args.m),
       static_cast<std::uint64_t>(args.n), static_cast<std::uint64_t>(args.ldo) * 2, 64,
@@ -111,6 +113,7 @@ void launch_tile(const BlockFp8GemmArgs& args, cudaStream_t stream) {
   kernel_args.block_k = args.block_k;
   kernel_args.w_scale = args.w_scale;
   kernel_args.w_scale_ld = args.w_scale_ld;
+  kernel_args.a_rows = a_rows;
   kernel_args.bias_f32 = args.bias_f32;
   kernel_args.bias_bf16 = args.bias_bf16;
 

@@ -58,6 +58,9 @@ struct WgmmaGemmArgs {
   int block_k = 128;
   const float* w_scale = nullptr;  // f32 [ceil(N/block_n), w_scale_ld]
   std::int64_t w_scale_ld = 0;
+  // Rows of A (and of its scales) a stage loads: the tile's kBm, or M rounded up to 8 when the
+  // whole of M is shorter than one tile (WgmmaTile::stage_rows).
+  int a_rows = 0;
   const float* bias_f32 = nullptr;
   const std::uint16_t* bias_bf16 = nullptr;
 };
@@ -110,7 +113,18 @@ struct WgmmaTile {
   // Split K: every consumer thread's fp32 partial, float4 f of thread t at [f][t] (a warp's
   // 16-byte accesses are consecutive: no bank conflicts).
   static constexpr int kReduceBytes = kSplitK > 1 ? kBm* kBn * 4 : 0;
-  static constexpr int kTxBytes = kABytes + kBBytes + kScaleBytes;
+  // Bytes a stage receives when it loads `a_rows` rows of A and of their scales.
+  static constexpr __host__ __device__ int tx_bytes(int a_rows) {
+    return a_rows * kBk + kBBytes + a_rows * 4 * kKSplit;
+  }
+  // The rows of A a stage loads. A tile of an M shorter than kBm loads only M's rows (rounded up
+  // to the swizzle's 8-row atom): TMA's zero fill of the rows past M is not free (M = 1 ran
+  // 1.4x slower than M = 64 with 16-wide tiles on an H100), and those rows' accumulators are
+  // never stored, so whatever the stage held there before is as good as zeros. A multicast
+  // cluster loads whole slices.
+  static constexpr int stage_rows(int m) {
+    return (kCluster == 1 && m < kBm) ? (m + 7) / 8 * 8 : kBm;
+  }
 
   // Shared-memory layout (offsets from a 1024-byte aligned base).
   static constexpr int kAOffset = 0;
@@ -270,6 +284,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       ptx::prefetch_tensor_map(&map_a);
       ptx::prefetch_tensor_map(&map_w);
       ptx::prefetch_tensor_map(&map_a_scale);
+      const int tx_bytes = Tile::tx_bytes(args.a_rows);
       int iteration = 0;
       for (int unit = cluster_id; unit < work; unit += clusters) {
         int m_tile = 0;
@@ -286,7 +301,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             // invalidation (CCTL.IVALL) per stage.
             ptx::mbarrier_wait(&empty[s], phase ^ 1U);
           }
-          ptx::mbarrier_arrive_expect_tx(&full[s], Tile::kTxBytes);
+          ptx::mbarrier_arrive_expect_tx(&full[s], tx_bytes);
           if constexpr (Tile::kCluster == 1) {
             ptx::tma_load_2d(smem + Tile::kAOffset + s * Tile::kABytes, &map_a, &full[s],
                              kb * Tile::kBk, m_tile * Tile::kBm);
@@ -368,7 +383,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         }
         ptx::mbarrier_wait(&full[s], phase);
         const float* a_scale = reinterpret_cast<const float*>(
-            smem + Tile::kScaleOffset + s * Tile::kScaleBytes + part * Tile::kBm * 4);
+            smem + Tile::kScaleOffset + s * Tile::kScaleBytes + part * args.a_rows * 4);
         const float a_lo = a_scale[row_lo + 64 * wave];
         const float a_hi = a_scale[row_hi + 64 * wave];
 #pragma unroll
