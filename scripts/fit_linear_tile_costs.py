@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 FAST_PREFIX = "cuda.sm90_wgmma."
-# Up to this M the dispatch does not use the model (kDecodeMaxM in dispatch.cpp): it takes the
-# widest of these 64-row tiles that gives at least a third of the SMs a tile, else the narrowest.
-DECODE_MAX_M = 16
+# Up to this M (one 64-row tile) the dispatch does not use the model (kDecodeMaxM in
+# dispatch.cpp): it takes the widest of these 64-row tiles whose waves are within
+# DECODE_WAVE_SLACK as full as the fullest one's.
+DECODE_MAX_M = 64
 DECODE_TILES = ["m64n128_overlap", "m64n64", "m64n32", "m64n16"]
+DECODE_WAVE_SLACK = 0.05
 TILE = re.compile(r"\.m(\d+)n(\d+)(?:_overlap)?(?:_x(\d+))?(?:_splitk(\d+))?$")
 
 
@@ -118,17 +120,20 @@ def modeled_us(cost: Tuple[float, float], name: str, p: dict) -> float:
     return waves_of(name, p) * (cost[0] + cost[1] * p["k"] / split_of(name) / 1000.0)
 
 
+def wave_fill(n: int, bn: int, sms: int) -> float:
+    """The fraction of the waves' tile slots that ceil(n / bn) 64-row tiles fill."""
+    tiles = -(-n // bn)
+    return tiles / (-(-tiles // sms) * sms)
+
+
 def decode_choice(names: List[str], p: dict) -> str:
     """The dispatch's tile at M <= DECODE_MAX_M among `names`; '' when none is a decode tile."""
-    chosen = ""
-    for tile in DECODE_TILES:
-        name = FAST_PREFIX + tile
-        if name not in names:
-            continue
-        chosen = name
-        if 3 * -(-p["n"] // tile_of(name)[1]) >= p["sms"]:
-            break
-    return chosen
+    usable = [FAST_PREFIX + tile for tile in DECODE_TILES if FAST_PREFIX + tile in names]
+    if not usable:
+        return ""
+    fill = {name: wave_fill(p["n"], tile_of(name)[1], p["sms"]) for name in usable}
+    fullest = max(fill.values())
+    return next(name for name in usable if fill[name] >= fullest - DECODE_WAVE_SLACK)
 
 
 def rule_choice(costs: Dict[str, Tuple[float, float]], p: dict) -> str:

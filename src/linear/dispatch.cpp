@@ -55,14 +55,16 @@ struct Preference {
 // the small ones. The 2-block cluster tile measured 2.1-2.4x slower than m256n128 everywhere (and
 // still 1.06-1.27x after its stages were released at CTA scope): the model never picks it.
 //
-// At M <= 16 (decode) there is no work to model: every tile streams the same weights, and the
-// model, which counts work per wave, picked tiles up to 1.11x slower than the fastest. What the
-// runs show instead: the widest 64-row tile that still gives at least a third of the SMs a tile is
-// within 1.5% of the fastest at each M = 1 point of the 2026-12-06 H100 run, fast path and
-// fallback, and within 3% of the fastest tile the 2026-12-05 run timed at each of its M = 1, 8,
-// 16 points (docs/perf-log/data/linear-deepseek-v3-*-h100.json): wider tiles keep more bytes in
-// flight per CTA, until too few CTAs are left to keep the HBM busy (N = 2112: 66 n32 tiles beat
-// 33 n64 ones; N = 4096: 64 n64 beat 32 n128; N = 7168: 56 n128 beat 112 n64).
+// At M <= 64 (one 64-row tile: decode and small batches) there is little work to model: every
+// tile streams the same weights, and what sets the time is how evenly the tiles fill the SMs'
+// waves, then the width of the tile (wider tiles keep more bytes in flight per SM). The rule: the
+// widest 64-row tile whose waves are within 5% as full as the fullest tile's. Checked against
+// every M <= 64 point of the 2026-12-06 H100 run after tiles of short M stopped loading TMA's zero
+// fill (docs/perf-log/data/linear-deepseek-v3-short-a-2026-12-06-h100.json): N = 2112 takes 132
+// 64x16 tiles (14.9 us at M = 1 against 16.1 for the best split-K tile and 17.4 for cuBLASLt),
+// N = 4096 128 64x32 ones, N = 7168 112 64x64 ones (45.4 us at K = 16384 against 47.5 for 56
+// 64x128 tiles and 49.5 split over K), N = 24576 384 64x64 ones (three nearly full waves beat two
+// of 64x128 tiles, the second half empty), N = 32768 256 64x128 ones.
 struct TileCost {
   const char* name;  // the fast tactic; its fallback twin is "cuda.sm90_wgmma_any." + the tile
   std::int64_t bm;
@@ -84,69 +86,52 @@ constexpr std::array<TileCost, 9> kTileCosts{{
     {"cuda.sm90_wgmma.m64n16", 64, 16, 1, 1, 0.60, 1.47},
 }};
 constexpr std::string_view kFastPrefix = "cuda.sm90_wgmma.";
-constexpr std::int64_t kDecodeMaxM = 16;
+constexpr std::int64_t kDecodeMaxM = 64;
 // The decode tiles, widest first (the 128-wide one in its overlapping form: as fast or faster).
 struct DecodeTile {
   std::string_view tile;
   std::int64_t bn;
-  std::int64_t split = 1;  // blocks per tile along K (the tile's `_splitk` suffix)
 };
 constexpr std::array<DecodeTile, 4> kDecodeTiles{
     {{"m64n128_overlap", 128}, {"m64n64", 64}, {"m64n32", 32}, {"m64n16", 16}}};
-// Split K at decode: where K is long and the rule's tiles leave SMs idle, the widest 64-row tile
-// split over two blocks whose blocks reach half the SMs. Each block streams half of K, so the
-// weights stream from twice as many SMs with wide tiles; the reduction through distributed
-// shared memory costs about a microsecond a tile. On the H100 (per-thread arrivals,
-// docs/perf-log/data/linear-deepseek-v3-splitk-per-thread-2026-12-06-h100.json), M = 1 and 8:
-// 2112 x 7168 16.9 / 16.7 us against 18.9 / 17.5 (66 64x32 tiles), 7168 x 16384 48.8 / 49.1
-// against 57.2 / 51.1 (56 64x128), 4096 x 7168 20.8 / 19.8 against 21.8 / 19.7 (64 64x64); at
-// K = 2048 (7168 x 2048: 15.2 against 12.0) the halves are too short to pay for it.
-constexpr std::int64_t kDecodeSplitMinK = 4096;
-constexpr std::array<DecodeTile, 2> kDecodeSplitTiles{
-    {{"m64n128_overlap_splitk2", 128, 2}, {"m64n64_splitk2", 64, 2}}};
+// Tiles that fill their waves within this fraction of the fullest count as full.
+constexpr double kDecodeWaveSlack = 0.05;
 
 // The decode rule above among the tiles `usable`, named with `prefix`; an empty name when none is.
 template <typename Usable>
 Preference decode_tile(const LinearProblem& p, std::string_view prefix, bool explained,
                        Usable usable) {
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
-  std::string chosen;
-  std::int64_t chosen_bn = 0;
+  // The fraction of the waves' tile slots the tiles of width `bn` fill.
+  const auto fill = [&](std::int64_t bn) {
+    const std::int64_t count = tiles(p, 64, bn);
+    return static_cast<double>(count) / static_cast<double>(ceil_div(count, sms) * sms);
+  };
+  double fullest = 0.0;
+  for (const DecodeTile& candidate : kDecodeTiles) {
+    if (usable(detail::concat(prefix, candidate.tile)))
+      fullest = std::max(fullest, fill(candidate.bn));
+  }
   for (const DecodeTile& candidate : kDecodeTiles) {
     std::string name = detail::concat(prefix, candidate.tile);
-    if (!usable(name)) continue;
-    chosen = std::move(name);  // the narrowest usable one when none fills a third of the SMs
-    chosen_bn = candidate.bn;
-    if (3 * ceil_div(p.n, candidate.bn) >= sms) break;
+    if (!usable(name) || fill(candidate.bn) < fullest - kDecodeWaveSlack) continue;
+    return {std::move(name),
+            explained ? detail::concat("M <= ", kDecodeMaxM,
+                                       ": the widest 64-row tile whose waves are as full as any (",
+                                       tiles(p, 64, candidate.bn), " 64x", candidate.bn,
+                                       " tiles on ", sms, " SMs fill ",
+                                       std::lround(100 * fill(candidate.bn)), "% of their waves)")
+                      : std::string()};
   }
-  if (chosen.empty()) return {};
-  if (p.k >= kDecodeSplitMinK && tiles(p, 64, chosen_bn) < sms) {
-    for (const DecodeTile& candidate : kDecodeSplitTiles) {
-      std::string name = detail::concat(prefix, candidate.tile);
-      const std::int64_t blocks = candidate.split * tiles(p, 64, candidate.bn);
-      if (2 * blocks < sms || !usable(name)) continue;
-      return {std::move(name),
-              explained ? detail::concat("M <= ", kDecodeMaxM, " and K >= ", kDecodeSplitMinK,
-                                         ": the widest 64-row tile split over ", candidate.split,
-                                         " blocks along K whose blocks reach half of the ", sms,
-                                         " SMs (", tiles(p, 64, candidate.bn), " 64x", candidate.bn,
-                                         " tiles, ", blocks, " blocks)")
-                        : std::string()};
-    }
-  }
-  return {chosen, explained ? detail::concat("M <= ", kDecodeMaxM,
-                                             ": the widest 64-row tile with a tile for at least a "
-                                             "third of the ",
-                                             sms, " SMs (", tiles(p, 64, chosen_bn), " 64x",
-                                             chosen_bn, " tiles)")
-                            : std::string()};
+  return {};
 }
 
 // The tile of least modeled time among those `usable`, named with `prefix` (kFastPrefix or the
-// fallback's); an empty name when none is usable.
+// fallback's); an empty name when none is usable. `one_warpgroup_per_k_scale` multiplies the
+// per-K cost of the 64-row (one consumer warpgroup) tiles.
 template <typename Usable>
 Preference least_modeled_tile(const LinearProblem& p, std::string_view prefix, bool explained,
-                              Usable usable) {
+                              double one_warpgroup_per_k_scale, Usable usable) {
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
   // Waves of work units (a cluster's tiles along N count as one) on sms / blocks-per-unit slots.
   const auto waves = [&](const TileCost& c) {
@@ -157,9 +142,10 @@ Preference least_modeled_tile(const LinearProblem& p, std::string_view prefix, b
     return detail::concat(prefix, std::string_view(c.name).substr(kFastPrefix.size()));
   };
   const auto modeled_us = [&](const TileCost& c) {
+    const double per_k = c.us_per_k_1000 * (c.bm == 64 ? one_warpgroup_per_k_scale : 1.0);
     return static_cast<double>(waves(c)) *
            (c.setup_us +
-            c.us_per_k_1000 * static_cast<double>(p.k) / static_cast<double>(c.split_k) / 1000.0);
+            per_k * static_cast<double>(p.k) / static_cast<double>(c.split_k) / 1000.0);
   };
   const TileCost* best = nullptr;
   for (const TileCost& c : kTileCosts) {
@@ -184,16 +170,16 @@ Preference least_modeled_tile(const LinearProblem& p, std::string_view prefix, b
 // The decode rule at M <= kDecodeMaxM, else the least modeled time.
 template <typename Usable>
 Preference preferred_tile(const LinearProblem& p, std::string_view prefix, bool explained,
-                          Usable usable) {
+                          double one_warpgroup_per_k_scale, Usable usable) {
   if (p.m <= kDecodeMaxM) {
     Preference decode = decode_tile(p, prefix, explained, usable);
     if (!decode.name.empty()) return decode;
   }
-  return least_modeled_tile(p, prefix, explained, usable);
+  return least_modeled_tile(p, prefix, explained, one_warpgroup_per_k_scale, usable);
 }
 
 Preference preferred_fast(const LinearProblem& p, bool explained) {
-  return preferred_tile(p, kFastPrefix, explained, [&](const std::string& name) {
+  return preferred_tile(p, kFastPrefix, explained, 1.0, [&](const std::string& name) {
     const LinearTactic* tactic = find_tactic(name);
     return tactic != nullptr && tactic->supports(p);
   });
@@ -209,10 +195,20 @@ Preference preferred_fallback(const LinearProblem& p, bool explained) {
   // Its 256-row tile is left to the tuner: on 64x64 blocks it is 1.05-1.14x the rule's tile at
   // M >= 512 on four of the six DeepSeek-V3 shapes but 0.58-0.86x on 2112 x 7168 (H100,
   // docs/perf-log/data/linear-deepseek-v3-fallback-2026-12-06-h100.json), where the model fitted
-  // to the fast path would still choose it.
-  Preference tile =
-      preferred_tile(p, "cuda.sm90_wgmma_any.", explained, [&](const std::string& name) {
-        if (name == "cuda.sm90_wgmma_any.m256n128") return false;
+  // to the fast path would still choose it. Its plain 128x128 tile gives way to the overlapping
+  // one, 3-12% faster at every M >= 256 point on 64x64 blocks (two 64-deep units a stage: twice
+  // the promotions to hide; docs/perf-log/data/linear-deepseek-v3-short-a-2026-12-06-h100.json).
+  // Blocks shallower than 128 put two or four scale units in a stage: a 64-row tile promotes each
+  // on its one consumer warpgroup, and its time grows more than a 128-row tile's (on 64x64
+  // blocks, M >= 128: median 1.43x the fast path's time for m64n128_overlap, 1.60x for m64n64,
+  // 1.34x for m128n128_overlap, same run as above). Without this the model took the 64-row tile
+  // at M = 1024, N = 2112, K = 7168 (88.6 us against 84.9 for the 128-row one).
+  const double per_k_scale = p.block.k < 128 ? 1.15 : 1.0;
+  Preference tile = preferred_tile(
+      p, "cuda.sm90_wgmma_any.", explained, per_k_scale, [&](const std::string& name) {
+        if (name == "cuda.sm90_wgmma_any.m256n128" || name == "cuda.sm90_wgmma_any.m128n128") {
+          return false;
+        }
         const LinearTactic* tactic = find_tactic(name);
         return tactic != nullptr && tactic->supports(p);
       });

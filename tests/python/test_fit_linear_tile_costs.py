@@ -1,7 +1,9 @@
 """scripts/fit_linear_tile_costs.py: it recovers the coefficients of timings that follow the model
-exactly, the rule it fits on the committed H100 runs picks a tile within 4% of the fastest at every
-point (the property tests/cpp/linear/dispatch_test.cpp checks for the table in dispatch.cpp), with
-the decode rule at M <= 16, and files that are not bench output are refused with a message."""
+exactly, the model it fits on the committed H100 runs picks a tile within 4% of the fastest at every
+point above the decode range (the property tests/cpp/linear/dispatch_test.cpp checks for the table
+in dispatch.cpp), its decode rule at M <= 64 is within 2% of the fastest tile of the run after
+short-M tiles stopped loading TMA's zero fill, and files that are not bench output are refused
+with a message."""
 
 from __future__ import annotations
 
@@ -16,6 +18,10 @@ H100_RUNS = [DATA / "linear-deepseek-v3-m1-4096-2026-12-05-h100.json",
              DATA / "linear-deepseek-v3-7168x16384-m64-4096-2026-12-05-h100.json"]
 # Every fast tile, narrow and wide ones included, at M = 1, 64, 128, 512, 4096.
 H100_ALL_TILES = DATA / "linear-deepseek-v3-2026-12-06-h100.json"
+# Every fast tile (split-K and cluster ones included) at M = 1, 8, 16, ... 4096, after tiles of an
+# M shorter than the tile stopped loading TMA's zero fill (the runs above predate it: their
+# M <= 64 times are of the kernel before).
+H100_SHORT_A = DATA / "linear-deepseek-v3-short-a-2026-12-06-h100.json"
 
 
 @pytest.fixture()
@@ -52,25 +58,39 @@ def test_timings_that_follow_the_model_give_back_its_coefficients(fit, tmp_path)
         assert costs[name][1] == pytest.approx(per_k, rel=1e-9)
 
 
-def test_the_rule_fitted_on_the_h100_run_is_within_4_percent_everywhere(fit):
+def _above_decode(fit, points):
+    return [p for p in points if p["m"] > fit.DECODE_MAX_M]
+
+
+def test_the_model_fitted_on_the_h100_run_is_within_4_percent_above_decode(fit):
     points = fit.load_points(H100_RUNS)
-    quality = fit.evaluate(points, fit.fit(points))
-    assert quality["points"] == 62
+    quality = fit.evaluate(_above_decode(fit, points), fit.fit(points))
+    assert quality["points"] == 36
     assert quality["worst_ratio"] <= 1.04, quality["worst_at"]
 
 
-def test_the_rule_fitted_on_every_tile_is_within_4_percent_everywhere(fit):
+def test_the_model_fitted_on_every_tile_is_within_4_percent_above_decode(fit):
     points = fit.load_points([H100_ALL_TILES])
     costs = fit.fit(points)
     assert len(costs) == 9
-    quality = fit.evaluate(points, costs)
-    assert quality["points"] == 30
+    quality = fit.evaluate(_above_decode(fit, points), costs)
+    assert quality["points"] == 18
     assert quality["worst_ratio"] <= 1.04, quality["worst_at"]
-    # M = 1 takes the decode rule: N = 2112 -> 66 n32 tiles, 4096 -> 64 n64, 7168 -> 56 n128.
-    at_m1 = {c["n"]: c["chosen"] for c in quality["choices"] if c["m"] == 1}
-    assert at_m1[2112] == "cuda.sm90_wgmma.m64n32"
-    assert at_m1[4096] == "cuda.sm90_wgmma.m64n64"
-    assert at_m1[7168] == "cuda.sm90_wgmma.m64n128_overlap"
+
+
+def test_the_decode_rule_is_within_2_percent_of_the_fastest_tile(fit):
+    points = [p for p in fit.load_points([H100_SHORT_A]) if p["m"] <= fit.DECODE_MAX_M]
+    assert len(points) == 6 * 5  # M = 1, 8, 16, 32, 64 on the six shapes
+    for p in points:
+        chosen = fit.decode_choice(list(p["us"]), p)
+        assert p["us"][chosen] <= 1.02 * min(p["us"].values()), (p["m"], p["n"], chosen)
+    # The widest tile whose waves are as full as any: N = 2112 -> 132 64x16 tiles, 4096 -> 128
+    # 64x32, 7168 -> 112 64x64, 24576 -> 384 64x64 (three full waves, not 192 64x128 in two),
+    # 32768 -> 256 64x128.
+    at_m1 = {p["n"]: fit.decode_choice(list(p["us"]), p) for p in points if p["m"] == 1}
+    assert at_m1 == {2112: "cuda.sm90_wgmma.m64n16", 4096: "cuda.sm90_wgmma.m64n32",
+                     7168: "cuda.sm90_wgmma.m64n64", 24576: "cuda.sm90_wgmma.m64n64",
+                     32768: "cuda.sm90_wgmma.m64n128_overlap"}
 
 
 def test_the_command_prints_the_cpp_table_or_json(fit, capsys):
