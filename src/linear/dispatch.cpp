@@ -4,11 +4,13 @@
 #include <array>
 #include <cmath>
 #include <sstream>
+#include <stdexcept>
 
 #include <any>
 #include <optional>
 
 #include "linear/cpu/tactics.h"
+#include "linear/cuda/tile_schedule.h"
 #include "linear/device_ops.h"
 #include "linear/tune_support.h"
 #include "mxq/core/error.h"
@@ -54,6 +56,9 @@ struct Preference {
 // (256x128: 14% faster than 128x128 at M = 4096), while a last wave that leaves SMs idle favours
 // the small ones. The 2-block cluster tile measured 2.1-2.4x slower than m256n128 everywhere (and
 // still 1.06-1.27x after its stages were released at CTA scope): the model never picks it.
+// `m64n64_splitk2` (two blocks a tile, each streaming half of K) has the cost the script fitted to
+// docs/perf-log/data/linear-deepseek-v3-short-a-2026-12-06-h100.json: at M = 128, N = 2112 it was
+// 3-4% faster than the 64x32 tile in three runs.
 //
 // At M <= 64 (one 64-row tile: decode and small batches) there is little work to model: every
 // tile streams the same weights, and what sets the time is how evenly the tiles fill the SMs'
@@ -74,7 +79,7 @@ struct TileCost {
   double setup_us;       // per wave, whatever K
   double us_per_k_1000;  // per wave, per 1000 of K (of the block's share of K)
 };
-constexpr std::array<TileCost, 9> kTileCosts{{
+constexpr std::array<TileCost, 10> kTileCosts{{
     {"cuda.sm90_wgmma.m256n128_x2", 256, 128, 2, 1, 4.72, 14.76},
     {"cuda.sm90_wgmma.m256n128", 256, 128, 1, 1, 3.71, 6.36},
     {"cuda.sm90_wgmma.m128n128_overlap", 128, 128, 1, 1, 2.55, 4.13},
@@ -82,10 +87,32 @@ constexpr std::array<TileCost, 9> kTileCosts{{
     {"cuda.sm90_wgmma.m64n128", 64, 128, 1, 1, 1.70, 2.97},
     {"cuda.sm90_wgmma.m64n128_overlap", 64, 128, 1, 1, 1.63, 2.64},
     {"cuda.sm90_wgmma.m64n64", 64, 64, 1, 1, 1.09, 2.20},
+    {"cuda.sm90_wgmma.m64n64_splitk2", 64, 64, 1, 2, 3.58, 2.56},
     {"cuda.sm90_wgmma.m64n32", 64, 32, 1, 1, 0.85, 1.86},
     {"cuda.sm90_wgmma.m64n16", 64, 16, 1, 1, 0.60, 1.47},
 }};
 constexpr std::string_view kFastPrefix = "cuda.sm90_wgmma.";
+// The tail splits (launch.h, kWgmmaTailSplits): the head tile for the rows it fills whole waves
+// with, the tail tile for the rest, each at its own cost above, plus the second launch.
+struct TailSplitCost {
+  std::string_view name;
+  const TileCost* head;
+  const TileCost* tail;
+};
+// The cost entry named `name` (a name not in kTileCosts fails to compile: a throw in a constant
+// expression).
+constexpr const TileCost* tile_cost(std::string_view name) {
+  for (const TileCost& c : kTileCosts) {
+    if (c.name == name) return &c;
+  }
+  throw std::logic_error("no such tile cost");
+}
+constexpr std::array<TailSplitCost, 1> kTailSplitCosts{{
+    {"cuda.sm90_wgmma.m256n128_tail_m64n64", tile_cost("cuda.sm90_wgmma.m256n128"),
+     tile_cost("cuda.sm90_wgmma.m64n64")},
+}};
+// A second kernel in the stream: its launch and its first loads (guess, to be measured).
+constexpr double kSecondLaunchUs = 2.0;
 constexpr std::int64_t kDecodeMaxM = 64;
 // The decode tiles, widest first (the 128-wide one in its overlapping form: as fast or faster).
 struct DecodeTile {
@@ -133,29 +160,50 @@ template <typename Usable>
 Preference least_modeled_tile(const LinearProblem& p, std::string_view prefix, bool explained,
                               double one_warpgroup_per_k_scale, Usable usable) {
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
-  // Waves of work units (a cluster's tiles along N count as one) on sms / blocks-per-unit slots.
-  const auto waves = [&](const TileCost& c) {
-    return ceil_div(tiles(p, c.bm, c.bn * c.cluster),
+  // Waves of work units (a cluster's tiles along N count as one) over `m` rows on
+  // sms / blocks-per-unit slots.
+  const auto waves = [&](const TileCost& c, std::int64_t m) {
+    return ceil_div(ceil_div(m, c.bm) * ceil_div(p.n, c.bn * c.cluster),
                     std::max<std::int64_t>(1, sms / (c.cluster * c.split_k)));
   };
-  const auto name_of = [&](const TileCost& c) {
-    return detail::concat(prefix, std::string_view(c.name).substr(kFastPrefix.size()));
+  const auto name_of = [&](std::string_view fast_name) {
+    return detail::concat(prefix, fast_name.substr(kFastPrefix.size()));
   };
-  const auto modeled_us = [&](const TileCost& c) {
+  const auto modeled_us = [&](const TileCost& c, std::int64_t m) {
     const double per_k = c.us_per_k_1000 * (c.bm == 64 ? one_warpgroup_per_k_scale : 1.0);
-    return static_cast<double>(waves(c)) *
+    return static_cast<double>(waves(c, m)) *
            (c.setup_us +
             per_k * static_cast<double>(p.k) / static_cast<double>(c.split_k) / 1000.0);
   };
   const TileCost* best = nullptr;
   for (const TileCost& c : kTileCosts) {
-    if (!usable(name_of(c))) continue;
-    if (best == nullptr || modeled_us(c) < modeled_us(*best)) best = &c;
+    if (!usable(name_of(c.name))) continue;
+    if (best == nullptr || modeled_us(c, p.m) < modeled_us(*best, p.m)) best = &c;
   }
   if (best == nullptr) return {};
-  return {name_of(*best),
+  // A tail split beats the best single tile where its head's whole waves plus the tail's (and
+  // the second launch) cost less.
+  for (const TailSplitCost& split : kTailSplitCosts) {
+    const std::string name = name_of(split.name);
+    const std::int64_t head_rows =
+        linear::gpu::tail_split_rows(p.m, p.n, split.head->bm, split.head->bn, sms);
+    if (head_rows == 0 || !usable(name)) continue;
+    const double split_us = modeled_us(*split.head, head_rows) +
+                            modeled_us(*split.tail, p.m - head_rows) + kSecondLaunchUs;
+    if (split_us >= modeled_us(*best, p.m)) continue;
+    return {name, explained
+                      ? detail::concat(
+                            "least modeled time: ", head_rows, " rows in ",
+                            waves(*split.head, head_rows), " whole wave(s) of ", split.head->bm,
+                            "x", split.head->bn, " tiles, the other ", p.m - head_rows, " in ",
+                            split.tail->bm, "x", split.tail->bn, " tiles on ", sms, " SMs (",
+                            std::round(10 * split_us) / 10, " us modeled, against ",
+                            std::round(10 * modeled_us(*best, p.m)) / 10, " for ", best->name, ")")
+                      : std::string()};
+  }
+  return {name_of(best->name),
           explained
-              ? detail::concat("least modeled time: ", waves(*best), " wave(s) of ",
+              ? detail::concat("least modeled time: ", waves(*best, p.m), " wave(s) of ",
                                tiles(p, best->bm, best->bn), " ", best->bm, "x", best->bn,
                                " tiles on ", sms, " SMs",
                                best->cluster > 1 ? detail::concat(" in clusters of ", best->cluster)
@@ -163,7 +211,7 @@ Preference least_modeled_tile(const LinearProblem& p, std::string_view prefix, b
                                best->split_k > 1
                                    ? detail::concat(", K split over ", best->split_k, " blocks")
                                    : std::string(),
-                               " (", std::round(10 * modeled_us(*best)) / 10, " us modeled)")
+                               " (", std::round(10 * modeled_us(*best, p.m)) / 10, " us modeled)")
               : std::string()};
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "linear/cuda/launch.h"
+#include "linear/cuda/tile_schedule.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
 
@@ -126,6 +127,70 @@ class WgmmaTactic final : public LinearTactic {
   std::string name_;
 };
 
+// The fast path with its last, partly idle wave split off: the rows of M that `head_` tiles fill
+// whole waves with (tail_split_rows), then the rest of M in a second launch of the smaller
+// `tail_` tile, on the caller's stream. N = 2112 at M = 4096: 256x128 tiles for 3840 rows (two
+// waves) and 64x64 tiles for the last 256 (one wave of 132 tiles a quarter as long), instead of
+// a third wave of 8 tiles on 132 SMs.
+class WgmmaTailSplitTactic final : public LinearTactic {
+ public:
+  WgmmaTailSplitTactic(gpu::WgmmaShape head, gpu::WgmmaShape tail)
+      : head_(head),
+        tail_(tail),
+        name_("cuda.sm90_wgmma." + gpu::to_string(head) + "_tail_" + gpu::to_string(tail)) {}
+
+  [[nodiscard]] const std::string& name() const override { return name_; }
+  [[nodiscard]] TacticKind kind() const override { return TacticKind::kFast; }
+  [[nodiscard]] TacticParams params() const override {
+    return {{"block_m", head_.bm},        {"block_n", head_.bn},      {"block_k", 128},
+            {"stages", head_.stages},     {"tail_block_m", tail_.bm}, {"tail_block_n", tail_.bn},
+            {"tail_stages", tail_.stages}};
+  }
+  [[nodiscard]] Support check(const LinearProblem& p) const override {
+    if (Support device = wgmma_device_checks(p); !device) return device;
+    if (!(p.block == BlockShape{128, 128})) {
+      return Support::no("needs 128x128 weight blocks; the block is " + to_string(p.block));
+    }
+    if (p.k % 128 != 0) {
+      return Support::no(detail::concat("needs K % 128 == 0; K = ", p.k));
+    }
+    if (head_rows(p) == 0) {
+      return Support::no(detail::concat("needs a last wave of ", head_.bm, "x", head_.bn,
+                                        " tiles that leaves SMs idle after a whole one (", tiles(p),
+                                        " tiles on ", sms(p), " SMs)"));
+    }
+    return wgmma_output_checks(p);
+  }
+
+ protected:
+  void run_supported(const LinearOperands& ops, const LinearProblem& p) const override {
+    const gpu::BlockFp8GemmArgs args = gemm_args(ops, p);
+    const long long rows = head_rows(p);
+    gpu::BlockFp8GemmArgs head = args;
+    head.m = static_cast<int>(rows);
+    gpu::launch_wgmma(head_, head, as_stream(ops.stream));
+    gpu::BlockFp8GemmArgs tail = args;
+    tail.m = static_cast<int>(p.m - rows);
+    tail.a = args.a + rows * args.lda;
+    tail.a_scale = args.a_scale + rows;  // K-group major: each group's row of M scales
+    tail.out = static_cast<std::uint16_t*>(args.out) + rows * args.ldo;  // bf16
+    gpu::launch_wgmma(tail_, tail, as_stream(ops.stream));
+  }
+
+ private:
+  static long long sms(const LinearProblem& p) { return p.sm_count > 0 ? p.sm_count : 132; }
+  long long tiles(const LinearProblem& p) const {
+    return (p.m + head_.bm - 1) / head_.bm * ((p.n + head_.bn - 1) / head_.bn);
+  }
+  long long head_rows(const LinearProblem& p) const {
+    return gpu::tail_split_rows(p.m, p.n, head_.bm, head_.bn, sms(p));
+  }
+
+  gpu::WgmmaShape head_;
+  gpu::WgmmaShape tail_;
+  std::string name_;
+};
+
 // The wgmma fallback: the fast path's kernel for other weight blocks (K extent 64 or 128; N extent
 // a multiple of the tile width, or 64 under 128-wide tiles) and ragged K (K % 16 == 0).
 class WgmmaAnyBlockTactic final : public LinearTactic {
@@ -221,6 +286,9 @@ class MmaSyncTactic final : public LinearTactic {
 void append_cuda_tactics(std::vector<std::unique_ptr<LinearTactic>>& tactics) {
   for (const gpu::WgmmaShape& shape : gpu::kWgmmaShapes) {
     tactics.push_back(std::make_unique<WgmmaTactic>(shape));
+  }
+  for (const gpu::WgmmaTailSplit& split : gpu::kWgmmaTailSplits) {
+    tactics.push_back(std::make_unique<WgmmaTailSplitTactic>(split.head, split.tail));
   }
   for (const gpu::WgmmaShape& shape : gpu::kWgmmaAnyBlockShapes) {
     tactics.push_back(std::make_unique<WgmmaAnyBlockTactic>(shape));

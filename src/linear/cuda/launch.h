@@ -74,6 +74,16 @@ inline constexpr std::array<WgmmaShape, 14> kWgmmaShapes = {{
     {128, 128, 4, true, 1, 2},
 }};
 
+// The fast path's tail splits: `head` tiles for the rows of M they fill whole waves with, `tail`
+// tiles for the rest (linear/cuda/tile_schedule.h, tail_split_rows).
+struct WgmmaTailSplit {
+  WgmmaShape head;
+  WgmmaShape tail;
+};
+inline constexpr std::array<WgmmaTailSplit, 1> kWgmmaTailSplits = {{
+    {{256, 128, 3, false}, {64, 64, 8, false}},
+}};
+
 // Tile shapes compiled for the wgmma kernel on other weight blocks (the wgmma fallback): block K
 // extent 64 or 128; block N extent a multiple of the tile width, or 64 with 128-wide tiles.
 // The overlapping tiles matter most here: a 64-wide weight block halves the wgmma work between

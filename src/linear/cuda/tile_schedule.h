@@ -44,6 +44,22 @@ struct TileSchedule {
   }
 };
 
+// The tail split of a tile whose last wave would leave SMs idle: the rows of M that `block_m` x
+// `block_n` tiles compute in whole waves on `sms` SMs (whole m-tiles of the first
+// floor(tiles / sms) waves' tiles), the rest of M going to a second launch of a smaller tile.
+// 0 when the tiles fill less than one wave or their waves are already whole (no split).
+// N = 2112 at M = 4096 in 256x128 tiles: 272 tiles are three waves on 132 SMs, the last with 8;
+// the split gives 3840 rows (255 tiles, two waves) and leaves 256.
+constexpr long long tail_split_rows(long long m, long long n, long long block_m, long long block_n,
+                                    long long sms) {
+  const long long tiles_n = (n + block_n - 1) / block_n;
+  const long long tiles_m = (m + block_m - 1) / block_m;
+  const long long whole_waves = tiles_m * tiles_n / sms;
+  if (whole_waves == 0 || tiles_m * tiles_n % sms == 0) return 0;
+  const long long head_tiles_m = whole_waves * sms / tiles_n;
+  return head_tiles_m > 0 && head_tiles_m < tiles_m ? head_tiles_m * block_m : 0;
+}
+
 }  // namespace mxq::linear::gpu
 
 #undef MXQ_HOST_DEVICE

@@ -106,3 +106,34 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace mxq::linear::gpu
+
+namespace mxq::linear::gpu {
+namespace {
+
+TEST(TailSplit, TheHeadFillsWholeWavesAndTheTailTakesTheRest) {
+  // N = 2112 in 256x128 tiles on 132 SMs (17 tiles a row of tiles): M = 4096 is 272 tiles, two
+  // whole waves and 8; the head takes the 15 m-tiles that fit in two waves (255 tiles).
+  EXPECT_EQ(tail_split_rows(4096, 2112, 256, 128, 132), 3840);
+  EXPECT_EQ(tail_split_rows(2048, 2112, 256, 128, 132), 1792);  // 136 tiles: 7 m-tiles of 8
+  // Less than one whole wave, or waves already whole: no split.
+  EXPECT_EQ(tail_split_rows(1024, 2112, 256, 128, 132), 0);   // 68 tiles
+  EXPECT_EQ(tail_split_rows(4096, 4224, 256, 128, 132), 0);   // 528 tiles: 4 whole waves
+  EXPECT_EQ(tail_split_rows(4096, 33792, 256, 128, 132), 0);  // 264 tiles a row: 4224 = 32 waves
+  // A row of tiles wider than the SMs: the head is the whole m-tiles inside the whole waves.
+  EXPECT_EQ(tail_split_rows(4096, 32768, 256, 128, 132), 3840);  // 4096 tiles, 31 waves: 15 rows
+  // For every split, the head's tiles fit in its whole waves and the tail is a non-empty part
+  // of M that the head's m-tiles do not cover.
+  for (long long m = 1; m <= 9000; m += 37) {
+    for (const long long n : {512LL, 2112LL, 4096LL, 7168LL, 24576LL}) {
+      const long long rows = tail_split_rows(m, n, 256, 128, 132);
+      if (rows == 0) continue;
+      EXPECT_EQ(rows % 256, 0) << m << " " << n;
+      EXPECT_LT(rows, m) << m << " " << n;
+      const long long tiles = (m + 255) / 256 * ((n + 127) / 128);
+      EXPECT_LE(rows / 256 * ((n + 127) / 128), tiles / 132 * 132) << m << " " << n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mxq::linear::gpu
