@@ -62,7 +62,8 @@ struct Preference {
 //
 // At M <= 64 (one 64-row tile: decode and small batches) there is little work to model: every
 // tile streams the same weights, and what sets the time is how evenly the tiles fill the SMs'
-// waves, then the width of the tile (wider tiles keep more bytes in flight per SM). The rule: the
+// waves, then the width of the tile (a wider tile streams faster per SM; not for the bytes it
+// keeps in flight: rings three times deeper did not change a narrow tile's rate). The rule: the
 // widest 64-row tile whose waves are within 5% as full as the fullest tile's. Checked against
 // every M <= 64 point of the 2026-12-06 H100 run after tiles of short M stopped loading TMA's zero
 // fill (docs/perf-log/data/linear-deepseek-v3-short-a-2026-12-06-h100.json): N = 2112 takes 132
@@ -111,7 +112,9 @@ constexpr std::array<TailSplitCost, 1> kTailSplitCosts{{
     {"cuda.sm90_wgmma.m256n128_tail_m64n64", tile_cost("cuda.sm90_wgmma.m256n128"),
      tile_cost("cuda.sm90_wgmma.m64n64")},
 }};
-// A second kernel in the stream: its launch and its first loads (guess, to be measured).
+// A second kernel in the stream: its launch and its first loads (a guess; with it the model
+// gave 68.2 and 117.5 us for the split at M = 2048 and 4096, N = 2112, K = 7168, measured 67.2 and
+// 117.0 on an H100).
 constexpr double kSecondLaunchUs = 2.0;
 constexpr std::int64_t kDecodeMaxM = 64;
 // The decode tiles, widest first (the 128-wide one in its overlapping form: as fast or faster).
