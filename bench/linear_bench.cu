@@ -15,6 +15,7 @@
 
 #include "cublaslt_block_fp8.h"
 #include "linear_summary.h"
+#include "read_floor.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -402,6 +403,42 @@ std::vector<std::pair<int, int>> linear_preset_shapes(const std::string& preset)
   fail_argument(ErrorCode::kInvalidArgument, "--preset", "deepseek-v3", "'" + preset + "'");
 }
 
+// A byte range of a tensor for the read floor, cut to whole 16-byte units (a scale tensor's last
+// few bytes may be left out: at most 12).
+DeviceRange read_range(const Tensor& t) {
+  return {t.data(), static_cast<std::size_t>(t.nbytes()) / 16 * 16};
+}
+
+// The read floor of one point: each input set's weights, weight scales, activations and
+// activation scales read once by read_floor.h's streaming kernel (the sets rotated as the
+// tactics' are), and how far the dispatch's tile on 128x128 blocks is above it.
+nlohmann::json time_operand_read_floor(const std::vector<OperandSet>& operand_sets,
+                                       const nlohmann::json& timings, int repeats,
+                                       cudaStream_t stream, bool progress, int n, int k, int m) {
+  std::vector<ReadPasses> sets;
+  for (const OperandSet& s : operand_sets) {
+    sets.push_back(
+        {{read_range(s.w), read_range(s.w_scale), read_range(s.a), read_range(s.a_scale)}});
+  }
+  const ReadFloor floor = time_read_floor(sets, repeats, stream, [] {});
+  nlohmann::json result = {{"bytes", floor.bytes},
+                           {"total_us", floor.total_us},
+                           {"in_graph_us", floor.in_graph_us},
+                           {"gbps", floor.bytes / (floor.total_us * 1e-6) / 1e9},
+                           {"blocks_per_sm", floor.blocks_per_sm}};
+  for (const auto& t : timings) {
+    const std::string name = t["name"].get<std::string>();
+    if (t["blocks"] == "128x128" && name.ends_with(" *")) {
+      result["dispatch_over_floor"] = t["us"].get<double>() / floor.total_us;
+    }
+  }
+  if (progress) {
+    std::fprintf(stderr, "  N=%d K=%d M=%d %-30s %-8s %9.1f us (%.0f GB/s)\n", n, k, m,
+                 "read floor", "", floor.total_us, result["gbps"].get<double>());
+  }
+  return result;
+}
+
 nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress) {
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
@@ -536,6 +573,10 @@ nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress
       if (options.op) {
         point["op"] = time_linear_into(operand_sets, m, n, k, options.repeats, stream, cublas_us,
                                        flops, bytes, progress);
+      }
+      if (options.read_floor) {
+        point["read_floor"] = time_operand_read_floor(operand_sets, timings, options.repeats,
+                                                      stream, progress, n, k, m);
       }
       point["timings"] = timings;
       points.push_back(point);

@@ -1,7 +1,8 @@
 // `mxq bench linear`: times every supported mxq block-FP8 tactic and cuBLASLt's block-scaled
 // FP8 GEMM (1x128 activation scales x 128x128 weight scales, bf16 out) on the same inputs, on one
 // GPU, the fallback on 64x64 blocks, and the op as engines call it (linear_into: the caller's
-// output and workspace) per activation input (points[].op).
+// output and workspace) per activation input (points[].op), and the read floor of each point's
+// operands (points[].read_floor).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,9 @@ struct LinearBenchOptions {
   bool baseline = true;                     // time cuBLASLt
   bool fallback_64 = true;                  // time the fallback on 64x64 blocks too
   bool op = true;  // time linear_into (the op engines call) per activation input
+  // Also time the read floor (points[].read_floor, read_floor.h): the weights, their scales, the
+  // activations and theirs read once by a streaming kernel, nothing else done.
+  bool read_floor = true;
 };
 
 // The (N, K) pairs of a preset; throws mxq::Error(kInvalidArgument) for an unknown name.

@@ -106,6 +106,7 @@ struct LinearBenchArgs {
   bool no_baseline = false;
   bool no_fallback_64 = false;
   bool no_op = false;
+  bool no_read_floor = false;
   bool json = false;
 };
 
@@ -140,6 +141,12 @@ struct LinearBenchArgs {
       }
       std::printf("%20s linear_into with MN-major scales gives the tactic's bits: %s\n", "",
                   p["op"]["mn_major_output_equals_the_tactic"].get<bool>() ? "yes" : "NO");
+    }
+    if (p.contains("read_floor")) {
+      const auto& f = p["read_floor"];
+      std::printf("%20s read floor: %.1f MB in %.1f us, %.0f GB/s; the dispatch's tile %.2fx it\n",
+                  "", f["bytes"].get<double>() / 1e6, f["total_us"].get<double>(),
+                  f["gbps"].get<double>(), f.value("dispatch_over_floor", 0.0));
     }
     if (p.contains("cublaslt_vs_mxq_normalized_difference")) {
       std::printf("%20s cuBLASLt vs mxq output: normalized difference %.2e\n", "",
@@ -229,6 +236,9 @@ void register_bench(CLI::App& app) {
   linear->add_flag("--no-fallback-64", linear_args->no_fallback_64,
                    "Skip the fallback on 64x64 blocks");
   linear->add_flag("--no-op", linear_args->no_op, "Skip timing linear_into");
+  linear->add_flag("--no-read-floor", linear_args->no_read_floor,
+                   "Skip the read floor (each point's weights, activations and their scales read "
+                   "once by a streaming kernel)");
   linear->add_flag("--json", linear_args->json, "Print JSON");
   linear->callback([linear_args] {
     std::vector<std::pair<int, int>> shapes;
@@ -242,6 +252,7 @@ void register_bench(CLI::App& app) {
     options.baseline = !linear_args->no_baseline;
     options.fallback_64 = !linear_args->no_fallback_64;
     options.op = !linear_args->no_op;
+    options.read_floor = !linear_args->no_read_floor;
     // Progress lines go to stderr, so --json output stays clean.
     const nlohmann::json result = bench::run_linear_bench(options, /*progress=*/true);
     if (linear_args->json) {
