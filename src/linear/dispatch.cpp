@@ -137,14 +137,17 @@ Preference decode_tile(const LinearProblem& p, std::string_view prefix, bool exp
     const std::int64_t count = tiles(p, 64, bn);
     return static_cast<double>(count) / static_cast<double>(ceil_div(count, sms) * sms);
   };
+  // Each tile's supports() asked once (this is the per-call path).
+  std::array<bool, kDecodeTiles.size()> usable_tile{};
   double fullest = 0.0;
-  for (const DecodeTile& candidate : kDecodeTiles) {
-    if (usable(detail::concat(prefix, candidate.tile)))
-      fullest = std::max(fullest, fill(candidate.bn));
+  for (std::size_t i = 0; i < kDecodeTiles.size(); ++i) {
+    usable_tile[i] = usable(detail::concat(prefix, kDecodeTiles[i].tile));
+    if (usable_tile[i]) fullest = std::max(fullest, fill(kDecodeTiles[i].bn));
   }
-  for (const DecodeTile& candidate : kDecodeTiles) {
+  for (std::size_t i = 0; i < kDecodeTiles.size(); ++i) {
+    const DecodeTile& candidate = kDecodeTiles[i];
+    if (!usable_tile[i] || fill(candidate.bn) < fullest - kDecodeWaveSlack) continue;
     std::string name = detail::concat(prefix, candidate.tile);
-    if (!usable(name) || fill(candidate.bn) < fullest - kDecodeWaveSlack) continue;
     return {std::move(name),
             explained ? detail::concat("M <= ", kDecodeMaxM,
                                        ": the widest 64-row tile whose waves are as full as any (",

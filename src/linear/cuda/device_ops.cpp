@@ -54,6 +54,19 @@ Support wgmma_output_checks(const LinearProblem& p) {
   return Support::yes();
 }
 
+// What the fast path's kernels (one tile or a tail split) need beyond the device: 128x128 weight
+// blocks and whole 128-byte K blocks.
+Support fast_path_checks(const LinearProblem& p) {
+  if (Support device = wgmma_device_checks(p); !device) return device;
+  if (!(p.block == BlockShape{128, 128})) {
+    return Support::no("needs 128x128 weight blocks; the block is " + to_string(p.block));
+  }
+  if (p.k % 128 != 0) {
+    return Support::no(detail::concat("needs K % 128 == 0; K = ", p.k));
+  }
+  return Support::yes();
+}
+
 gpu::BlockFp8GemmArgs gemm_args(const LinearOperands& ops, const LinearProblem& p) {
   if (ops.a_scale_row_stride != 1 || ops.a_scale_group_stride < p.m) {
     fail(ErrorCode::kInternal,
@@ -107,13 +120,7 @@ class WgmmaTactic final : public LinearTactic {
     return params;
   }
   [[nodiscard]] Support check(const LinearProblem& p) const override {
-    if (Support device = wgmma_device_checks(p); !device) return device;
-    if (!(p.block == BlockShape{128, 128})) {
-      return Support::no("needs 128x128 weight blocks; the block is " + to_string(p.block));
-    }
-    if (p.k % 128 != 0) {
-      return Support::no(detail::concat("needs K % 128 == 0; K = ", p.k));
-    }
+    if (Support fast = fast_path_checks(p); !fast) return fast;
     return wgmma_output_checks(p);
   }
 
@@ -147,13 +154,7 @@ class WgmmaTailSplitTactic final : public LinearTactic {
             {"tail_stages", tail_.stages}};
   }
   [[nodiscard]] Support check(const LinearProblem& p) const override {
-    if (Support device = wgmma_device_checks(p); !device) return device;
-    if (!(p.block == BlockShape{128, 128})) {
-      return Support::no("needs 128x128 weight blocks; the block is " + to_string(p.block));
-    }
-    if (p.k % 128 != 0) {
-      return Support::no(detail::concat("needs K % 128 == 0; K = ", p.k));
-    }
+    if (Support fast = fast_path_checks(p); !fast) return fast;
     if (head_rows(p) == 0) {
       return Support::no(detail::concat("needs a last wave of ", head_.bm, "x", head_.bn,
                                         " tiles that leaves SMs idle after a whole one (", tiles(p),
