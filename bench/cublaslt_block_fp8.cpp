@@ -6,8 +6,8 @@
 namespace mxq::bench {
 
 CublasLtBlockFp8::CublasLtBlockFp8(cublasLtHandle_t handle, int m, int n, int k, void* workspace,
-                                   const BlockFp8GemmOperands& first)
-    : handle_(handle), m_(m), n_(n), k_(k), workspace_(workspace) {
+                                   const BlockFp8GemmOperands& first, Fp8Scaling scaling)
+    : handle_(handle), m_(m), n_(n), k_(k), workspace_(workspace), scaling_(scaling) {
   for (const bool transposed : {false, true}) {
     if (try_orientation(transposed, first)) {
       transposed_ = transposed;
@@ -18,16 +18,19 @@ CublasLtBlockFp8::CublasLtBlockFp8(cublasLtHandle_t handle, int m, int n, int k,
 }
 
 void CublasLtBlockFp8::run(const BlockFp8GemmOperands& s, cudaStream_t stream) {
+  const bool block = scaling_ == Fp8Scaling::kBlock;
   const void* w_scale = s.w_scale;
   const void* a_scale = s.x_scale;
   const void* a_ptr = transposed_ ? s.x : s.w;
   const void* b_ptr = transposed_ ? s.w : s.x;
   const void* a_scale_ptr = transposed_ ? a_scale : w_scale;
   const void* b_scale_ptr = transposed_ ? w_scale : a_scale;
-  MXQ_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                    &a_scale_ptr, sizeof(a_scale_ptr)));
-  MXQ_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                    &b_scale_ptr, sizeof(b_scale_ptr)));
+  if (block) {
+    MXQ_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(
+        desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale_ptr, sizeof(a_scale_ptr)));
+    MXQ_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(
+        desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale_ptr, sizeof(b_scale_ptr)));
+  }
   const float alpha = 1.0F;
   const float beta = 0.0F;
   MXQ_CUBLASLT_CHECK(cublasLtMatmul(handle_, desc_, &alpha, a_ptr, a_desc_, b_ptr, b_desc_, &beta,
@@ -46,8 +49,10 @@ bool CublasLtBlockFp8::try_orientation(bool transposed, const BlockFp8GemmOperan
   const cublasOperation_t op_n = CUBLAS_OP_N;
   const std::int32_t vec128 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
   const std::int32_t blk128 = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
-  const std::int32_t a_mode = transposed ? vec128 : blk128;
-  const std::int32_t b_mode = transposed ? blk128 : vec128;
+  const std::int32_t scalar = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  const bool block = scaling_ == Fp8Scaling::kBlock;
+  const std::int32_t a_mode = !block ? scalar : transposed ? vec128 : blk128;
+  const std::int32_t b_mode = !block ? scalar : transposed ? blk128 : vec128;
   bool ok = cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_t,
                                            sizeof(op_t)) == CUBLAS_STATUS_SUCCESS &&
             cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_n,
@@ -60,11 +65,13 @@ bool CublasLtBlockFp8::try_orientation(bool transposed, const BlockFp8GemmOperan
   const void* a_scale = first.x_scale;
   const void* a_scale_ptr = transposed ? a_scale : w_scale;
   const void* b_scale_ptr = transposed ? w_scale : a_scale;
-  ok = ok &&
-       cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale_ptr,
-                                      sizeof(a_scale_ptr)) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale_ptr,
-                                      sizeof(b_scale_ptr)) == CUBLAS_STATUS_SUCCESS;
+  ok = ok && (!block ||
+             (cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                             &a_scale_ptr, sizeof(a_scale_ptr)) ==
+                  CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                             &b_scale_ptr, sizeof(b_scale_ptr)) ==
+                  CUBLAS_STATUS_SUCCESS));
   ok = ok &&
        cublasLtMatrixLayoutCreate(&a_desc_, CUDA_R_8F_E4M3, k_, rows, k_) == CUBLAS_STATUS_SUCCESS;
   ok = ok &&

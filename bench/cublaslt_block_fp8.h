@@ -1,6 +1,8 @@
 // The baseline of `mxq bench linear`: cuBLASLt's block-scaled FP8 GEMM
 // (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F activations x
-// CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F weights, fp32 accumulation, bf16 out).
+// CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F weights, fp32 accumulation, bf16 out), and the same
+// GEMM with one scale per tensor: no per-block promotion at all, so the compute ceiling that a
+// block-scaled kernel approaches at large M.
 #pragma once
 
 #include <cublasLt.h>
@@ -32,15 +34,22 @@ struct BlockFp8GemmOperands {
   void* out;
 };
 
+// How the operands are scaled.
+enum class Fp8Scaling {
+  kBlock,      // 1x128 activation groups x 128x128 weight blocks (the op mxq implements)
+  kPerTensor,  // one fp32 scale per operand (the ceiling: nothing promoted inside K)
+};
+
 // Preferred orientation: A = W with 128x128 block scales, B = activations with 1x128 scales,
 // D col-major N x M = y row-major. If cuBLASLt has no algorithm for that, the transposed
 // orientation (A = activations VEC128, B = W BLK128x128, D = y^T) is used and reported as such.
 class CublasLtBlockFp8 {
  public:
   // `first` provides the scale pointers set while cuBLASLt picks an algorithm; `workspace` holds
-  // kCublasWorkspace bytes.
+  // kCublasWorkspace bytes. With kPerTensor the scale pointers are not used (scales of 1): only
+  // the time is meant to be read.
   CublasLtBlockFp8(cublasLtHandle_t handle, int m, int n, int k, void* workspace,
-                   const BlockFp8GemmOperands& first);
+                   const BlockFp8GemmOperands& first, Fp8Scaling scaling = Fp8Scaling::kBlock);
   ~CublasLtBlockFp8() { release(); }
   CublasLtBlockFp8(const CublasLtBlockFp8&) = delete;
   CublasLtBlockFp8& operator=(const CublasLtBlockFp8&) = delete;
@@ -61,6 +70,7 @@ class CublasLtBlockFp8 {
   void* workspace_;
   bool ok_ = false;
   bool transposed_ = false;
+  Fp8Scaling scaling_;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_desc_ = nullptr;
   cublasLtMatrixLayout_t b_desc_ = nullptr;

@@ -439,6 +439,32 @@ nlohmann::json time_operand_read_floor(const std::vector<OperandSet>& operand_se
   return result;
 }
 
+// The compute ceiling of one point: cuBLASLt's FP8 GEMM on the same operands with one scale per
+// tensor, so nothing is promoted inside K (what a block-scaled kernel pays on top of the MMAs).
+// Its output is not compared (other numerics); only its time is read.
+nlohmann::json time_per_tensor_ceiling(cublasLtHandle_t handle, void* workspace,
+                                       const std::vector<OperandSet>& operand_sets, int m, int n,
+                                       int k, int repeats, cudaStream_t stream, double flops,
+                                       bool progress) {
+  const int cublas_m = std::max(m, kCublasMinRows);
+  CublasLtBlockFp8 gemm(handle, cublas_m, n, k, workspace, cublas_operands(operand_sets[0]),
+                        Fp8Scaling::kPerTensor);
+  if (!gemm.ok()) return {{"note", "cuBLASLt returned no algorithm for per-tensor FP8"}};
+  const double us = time_us(
+      [&](int s, cudaStream_t st) {
+        gemm.run(cublas_operands(operand_sets[static_cast<std::size_t>(s)]), st);
+      },
+      static_cast<int>(operand_sets.size()), repeats, stream);
+  if (progress) {
+    std::fprintf(stderr, "  N=%d K=%d M=%d %-30s %-8s %9.1f us\n", n, k, m,
+                 "cublaslt per-tensor (ceiling)", "", us);
+  }
+  return {{"name", "cublaslt per-tensor FP8"},
+          {"us", us},
+          {"tflops", flops / (us * 1e-6) / 1e12},
+          {"orientation", gemm.transposed() ? "D=y^T" : "D=y"}};
+}
+
 nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress) {
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
@@ -542,6 +568,10 @@ nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress
         } else {
           point["cublaslt_note"] = "cuBLASLt returned no algorithm for block-scaled FP8";
         }
+      }
+      if (options.ceiling) {
+        point["ceiling"] = time_per_tensor_ceiling(handle, workspace.data(), operand_sets, m, n, k,
+                                                   options.repeats, stream, flops, progress);
       }
 
       // Every supported mxq tactic on 128x128 blocks, then the fallback on 64x64 blocks.

@@ -2,7 +2,7 @@
 // FP8 GEMM (1x128 activation scales x 128x128 weight scales, bf16 out) on the same inputs, on one
 // GPU, the fallback on 64x64 blocks, and the op as engines call it (linear_into: the caller's
 // output and workspace) per activation input (points[].op), and the read floor of each point's
-// operands (points[].read_floor).
+// operands (points[].read_floor) and the per-tensor FP8 GEMM's time (points[].ceiling).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -24,6 +24,9 @@ struct LinearBenchOptions {
   // Also time the read floor (points[].read_floor, read_floor.h): the weights, their scales, the
   // activations and theirs read once by a streaming kernel, nothing else done.
   bool read_floor = true;
+  // Also time the compute ceiling (points[].ceiling): cuBLASLt's FP8 GEMM of the same shape with
+  // one scale per tensor, which promotes nothing inside K.
+  bool ceiling = true;
 };
 
 // The (N, K) pairs of a preset; throws mxq::Error(kInvalidArgument) for an unknown name.

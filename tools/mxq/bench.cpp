@@ -107,6 +107,7 @@ struct LinearBenchArgs {
   bool no_fallback_64 = false;
   bool no_op = false;
   bool no_read_floor = false;
+  bool no_ceiling = false;
   bool json = false;
 };
 
@@ -147,6 +148,11 @@ struct LinearBenchArgs {
       std::printf("%20s read floor: %.1f MB in %.1f us, %.0f GB/s; the dispatch's tile %.2fx it\n",
                   "", f["bytes"].get<double>() / 1e6, f["total_us"].get<double>(),
                   f["gbps"].get<double>(), f.value("dispatch_over_floor", 0.0));
+    }
+    if (p.contains("ceiling") && p["ceiling"].contains("us")) {
+      const auto& c = p["ceiling"];
+      std::printf("%20s ceiling: cuBLASLt per-tensor FP8 %.1f us, %.0f TFLOPS\n", "",
+                  c["us"].get<double>(), c["tflops"].get<double>());
     }
     if (p.contains("cublaslt_vs_mxq_normalized_difference")) {
       std::printf("%20s cuBLASLt vs mxq output: normalized difference %.2e\n", "",
@@ -239,6 +245,9 @@ void register_bench(CLI::App& app) {
   linear->add_flag("--no-read-floor", linear_args->no_read_floor,
                    "Skip the read floor (each point's weights, activations and their scales read "
                    "once by a streaming kernel)");
+  linear->add_flag("--no-ceiling", linear_args->no_ceiling,
+                   "Skip the compute ceiling (cuBLASLt's FP8 GEMM of the same shape with one "
+                   "scale per tensor)");
   linear->add_flag("--json", linear_args->json, "Print JSON");
   linear->callback([linear_args] {
     std::vector<std::pair<int, int>> shapes;
@@ -253,6 +262,7 @@ void register_bench(CLI::App& app) {
     options.fallback_64 = !linear_args->no_fallback_64;
     options.op = !linear_args->no_op;
     options.read_floor = !linear_args->no_read_floor;
+    options.ceiling = !linear_args->no_ceiling;
     // Progress lines go to stderr, so --json output stays clean.
     const nlohmann::json result = bench::run_linear_bench(options, /*progress=*/true);
     if (linear_args->json) {
