@@ -13,6 +13,7 @@
 #if MXQ_WITH_CUDA
 #include "linear_bench.h"
 #include "moe_bench.h"
+#include "tma_stream.h"
 #endif
 
 namespace mxq::cli {
@@ -273,6 +274,81 @@ void register_bench(CLI::App& app) {
 #else
     fail(ErrorCode::kUnsupported,
          "mxq bench linear needs a CUDA build of mxq (configure with -DMXQ_CUDA=ON) and a GPU");
+#endif
+  });
+
+  // A probe for kernel work (not a user-facing comparison): how fast TMA boxes of a weight matrix
+  // stream into a shared-memory ring.
+  struct TmaStreamArgs {
+    int n = 2112;
+    int k = 7168;
+    std::vector<int> rows = {16, 64, 128};
+    std::vector<int> depth = {1, 4};
+    std::vector<int> stages = {8, 16, 32};
+    std::vector<int> a_rows = {0, 8};
+    int repeats = 30;
+    bool json = false;
+  };
+  auto stream_args = std::make_shared<TmaStreamArgs>();
+  auto* tma_stream = bench->add_subcommand(
+      "tma-stream",
+      "Probe for kernel work: stream an [N, K] byte matrix (a linear layer's FP8 weights) "
+      "through 3-D TMA boxes (rows x 128 bytes x depth K-blocks) into a shared-memory ring that "
+      "hands each stage back as it lands, per configuration, beside the plain read floor of the "
+      "same bytes; µs, GB/s");
+  tma_stream->add_option("--n", stream_args->n, "Rows of the matrix (N)")->capture_default_str();
+  tma_stream->add_option("--k", stream_args->k, "Bytes a row (K), a multiple of 128")
+      ->capture_default_str();
+  tma_stream->add_option("--rows", stream_args->rows, "Rows a box (multiples of 8, <= 256)")
+      ->delimiter(',')
+      ->capture_default_str();
+  tma_stream->add_option("--depth", stream_args->depth, "128-byte K-blocks a box (1 to 8)")
+      ->delimiter(',')
+      ->capture_default_str();
+  tma_stream
+      ->add_option("--stages", stream_args->stages,
+                   "Ring depths (those that do not fit 227 KB are skipped)")
+      ->delimiter(',')
+      ->capture_default_str();
+  tma_stream
+      ->add_option("--a-rows", stream_args->a_rows,
+                   "Rows of a second box per stage from a small matrix (0: none)")
+      ->delimiter(',')
+      ->capture_default_str();
+  tma_stream->add_option("--repeats", stream_args->repeats, "Timed runs (median), >= 20")
+      ->capture_default_str();
+  tma_stream->add_flag("--json", stream_args->json, "Print JSON");
+  tma_stream->callback([stream_args] {
+#if MXQ_WITH_CUDA
+    bench::TmaStreamOptions options;
+    options.n = stream_args->n;
+    options.k = stream_args->k;
+    options.rows = stream_args->rows;
+    options.depth = stream_args->depth;
+    options.stages = stream_args->stages;
+    options.a_rows = stream_args->a_rows;
+    options.repeats = stream_args->repeats;
+    const nlohmann::json result = bench::run_tma_stream(options, /*progress=*/true);
+    if (stream_args->json) {
+      print_json(result);
+    } else {
+      std::printf("%s, %d SMs: N = %d, K = %d, read floor %.1f us (%.0f GB/s)\n",
+                  result["gpu"].get<std::string>().c_str(), result["sm_count"].get<int>(),
+                  result["n"].get<int>(), result["k"].get<int>(),
+                  result["read_floor"]["total_us"].get<double>(),
+                  result["read_floor"]["gbps"].get<double>());
+      std::printf("%5s %6s %7s %7s %7s %9s %8s %10s\n", "rows", "depth", "a_rows", "stages",
+                  "blocks", "us", "GB/s", "vs floor");
+      for (const auto& c : result["configs"]) {
+        std::printf("%5d %6d %7d %7d %7d %9.1f %8.0f %9.2fx\n", c["rows"].get<int>(),
+                    c["depth"].get<int>(), c["a_rows"].get<int>(), c["stages"].get<int>(),
+                    c["blocks"].get<int>(), c["us"].get<double>(), c["gbps"].get<double>(),
+                    c["over_read_floor"].get<double>());
+      }
+    }
+#else
+    fail(ErrorCode::kUnsupported,
+         "mxq bench tma-stream needs a CUDA build of mxq (configure with -DMXQ_CUDA=ON) and a GPU");
 #endif
   });
 

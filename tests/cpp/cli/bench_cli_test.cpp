@@ -1,8 +1,10 @@
-// `mxq bench linear --shape N,K`: a malformed pair is refused by flag name before any GPU is
-// looked for, so the error is the same on a machine without one.
+// `mxq bench linear --shape N,K` and `mxq bench tma-stream`'s options: a malformed value is
+// refused by flag name before any GPU is looked for, so the error is the same on a machine
+// without one.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "cli_test_support.h"
 
@@ -31,6 +33,24 @@ TEST(BenchCli, WellFormedShapeGetsPastTheParser) {
   // On a machine without a GPU (or without CUDA) the next error is about the GPU, not the shape;
   // with one, the bench runs.
   EXPECT_EQ(result.err.find("--shape"), std::string::npos) << result.err;
+}
+
+TEST(BenchCli, TmaStreamOptionsAreCheckedBeforeAnyGpuIsLookedFor) {
+  const ScratchDir dir("mxq-bench-cli-tma");
+  const std::pair<std::string, std::string> cases[] = {
+      {"--rows 12", "--rows: expected values in [8, 256], multiples of 8, found 12"},
+      {"--rows 16,512", "--rows: expected values in [8, 256], multiples of 8, found 512"},
+      {"--depth 9", "--depth: expected values in [1, 8], found 9"},
+      {"--stages 1", "--stages: expected values in [2, 64], found 1"},
+      {"--a-rows 4", "--a-rows: expected values in [0, 256], multiples of 8, found 4"},
+      {"--k 1000", "--k a positive multiple of 128; got N = 2112, K = 1000"},
+      {"--repeats 5", "--repeats: expected at least 20, found 5"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto result = run_cli(dir, "bench tma-stream " + args);
+    EXPECT_EQ(result.exit_code, 2) << args;
+    EXPECT_NE(result.err.find(message), std::string::npos) << args << ": " << result.err;
+  }
 }
 
 }  // namespace
