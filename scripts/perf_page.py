@@ -372,7 +372,11 @@ def render_linear(run: Run) -> list[str]:
         lines.append(run.meta["note"])
     rows = []
     speeds: dict[int, list[float]] = {}
+    of_ceiling: dict[int, list[float]] = {}
     diffs = []
+    # Newer runs time each point's read floor and per-tensor FP8 ceiling too.
+    with_floor = any("total_us" in p.get("read_floor", {}) for p in points)
+    with_ceiling = any("us" in p.get("ceiling", {}) for p in points)
     for p in points:
         t = linear_timings(p)
         default = t["default"].get("128x128")
@@ -388,23 +392,48 @@ def render_linear(run: Run) -> list[str]:
             best_cell = us(best["us"])
             if default is None or best["name"] != default["name"]:
                 best_cell += f" (`{short(best['name'])}`)"
-        rows.append([f"{p['n']}, {p['k']}", str(p["m"]),
-                     us(get(default, "us")), tflops(get(default, "tflops")),
-                     f"`{short(default['name'])}`" if default else DASH,
-                     best_cell, us(get(cublas, "us")), tflops(get(cublas, "tflops")),
-                     ratio(speed)])
-    lines += [""] + table(["(N, K)", "M", "mxq µs", "TFLOPS", "tactic (dispatch's choice)",
-                           "fastest mxq tactic µs", "cuBLASLt µs", "cuBLASLt TFLOPS",
-                           "mxq speed / cuBLASLt"], rows)
+        row = [f"{p['n']}, {p['k']}", str(p["m"]),
+               us(get(default, "us")), tflops(get(default, "tflops")),
+               f"`{short(default['name'])}`" if default else DASH,
+               best_cell, us(get(cublas, "us")), tflops(get(cublas, "tflops")),
+               ratio(speed)]
+        if with_floor:
+            row.append(us(p.get("read_floor", {}).get("total_us")))
+        if with_ceiling:
+            ceiling = p.get("ceiling", {}).get("us")
+            row.append(us(ceiling))
+            if ceiling and default is not None:
+                of_ceiling.setdefault(p["m"], []).append(ceiling / default["us"])
+        rows.append(row)
+    header = ["(N, K)", "M", "mxq µs", "TFLOPS", "tactic (dispatch's choice)",
+              "fastest mxq tactic µs", "cuBLASLt µs", "cuBLASLt TFLOPS", "mxq speed / cuBLASLt"]
+    if with_floor:
+        header.append("read floor µs")
+    if with_ceiling:
+        header.append("per-tensor FP8 µs")
+    lines += [""] + table(header, rows)
     if speeds:
         grows = []
         for m, s in speeds.items():
-            grows.append([str(m), ratio(geomean(s)), f"{min(s):.2f}–{max(s):.2f}×", str(len(s))])
+            grow = [str(m), ratio(geomean(s)), f"{min(s):.2f}–{max(s):.2f}×", str(len(s))]
+            if of_ceiling:
+                c = of_ceiling.get(m)
+                grow.append(ratio(geomean(c)) if c else DASH)
+            grows.append(grow)
         lines += ["", "Per M, over the shapes (speed = cuBLASLt µs / mxq µs; above 1: mxq "
                   "faster):", ""]
-        lines += table(["M", "geomean speed", "range", "shapes"], grows)
+        gheader = ["M", "geomean speed", "range", "shapes"]
+        if of_ceiling:
+            gheader.append("geomean speed / per-tensor FP8's")
+        lines += table(gheader, grows)
     note = ("µs: median of CUDA events around one graph launch of the GEMM alone, activations "
             "pre-quantized; input sets rotated past the L2.")
+    if with_floor:
+        note += (" Read floor: the point's weights, activations and their scales read once by a "
+                 "streaming kernel, nothing computed.")
+    if with_ceiling:
+        note += (" Per-tensor FP8: cuBLASLt's FP8 GEMM of the same shape with one scale per "
+                 "tensor (nothing promoted inside K), the ceiling of a block-scaled GEMM.")
     if diffs:
         note += (f" cuBLASLt's output against mxq's on the same inputs: normalized difference "
                  f"≤ {max(diffs):.1e}.")

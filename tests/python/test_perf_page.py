@@ -151,6 +151,26 @@ def test_renders_the_linear_tables(site):
     assert "normalized difference ≤ 3.6e-05" in linear
 
 
+def test_linear_read_floor_and_ceiling_columns_when_timed(site):
+    # A run that timed each point's read floor and per-tensor FP8 GEMM gets a column for each,
+    # and the per-M table the dispatch's speed against the per-tensor GEMM's.
+    data = json.loads(LINEAR_FIXTURE.read_text())
+    floors, ceilings = [9.9, 20.0, 42.0, 80.0], [12.0, 180.0, 40.0, 600.0]
+    for p, floor, ceiling in zip(data["points"], floors, ceilings):
+        p["read_floor"] = {"total_us": floor, "bytes": 1.0, "gbps": 1.0}
+        p["ceiling"] = {"us": ceiling, "tflops": 1.0, "name": "cublaslt per-tensor FP8"}
+    (site / "perf-data" / LINEAR_NAME).write_text(json.dumps(data))
+    assert run(site)[0] == 0
+    linear = block((site / "PERF.md").read_text(), "linear")
+    assert "| mxq speed / cuBLASLt | read floor µs | per-tensor FP8 µs |" in linear
+    assert ("| 2112, 7168 | 64 | 18.8 | 103 | `sm90_wgmma.m64n64` | 18.8 | 17.7 | 109 | 0.94× "
+            "| 9.9 | 12.0 |") in linear
+    # M = 64: sqrt(12.0 / 18.8 * 40.0 / 39.2) = 0.81
+    assert "| 64 | 1.03× | 0.94–1.12× | 2 | 0.81× |" in linear
+    assert "Per-tensor FP8: cuBLASLt's FP8 GEMM" in linear
+    assert run(site, "--check")[0] == 0
+
+
 def test_check_catches_a_mismatch(site):
     add_data(site)
     assert run(site)[0] == 0
