@@ -47,7 +47,7 @@ struct WgmmaShape {
   int split_k = 1;
   friend constexpr bool operator==(const WgmmaShape&, const WgmmaShape&) = default;
 };
-inline constexpr std::array<WgmmaShape, 14> kWgmmaShapes = {{
+inline constexpr std::array<WgmmaShape, 15> kWgmmaShapes = {{
     {64, 64, 8, false},
     {64, 128, 8, false},
     {128, 128, 5, false},
@@ -72,6 +72,10 @@ inline constexpr std::array<WgmmaShape, 14> kWgmmaShapes = {{
     {64, 128, 6, true, 1, 2},
     {64, 128, 6, true, 1, 4},
     {128, 128, 4, true, 1, 2},
+    // 128 x 64 for the middle M where the 128-wide tiles leave half the SMs idle and the 64-row
+    // ones need two waves (N = 2112, M = 512: 68 tiles of 128 x 128, 136 of 64 x 128, 132 of
+    // 128 x 64); for the tuner until a run has timed it.
+    {128, 64, 8, false},
 }};
 
 // The fast path's tail splits: `head` tiles for the rows of M they fill whole waves with, `tail`
