@@ -88,7 +88,7 @@ inline constexpr std::array<WgmmaTailSplit, 1> kWgmmaTailSplits = {{
 // extent 64 or 128; block N extent a multiple of the tile width, or 64 with 128-wide tiles.
 // The overlapping tiles matter most here: a 64-wide weight block halves the wgmma work between
 // two promotions, so without a second accumulator the tensor cores idle during each one.
-inline constexpr std::array<WgmmaShape, 6> kWgmmaAnyBlockShapes = {{
+inline constexpr std::array<WgmmaShape, 8> kWgmmaAnyBlockShapes = {{
     {64, 64, 8, false},
     {64, 128, 8, false},
     {128, 128, 5, false},
@@ -97,6 +97,11 @@ inline constexpr std::array<WgmmaShape, 6> kWgmmaAnyBlockShapes = {{
     // The fast path's 256-row tile (1.16x its 128-row tile at M = 4096 on an H100): a weight
     // tile read once per 256 rows.
     {256, 128, 3, false},
+    // The fast path's narrow tiles for small M (to be measured on other blocks): at N = 2112 the
+    // fallback's narrowest tile (64x64: 33 blocks on 132 SMs) ran half as fast as the fast
+    // path's 64x16 (H100, M <= 64, 64x64 blocks).
+    {64, 32, 16, false},
+    {64, 16, 16, false},
 }};
 
 std::string to_string(const MmaSyncShape& shape);  // "m64n128k64"

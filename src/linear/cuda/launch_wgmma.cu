@@ -199,7 +199,8 @@ bool visit_any_block_tile(const WgmmaShape& shape, Visit&& visit) {
   using kernels::WgmmaTile;
   return visit_matching<WgmmaTile<64, 64, 8>, WgmmaTile<64, 128, 8>, WgmmaTile<128, 128, 5>,
                         WgmmaTile<64, 128, 8, true>, WgmmaTile<128, 128, 5, true>,
-                        WgmmaTile<256, 128, 3>>(shape, visit);
+                        WgmmaTile<256, 128, 3>, WgmmaTile<64, 32, 16>, WgmmaTile<64, 16, 16>>(
+      shape, visit);
 }
 
 }  // namespace
