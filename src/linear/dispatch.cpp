@@ -263,6 +263,10 @@ Preference preferred_fallback(const LinearProblem& p, bool explained) {
         if (name == "cuda.sm90_wgmma_any.m256n128" || name == "cuda.sm90_wgmma_any.m128n128") {
           return false;
         }
+        // The narrow tiles on other blocks are the tuner's until a run has timed them.
+        if (name == "cuda.sm90_wgmma_any.m64n32" || name == "cuda.sm90_wgmma_any.m64n16") {
+          return false;
+        }
         const LinearTactic* tactic = find_tactic(name);
         return tactic != nullptr && tactic->supports(p);
       });

@@ -47,7 +47,7 @@ struct WgmmaShape {
   int split_k = 1;
   friend constexpr bool operator==(const WgmmaShape&, const WgmmaShape&) = default;
 };
-inline constexpr std::array<WgmmaShape, 14> kWgmmaShapes = {{
+inline constexpr std::array<WgmmaShape, 15> kWgmmaShapes = {{
     {64, 64, 8, false},
     {64, 128, 8, false},
     {128, 128, 5, false},
@@ -72,6 +72,10 @@ inline constexpr std::array<WgmmaShape, 14> kWgmmaShapes = {{
     {64, 128, 6, true, 1, 2},
     {64, 128, 6, true, 1, 4},
     {128, 128, 4, true, 1, 2},
+    // 128 x 64 for the middle M where the 128-wide tiles leave half the SMs idle and the 64-row
+    // ones need two waves (N = 2112, M = 512: 68 tiles of 128 x 128, 136 of 64 x 128, 132 of
+    // 128 x 64); for the tuner until a run has timed it.
+    {128, 64, 8, false},
 }};
 
 // The fast path's tail splits: `head` tiles for the rows of M they fill whole waves with, `tail`
@@ -88,7 +92,7 @@ inline constexpr std::array<WgmmaTailSplit, 1> kWgmmaTailSplits = {{
 // extent 64 or 128; block N extent a multiple of the tile width, or 64 with 128-wide tiles.
 // The overlapping tiles matter most here: a 64-wide weight block halves the wgmma work between
 // two promotions, so without a second accumulator the tensor cores idle during each one.
-inline constexpr std::array<WgmmaShape, 6> kWgmmaAnyBlockShapes = {{
+inline constexpr std::array<WgmmaShape, 8> kWgmmaAnyBlockShapes = {{
     {64, 64, 8, false},
     {64, 128, 8, false},
     {128, 128, 5, false},
@@ -97,6 +101,11 @@ inline constexpr std::array<WgmmaShape, 6> kWgmmaAnyBlockShapes = {{
     // The fast path's 256-row tile (1.16x its 128-row tile at M = 4096 on an H100): a weight
     // tile read once per 256 rows.
     {256, 128, 3, false},
+    // The fast path's narrow tiles for small M (to be measured on other blocks): at N = 2112 the
+    // fallback's narrowest tile (64x64: 33 blocks on 132 SMs) ran half as fast as the fast
+    // path's 64x16 (H100, M <= 64, 64x64 blocks).
+    {64, 32, 16, false},
+    {64, 16, 16, false},
 }};
 
 std::string to_string(const MmaSyncShape& shape);  // "m64n128k64"
