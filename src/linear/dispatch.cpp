@@ -58,7 +58,10 @@ struct Preference {
 // still 1.06-1.27x after its stages were released at CTA scope): the model never picks it.
 // `m64n64_splitk2` (two blocks a tile, each streaming half of K) has the cost the script fitted to
 // docs/perf-log/data/linear-deepseek-v3-short-a-2026-12-06-h100.json: at M = 128, N = 2112 it was
-// 3-4% faster than the 64x32 tile in three runs.
+// 3-4% faster than the 64x32 tile in three runs. `m128n64` has the cost the script fitted to
+// docs/perf-log/data/linear-deepseek-v3-deep-boxes-2026-12-06-h100.json: it fills 132 SMs at
+// N = 2112, M = 512 (one wave of 4 x 33 tiles, where 128x128 makes 68 and 64x128 136): 23.9 us
+// against 30.4 for 128x128 and 24.8 for cuBLASLt.
 //
 // At M <= 64 (one 64-row tile: decode and small batches) there is little work to model: every
 // tile streams the same weights, and what sets the time is how evenly the tiles fill the SMs'
@@ -80,11 +83,12 @@ struct TileCost {
   double setup_us;       // per wave, whatever K
   double us_per_k_1000;  // per wave, per 1000 of K (of the block's share of K)
 };
-constexpr std::array<TileCost, 10> kTileCosts{{
+constexpr std::array<TileCost, 11> kTileCosts{{
     {"cuda.sm90_wgmma.m256n128_x2", 256, 128, 2, 1, 4.72, 14.76},
     {"cuda.sm90_wgmma.m256n128", 256, 128, 1, 1, 3.71, 6.36},
     {"cuda.sm90_wgmma.m128n128_overlap", 128, 128, 1, 1, 2.55, 4.13},
     {"cuda.sm90_wgmma.m128n128", 128, 128, 1, 1, 2.49, 3.96},
+    {"cuda.sm90_wgmma.m128n64", 128, 64, 1, 1, 1.38, 2.93},
     {"cuda.sm90_wgmma.m64n128", 64, 128, 1, 1, 1.70, 2.97},
     {"cuda.sm90_wgmma.m64n128_overlap", 64, 128, 1, 1, 1.63, 2.64},
     {"cuda.sm90_wgmma.m64n64", 64, 64, 1, 1, 1.09, 2.20},
@@ -261,10 +265,6 @@ Preference preferred_fallback(const LinearProblem& p, bool explained) {
   Preference tile = preferred_tile(
       p, "cuda.sm90_wgmma_any.", explained, per_k_scale, [&](const std::string& name) {
         if (name == "cuda.sm90_wgmma_any.m256n128" || name == "cuda.sm90_wgmma_any.m128n128") {
-          return false;
-        }
-        // The narrow tiles on other blocks are the tuner's until a run has timed them.
-        if (name == "cuda.sm90_wgmma_any.m64n32" || name == "cuda.sm90_wgmma_any.m64n16") {
           return false;
         }
         const LinearTactic* tactic = find_tactic(name);
