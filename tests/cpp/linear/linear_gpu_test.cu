@@ -181,7 +181,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{1, 208, 1088, {64, 64}, true}, Case{130, 400, 640, {64, 64}, true},
         Case{64, 256, 1024, {128, 64}, false}, Case{70, 192, 384, {64, 128}, true},
         Case{5, 256, 1040, {128, 128}, false}, Case{9, 512, 576, {256, 128}, false},
-        Case{1040, 2048, 2048, {64, 64}, false}));
+        Case{1040, 2048, 2048, {64, 64}, false},
+        // Long K: 72 K-blocks (split K starts its second block's share at 36), and 65 64-deep
+        // blocks over two 64-wide block rows.
+        Case{3, 256, 9216, {128, 128}, false}, Case{20, 192, 4160, {64, 64}, true}));
 
 // Activations like a model's after a norm: most channels small, one in 37 thirty times larger,
 // at the linear shapes of the tiny DeepSeek-V3 model (M = 24 tokens). The FP8 wgmma keeps about
