@@ -433,7 +433,8 @@ def render_linear(run: Run) -> list[str]:
                  "streaming kernel, nothing computed.")
     if with_ceiling:
         note += (" Per-tensor FP8: cuBLASLt's FP8 GEMM of the same shape with one scale per "
-                 "tensor (nothing promoted inside K), the ceiling of a block-scaled GEMM.")
+                 "tensor (nothing promoted inside K): where compute bounds (large M), the "
+                 "ceiling of a block-scaled GEMM on the card.")
     if diffs:
         note += (f" cuBLASLt's output against mxq's on the same inputs: normalized difference "
                  f"≤ {max(diffs):.1e}.")

@@ -203,7 +203,7 @@ TEST(Dispatch, RuleChoosesTheMeasuredFastestTile) {
   REQUIRE_CUDA_TACTICS();
   // Every tile of the fast path (split-K and cluster tiles included) and of the fallback, at
   // M = 1 ... 4096.
-  const nlohmann::json run = measured_run("linear-deepseek-v3-deep-boxes-2026-12-06-h100.json");
+  const nlohmann::json run = measured_run("linear-deepseek-v3-m128n64-2026-12-06-h100.json");
   ASSERT_EQ(run.at("sm_count").get<int>(), 132);
   int compared = 0;
   for (const auto& point : run.at("points")) {
