@@ -26,10 +26,10 @@ void CublasLtBlockFp8::run(const BlockFp8GemmOperands& s, cudaStream_t stream) {
   const void* a_scale_ptr = transposed_ ? a_scale : w_scale;
   const void* b_scale_ptr = transposed_ ? w_scale : a_scale;
   if (block) {
-    MXQ_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(
-        desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale_ptr, sizeof(a_scale_ptr)));
-    MXQ_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(
-        desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale_ptr, sizeof(b_scale_ptr)));
+    MXQ_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                      &a_scale_ptr, sizeof(a_scale_ptr)));
+    MXQ_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                      &b_scale_ptr, sizeof(b_scale_ptr)));
   }
   const float alpha = 1.0F;
   const float beta = 0.0F;
@@ -65,13 +65,13 @@ bool CublasLtBlockFp8::try_orientation(bool transposed, const BlockFp8GemmOperan
   const void* a_scale = first.x_scale;
   const void* a_scale_ptr = transposed ? a_scale : w_scale;
   const void* b_scale_ptr = transposed ? w_scale : a_scale;
-  ok = ok && (!block ||
-             (cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                             &a_scale_ptr, sizeof(a_scale_ptr)) ==
-                  CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                             &b_scale_ptr, sizeof(b_scale_ptr)) ==
-                  CUBLAS_STATUS_SUCCESS));
+  if (block) {  // per-tensor: no scale pointers (scales of 1)
+    ok = ok &&
+         cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale_ptr,
+                                        sizeof(a_scale_ptr)) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale_ptr,
+                                        sizeof(b_scale_ptr)) == CUBLAS_STATUS_SUCCESS;
+  }
   ok = ok &&
        cublasLtMatrixLayoutCreate(&a_desc_, CUDA_R_8F_E4M3, k_, rows, k_) == CUBLAS_STATUS_SUCCESS;
   ok = ok &&
