@@ -30,7 +30,7 @@ constexpr int kSmemSlack = 1024;       // the ring's 1024-byte alignment (swizzl
 
 struct StreamArgs {
   int tiles = 0;   // ceil(N / rows)
-  int steps = 0;   // boxes along K per tile: ceil(K / 128 / depth)
+  int steps = 0;   // boxes along K per tile: ceil(K / row_bytes / depth)
   int rows = 0;    // rows of a W box
   int depth = 0;   // K-blocks of a box
   int stages = 0;  // ring depth
@@ -88,17 +88,21 @@ __global__ void __launch_bounds__(64, 1)
   }
 }
 
-// A [rows, k] byte matrix seen as [k / 128 blocks][rows][128 bytes], read in boxes of
-// box_rows x 128 bytes x depth blocks (swizzled as the GEMM's operands are).
-CUtensorMap blocked_map(const void* base, int rows, int k, int box_rows, int depth,
+// A [rows, k] byte matrix seen as [k / row_bytes blocks][rows][row_bytes], read in boxes of
+// box_rows x row_bytes x depth blocks, swizzled as a GEMM's operands are (64-byte rows 64B, as the
+// MoE weights; 128-byte rows 128B, as the linear's).
+CUtensorMap blocked_map(const void* base, int rows, int k, int box_rows, int depth, int row_bytes,
                         const char* what) {
-  const std::uint64_t dims[3] = {128, static_cast<std::uint64_t>(rows),
-                                 static_cast<std::uint64_t>(k / 128)};
-  const std::uint64_t strides[2] = {static_cast<std::uint64_t>(k), 128};
-  const std::uint32_t box[3] = {128, static_cast<std::uint32_t>(box_rows),
+  const auto inner = static_cast<std::uint64_t>(row_bytes);
+  const std::uint64_t dims[3] = {inner, static_cast<std::uint64_t>(rows),
+                                 static_cast<std::uint64_t>(k) / inner};
+  const std::uint64_t strides[2] = {static_cast<std::uint64_t>(k), inner};
+  const std::uint32_t box[3] = {static_cast<std::uint32_t>(row_bytes),
+                                static_cast<std::uint32_t>(box_rows),
                                 static_cast<std::uint32_t>(depth)};
   return tma::make_3d(CU_TENSOR_MAP_DATA_TYPE_UINT8, base, dims, strides, box,
-                      CU_TENSOR_MAP_SWIZZLE_128B, what);
+                      row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
+                      what);
 }
 
 // Every value of a list option in [lo, hi] and a multiple of `multiple`.
@@ -125,6 +129,7 @@ nlohmann::json run_tma_stream(const TmaStreamOptions& options, bool progress) {
   check_list(options.depth, "--depth", 1, 8, 1);
   check_list(options.stages, "--stages", 2, 64, 1);
   check_list(options.a_rows, "--a-rows", 0, 256, 8);
+  check_list(options.row_bytes, "--row-bytes", 64, 128, 64);
   if (options.repeats < 20) {
     fail_argument(ErrorCode::kInvalidArgument, "--repeats", "at least 20", options.repeats);
   }
@@ -160,7 +165,8 @@ nlohmann::json run_tma_stream(const TmaStreamOptions& options, bool progress) {
   result["bytes"] = static_cast<double>(w_bytes);
   result["input_sets"] = sets;
   result["method"] =
-      "one producer thread issues 3-D TMA boxes (rows x 128 bytes x depth K-blocks, swizzle 128B) "
+      "one producer thread issues 3-D TMA boxes (rows x row_bytes x depth K-blocks, swizzle 64B or "
+      "128B as row_bytes) "
       "into a ring; one consumer thread hands each stage back once it landed; one block per SM, "
       "persistent over the row tiles; CUDA graph per launch, sets rotated past the L2; median";
   // The plain read floor of the same bytes (16-byte loads, read_floor.h).
@@ -178,52 +184,58 @@ nlohmann::json run_tma_stream(const TmaStreamOptions& options, bool progress) {
   }
 
   nlohmann::json configs = nlohmann::json::array();
-  for (const int rows : options.rows) {
-    for (const int depth : options.depth) {
-      for (const int a_rows : options.a_rows) {
-        for (const int stages : options.stages) {
-          StreamArgs args;
-          args.rows = rows;
-          args.depth = depth;
-          args.stages = stages;
-          args.tiles = (options.n + rows - 1) / rows;
-          args.steps = (options.k / 128 + depth - 1) / depth;
-          args.w_box_bytes = rows * 128 * depth;
-          args.a_box_bytes = a_rows * 128 * depth;
-          args.stage_bytes = args.w_box_bytes + args.a_box_bytes;
-          const int smem = stages * args.stage_bytes + 16 * stages + kSmemSlack;
-          if (smem > kMaxSmemBytes) continue;  // this ring does not fit
-          std::vector<CUtensorMap> w_maps;
-          for (const Tensor& w : weights) {
-            w_maps.push_back(blocked_map(w.data(), options.n, options.k, rows, depth, "weights"));
-          }
-          const CUtensorMap a_map = blocked_map(a.data(), std::max(a_rows, 8), options.k,
-                                                std::max(a_rows, 8), depth, "activations");
-          const unsigned blocks =
-              static_cast<unsigned>(std::min(args.tiles, props.multiProcessorCount));
-          const double us = time_us(
-              [&](int s, cudaStream_t st) {
-                tma_stream_kernel<<<blocks, 64, static_cast<std::size_t>(smem), st>>>(
-                    w_maps[static_cast<std::size_t>(s)], a_map, args);
-                MXQ_CUDA_CHECK_LAUNCH();
-              },
-              sets, options.repeats, stream);
-          nlohmann::json c;
-          c["rows"] = rows;
-          c["depth"] = depth;
-          c["a_rows"] = a_rows;
-          c["stages"] = stages;
-          c["blocks"] = blocks;
-          c["bytes_in_flight_per_block"] = stages * args.w_box_bytes;
-          c["us"] = us;
-          c["gbps"] = static_cast<double>(w_bytes) / (us * 1e-6) / 1e9;
-          c["over_read_floor"] = us / floor.total_us;
-          configs.push_back(c);
-          if (progress) {
-            std::fprintf(stderr,
-                         "  rows %3d depth %d a_rows %3d stages %2d (%3u blocks) %9.1f us %6.0f "
-                         "GB/s\n",
-                         rows, depth, a_rows, stages, blocks, us, c["gbps"].get<double>());
+  for (const int row_bytes : options.row_bytes) {
+    for (const int rows : options.rows) {
+      for (const int depth : options.depth) {
+        for (const int a_rows : options.a_rows) {
+          for (const int stages : options.stages) {
+            StreamArgs args;
+            args.rows = rows;
+            args.depth = depth;
+            args.stages = stages;
+            args.tiles = (options.n + rows - 1) / rows;
+            args.steps = (options.k / row_bytes + depth - 1) / depth;
+            args.w_box_bytes = rows * row_bytes * depth;
+            args.a_box_bytes = a_rows * row_bytes * depth;
+            args.stage_bytes = args.w_box_bytes + args.a_box_bytes;
+            const int smem = stages * args.stage_bytes + 16 * stages + kSmemSlack;
+            if (smem > kMaxSmemBytes) continue;  // this ring does not fit
+            std::vector<CUtensorMap> w_maps;
+            for (const Tensor& w : weights) {
+              w_maps.push_back(
+                  blocked_map(w.data(), options.n, options.k, rows, depth, row_bytes, "weights"));
+            }
+            const CUtensorMap a_map =
+                blocked_map(a.data(), std::max(a_rows, 8), options.k, std::max(a_rows, 8), depth,
+                            row_bytes, "activations");
+            const unsigned blocks =
+                static_cast<unsigned>(std::min(args.tiles, props.multiProcessorCount));
+            const double us = time_us(
+                [&](int s, cudaStream_t st) {
+                  tma_stream_kernel<<<blocks, 64, static_cast<std::size_t>(smem), st>>>(
+                      w_maps[static_cast<std::size_t>(s)], a_map, args);
+                  MXQ_CUDA_CHECK_LAUNCH();
+                },
+                sets, options.repeats, stream);
+            nlohmann::json c;
+            c["row_bytes"] = row_bytes;
+            c["rows"] = rows;
+            c["depth"] = depth;
+            c["a_rows"] = a_rows;
+            c["stages"] = stages;
+            c["blocks"] = blocks;
+            c["bytes_in_flight_per_block"] = stages * args.w_box_bytes;
+            c["us"] = us;
+            c["gbps"] = static_cast<double>(w_bytes) / (us * 1e-6) / 1e9;
+            c["over_read_floor"] = us / floor.total_us;
+            configs.push_back(c);
+            if (progress) {
+              std::fprintf(stderr,
+                           "  %3d-byte rows: rows %3d depth %d a_rows %3d stages %2d (%3u blocks) "
+                           "%9.1f us %6.0f GB/s\n",
+                           row_bytes, rows, depth, a_rows, stages, blocks, us,
+                           c["gbps"].get<double>());
+            }
           }
         }
       }

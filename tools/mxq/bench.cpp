@@ -286,6 +286,7 @@ void register_bench(CLI::App& app) {
     std::vector<int> depth = {1, 4};
     std::vector<int> stages = {8, 16, 32};
     std::vector<int> a_rows = {0, 8};
+    std::vector<int> row_bytes = {128};
     int repeats = 30;
     bool json = false;
   };
@@ -293,7 +294,8 @@ void register_bench(CLI::App& app) {
   auto* tma_stream = bench->add_subcommand(
       "tma-stream",
       "Probe for kernel work: stream an [N, K] byte matrix (a linear layer's FP8 weights) "
-      "through 3-D TMA boxes (rows x 128 bytes x depth K-blocks) into a shared-memory ring that "
+      "through 3-D TMA boxes (rows x 64 or 128 bytes x depth K-blocks) into a shared-memory ring "
+      "that "
       "hands each stage back as it lands, per configuration, beside the plain read floor of the "
       "same bytes; µs, GB/s");
   tma_stream->add_option("--n", stream_args->n, "Rows of the matrix (N)")->capture_default_str();
@@ -302,7 +304,7 @@ void register_bench(CLI::App& app) {
   tma_stream->add_option("--rows", stream_args->rows, "Rows a box (multiples of 8, <= 256)")
       ->delimiter(',')
       ->capture_default_str();
-  tma_stream->add_option("--depth", stream_args->depth, "128-byte K-blocks a box (1 to 8)")
+  tma_stream->add_option("--depth", stream_args->depth, "K-blocks a box (1 to 8)")
       ->delimiter(',')
       ->capture_default_str();
   tma_stream
@@ -313,6 +315,12 @@ void register_bench(CLI::App& app) {
   tma_stream
       ->add_option("--a-rows", stream_args->a_rows,
                    "Rows of a second box per stage from a small matrix (0: none)")
+      ->delimiter(',')
+      ->capture_default_str();
+  tma_stream
+      ->add_option("--row-bytes", stream_args->row_bytes,
+                   "Bytes of each row a box reads per K-block, 64 (64-byte swizzle, as the MoE "
+                   "GEMMs' weight boxes) or 128 (128-byte swizzle, as the linear's)")
       ->delimiter(',')
       ->capture_default_str();
   tma_stream->add_option("--repeats", stream_args->repeats, "Timed runs (median), >= 20")
@@ -327,6 +335,7 @@ void register_bench(CLI::App& app) {
     options.depth = stream_args->depth;
     options.stages = stream_args->stages;
     options.a_rows = stream_args->a_rows;
+    options.row_bytes = stream_args->row_bytes;
     options.repeats = stream_args->repeats;
     const nlohmann::json result = bench::run_tma_stream(options, /*progress=*/true);
     if (stream_args->json) {
