@@ -121,15 +121,18 @@ void check_list(const std::vector<int>& values, const char* flag, int lo, int hi
 }  // namespace
 
 nlohmann::json run_tma_stream(const TmaStreamOptions& options, bool progress) {
-  if (options.n < 1 || options.k < 128 || options.k % 128 != 0) {
+  check_list(options.row_bytes, "--row-bytes", 64, 128, 64);
+  // K is whole K-blocks of every row width asked for (64 alone allows K = 64: a matrix of
+  // 64-byte rows streamed in boxes of whole rows, as the MoE weights' row groups lie).
+  const int k_multiple = *std::max_element(options.row_bytes.begin(), options.row_bytes.end());
+  if (options.n < 1 || options.k < k_multiple || options.k % k_multiple != 0) {
     fail(ErrorCode::kInvalidArgument, "mxq bench tma-stream: --n must be positive and --k a ",
-         "positive multiple of 128; got N = ", options.n, ", K = ", options.k);
+         "positive multiple of ", k_multiple, "; got N = ", options.n, ", K = ", options.k);
   }
   check_list(options.rows, "--rows", 8, 256, 8);
   check_list(options.depth, "--depth", 1, 8, 1);
   check_list(options.stages, "--stages", 2, 64, 1);
   check_list(options.a_rows, "--a-rows", 0, 256, 8);
-  check_list(options.row_bytes, "--row-bytes", 64, 128, 64);
   if (options.repeats < 20) {
     fail_argument(ErrorCode::kInvalidArgument, "--repeats", "at least 20", options.repeats);
   }

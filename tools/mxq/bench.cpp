@@ -299,7 +299,7 @@ void register_bench(CLI::App& app) {
       "hands each stage back as it lands, per configuration, beside the plain read floor of the "
       "same bytes; µs, GB/s");
   tma_stream->add_option("--n", stream_args->n, "Rows of the matrix (N)")->capture_default_str();
-  tma_stream->add_option("--k", stream_args->k, "Bytes a row (K), a multiple of 128")
+  tma_stream->add_option("--k", stream_args->k, "Bytes a row (K), a multiple of the --row-bytes")
       ->capture_default_str();
   tma_stream->add_option("--rows", stream_args->rows, "Rows a box (multiples of 8, <= 256)")
       ->delimiter(',')

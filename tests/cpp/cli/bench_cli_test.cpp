@@ -45,6 +45,7 @@ TEST(BenchCli, TmaStreamOptionsAreCheckedBeforeAnyGpuIsLookedFor) {
       {"--a-rows 4", "--a-rows: expected values in [0, 256], multiples of 8, found 4"},
       {"--row-bytes 64,96", "--row-bytes: expected values in [64, 128], multiples of 64, found 96"},
       {"--k 1000", "--k a positive multiple of 128; got N = 2112, K = 1000"},
+      {"--k 64 --row-bytes 64,128", "--k a positive multiple of 128; got N = 2112, K = 64"},
       {"--repeats 5", "--repeats: expected at least 20, found 5"},
   };
   for (const auto& [args, message] : cases) {
