@@ -189,7 +189,8 @@ bool visit_fast_tile(const WgmmaShape& shape, Visit&& visit) {
       WgmmaTile<64, 16, 16>, WgmmaTile<256, 128, 3>, WgmmaTile<256, 128, 3, false, 1, 1, 2>,
       WgmmaTile<64, 64, 8, false, 1, 1, 1, 2>, WgmmaTile<64, 64, 8, false, 1, 1, 1, 4>,
       WgmmaTile<64, 128, 6, true, 1, 1, 1, 2>, WgmmaTile<64, 128, 6, true, 1, 1, 1, 4>,
-      WgmmaTile<128, 128, 4, true, 1, 1, 1, 2>, WgmmaTile<128, 64, 8>>(shape, visit);
+      WgmmaTile<128, 128, 4, true, 1, 1, 1, 2>, WgmmaTile<128, 64, 8>, WgmmaTile<64, 32, 16, true>>(
+      shape, visit);
 }
 
 // The tiles compiled for kWgmmaAnyBlockShapes, in their 128x128-block form, whose constants
@@ -199,8 +200,8 @@ bool visit_any_block_tile(const WgmmaShape& shape, Visit&& visit) {
   using kernels::WgmmaTile;
   return visit_matching<WgmmaTile<64, 64, 8>, WgmmaTile<64, 128, 8>, WgmmaTile<128, 128, 5>,
                         WgmmaTile<64, 128, 8, true>, WgmmaTile<128, 128, 5, true>,
-                        WgmmaTile<256, 128, 3>, WgmmaTile<64, 32, 16>, WgmmaTile<64, 16, 16>>(
-      shape, visit);
+                        WgmmaTile<256, 128, 3>, WgmmaTile<64, 32, 16>, WgmmaTile<64, 16, 16>,
+                        WgmmaTile<64, 32, 16, true>, WgmmaTile<64, 16, 16, true>>(shape, visit);
 }
 
 }  // namespace
