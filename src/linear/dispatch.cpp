@@ -121,28 +121,23 @@ constexpr std::array<TailSplitCost, 1> kTailSplitCosts{{
 // 117.0 on an H100).
 constexpr double kSecondLaunchUs = 2.0;
 constexpr std::int64_t kDecodeMaxM = 64;
-// The decode tiles of a kernel family, widest first; each width in its faster form, measured at
-// M <= 64 (H100): the 128-wide one overlapping (as fast or faster), and the 32-wide one too
-// (4096 x 7168: 3-5% on 128x128 blocks, 9-10% on 64x64 ones). The 16-wide one overlaps only on
-// blocks shallower than 128, two units a stage (64x64 blocks, 2112 x 7168: 24.4 -> 22.3 us; on
-// 128x128 blocks it ran 5-7% slower; docs/perf-log/linear.md).
+// The decode tiles, widest first; each width in its faster form, measured at M <= 64 (H100):
+// the 128-wide one overlapping (as fast or faster), and the 32-wide one too (4096 x 7168: 3-5%).
+// The 16-wide one overlaps only on blocks shallower than 128 (preferred_fallback; on 128x128
+// blocks it ran 5-7% slower; docs/perf-log/linear.md).
 struct DecodeTile {
   std::string_view tile;
   std::int64_t bn;
 };
-using DecodeTiles = std::array<DecodeTile, 4>;
-constexpr DecodeTiles kFastDecodeTiles{
+constexpr std::array<DecodeTile, 4> kDecodeTiles{
     {{"m64n128_overlap", 128}, {"m64n64", 64}, {"m64n32_overlap", 32}, {"m64n16", 16}}};
-constexpr DecodeTiles kShallowBlockDecodeTiles{
-    {{"m64n128_overlap", 128}, {"m64n64", 64}, {"m64n32_overlap", 32}, {"m64n16_overlap", 16}}};
 // Tiles that fill their waves within this fraction of the fullest count as full.
 constexpr double kDecodeWaveSlack = 0.05;
 
-// The decode rule above among the tiles `usable` of `decode_tiles`, named with `prefix`; an empty
-// name when none is.
+// The decode rule above among the tiles `usable`, named with `prefix`; an empty name when none is.
 template <typename Usable>
-Preference decode_tile(const LinearProblem& p, std::string_view prefix,
-                       const DecodeTiles& decode_tiles, bool explained, Usable usable) {
+Preference decode_tile(const LinearProblem& p, std::string_view prefix, bool explained,
+                       Usable usable) {
   const std::int64_t sms = p.sm_count > 0 ? p.sm_count : 132;
   // The fraction of the waves' tile slots the tiles of width `bn` fill.
   const auto fill = [&](std::int64_t bn) {
@@ -150,14 +145,14 @@ Preference decode_tile(const LinearProblem& p, std::string_view prefix,
     return static_cast<double>(count) / static_cast<double>(ceil_div(count, sms) * sms);
   };
   // Each tile's supports() asked once (this is the per-call path).
-  std::array<bool, std::tuple_size_v<DecodeTiles>> usable_tile{};
+  std::array<bool, kDecodeTiles.size()> usable_tile{};
   double fullest = 0.0;
-  for (std::size_t i = 0; i < decode_tiles.size(); ++i) {
-    usable_tile[i] = usable(detail::concat(prefix, decode_tiles[i].tile));
-    if (usable_tile[i]) fullest = std::max(fullest, fill(decode_tiles[i].bn));
+  for (std::size_t i = 0; i < kDecodeTiles.size(); ++i) {
+    usable_tile[i] = usable(detail::concat(prefix, kDecodeTiles[i].tile));
+    if (usable_tile[i]) fullest = std::max(fullest, fill(kDecodeTiles[i].bn));
   }
-  for (std::size_t i = 0; i < decode_tiles.size(); ++i) {
-    const DecodeTile& candidate = decode_tiles[i];
+  for (std::size_t i = 0; i < kDecodeTiles.size(); ++i) {
+    const DecodeTile& candidate = kDecodeTiles[i];
     if (!usable_tile[i] || fill(candidate.bn) < fullest - kDecodeWaveSlack) continue;
     std::string name = detail::concat(prefix, candidate.tile);
     return {std::move(name),
@@ -235,22 +230,20 @@ Preference least_modeled_tile(const LinearProblem& p, std::string_view prefix, b
 
 // The decode rule at M <= kDecodeMaxM, else the least modeled time.
 template <typename Usable>
-Preference preferred_tile(const LinearProblem& p, std::string_view prefix,
-                          const DecodeTiles& decode_tiles, bool explained,
+Preference preferred_tile(const LinearProblem& p, std::string_view prefix, bool explained,
                           double one_warpgroup_per_k_scale, Usable usable) {
   if (p.m <= kDecodeMaxM) {
-    Preference decode = decode_tile(p, prefix, decode_tiles, explained, usable);
+    Preference decode = decode_tile(p, prefix, explained, usable);
     if (!decode.name.empty()) return decode;
   }
   return least_modeled_tile(p, prefix, explained, one_warpgroup_per_k_scale, usable);
 }
 
 Preference preferred_fast(const LinearProblem& p, bool explained) {
-  return preferred_tile(p, kFastPrefix, kFastDecodeTiles, explained, 1.0,
-                        [&](const std::string& name) {
-                          const LinearTactic* tactic = find_tactic(name);
-                          return tactic != nullptr && tactic->supports(p);
-                        });
+  return preferred_tile(p, kFastPrefix, explained, 1.0, [&](const std::string& name) {
+    const LinearTactic* tactic = find_tactic(name);
+    return tactic != nullptr && tactic->supports(p);
+  });
 }
 
 Preference preferred_fallback(const LinearProblem& p, bool explained) {
@@ -280,12 +273,10 @@ Preference preferred_fallback(const LinearProblem& p, bool explained) {
     const LinearTactic* tactic = find_tactic(name);
     return tactic != nullptr && tactic->supports(p);
   };
-  Preference tile = preferred_tile(p, "cuda.sm90_wgmma_any.",
-                                   shallow ? kShallowBlockDecodeTiles : kFastDecodeTiles, explained,
-                                   per_k_scale, usable);
-  // Past the decode rule the model names the narrow tiles in their plain form (its costs are the
-  // fast path's); on shallow blocks their overlapping twins are faster (M = 128, 2112 x 7168, 64x64
-  // blocks: 23.8 against 26.2 us, H100).
+  Preference tile = preferred_tile(p, "cuda.sm90_wgmma_any.", explained, per_k_scale, usable);
+  // On blocks shallower than 128 (two scale units a stage) both narrow tiles run in their
+  // overlapping form, whether the decode rule or the model named them (64x64 blocks, 2112 x 7168:
+  // M <= 64 24.4 -> 22.3 us, M = 128 26.2 -> 23.8; H100).
   if (shallow &&
       (tile.name == "cuda.sm90_wgmma_any.m64n32" || tile.name == "cuda.sm90_wgmma_any.m64n16")) {
     std::string twin = tile.name + "_overlap";

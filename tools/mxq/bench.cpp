@@ -295,9 +295,8 @@ void register_bench(CLI::App& app) {
       "tma-stream",
       "Probe for kernel work: stream an [N, K] byte matrix (a linear layer's FP8 weights) "
       "through 3-D TMA boxes (rows x 64 or 128 bytes x depth K-blocks) into a shared-memory ring "
-      "that "
-      "hands each stage back as it lands, per configuration, beside the plain read floor of the "
-      "same bytes; µs, GB/s");
+      "that hands each stage back as it lands, per configuration, beside the plain read floor of "
+      "the same bytes; µs, GB/s");
   tma_stream->add_option("--n", stream_args->n, "Rows of the matrix (N)")->capture_default_str();
   tma_stream->add_option("--k", stream_args->k, "Bytes a row (K), a multiple of the --row-bytes")
       ->capture_default_str();
@@ -346,13 +345,13 @@ void register_bench(CLI::App& app) {
                   result["n"].get<int>(), result["k"].get<int>(),
                   result["read_floor"]["total_us"].get<double>(),
                   result["read_floor"]["gbps"].get<double>());
-      std::printf("%5s %6s %7s %7s %7s %9s %8s %10s\n", "rows", "depth", "a_rows", "stages",
-                  "blocks", "us", "GB/s", "vs floor");
+      std::printf("%9s %5s %6s %7s %7s %7s %9s %8s %10s\n", "row_bytes", "rows", "depth", "a_rows",
+                  "stages", "blocks", "us", "GB/s", "vs floor");
       for (const auto& c : result["configs"]) {
-        std::printf("%5d %6d %7d %7d %7d %9.1f %8.0f %9.2fx\n", c["rows"].get<int>(),
-                    c["depth"].get<int>(), c["a_rows"].get<int>(), c["stages"].get<int>(),
-                    c["blocks"].get<int>(), c["us"].get<double>(), c["gbps"].get<double>(),
-                    c["over_read_floor"].get<double>());
+        std::printf("%9d %5d %6d %7d %7d %7d %9.1f %8.0f %9.2fx\n", c["row_bytes"].get<int>(),
+                    c["rows"].get<int>(), c["depth"].get<int>(), c["a_rows"].get<int>(),
+                    c["stages"].get<int>(), c["blocks"].get<int>(), c["us"].get<double>(),
+                    c["gbps"].get<double>(), c["over_read_floor"].get<double>());
       }
     }
 #else
