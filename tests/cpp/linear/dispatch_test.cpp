@@ -202,14 +202,12 @@ double fastest(const std::map<std::string, double>& us) {
 TEST(Dispatch, RuleChoosesTheMeasuredFastestTile) {
   REQUIRE_CUDA_TACTICS();
   // Every tile of the fast path (split-K and cluster tiles included) and of the fallback, at
-  // M = 1 ... 128 from the run that timed the overlapping narrow tiles, and M = 256 ... 4096 from
-  // the one before it (the tiles the rule takes there are the same in both builds).
+  // M = 1 ... 4096, from one full run of the committed rule's build.
   const struct {
     const char* file;
     std::int64_t min_m;
     std::int64_t max_m;
-  } runs[] = {{"linear-deepseek-v3-narrow-overlap-deep-2026-12-06-h100.json", 1, 128},
-              {"linear-deepseek-v3-m128n64-2026-12-06-h100.json", 256, 4096}};
+  } runs[] = {{"linear-deepseek-v3-full-2026-12-06-h100.json", 1, 4096}};
   int compared = 0;
   for (const auto& [file, min_m, max_m] : runs) {
     const nlohmann::json run = measured_run(file);
