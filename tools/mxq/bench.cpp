@@ -14,6 +14,7 @@
 #include "linear_bench.h"
 #include "moe_bench.h"
 #include "tma_stream.h"
+#include "wgmma_rate.h"
 #endif
 
 namespace mxq::cli {
@@ -357,6 +358,79 @@ void register_bench(CLI::App& app) {
 #else
     fail(ErrorCode::kUnsupported,
          "mxq bench tma-stream needs a CUDA build of mxq (configure with -DMXQ_CUDA=ON) and a GPU");
+#endif
+  });
+
+  struct WgmmaRateArgs {
+    std::vector<std::string> kinds = {"bf16-rs", "e4m3-ss"};
+    std::vector<int> n = {16, 32, 64, 128};
+    std::vector<int> warpgroups = {1, 3};
+    std::vector<int> k_steps = {2};
+    std::vector<int> in_flight = {0, 1};
+    int iterations = 4000;
+    int repeats = 20;
+    bool json = false;
+  };
+  auto rate_args = std::make_shared<WgmmaRateArgs>();
+  auto* wgmma_rate = bench->add_subcommand(
+      "wgmma-rate",
+      "Probe for kernel work: how fast one SM issues wgmma at each N, as mxq's GEMM loops issue "
+      "it (1 to 4 warpgroups a block, k-steps a commit group, groups left in flight by each "
+      "wait), on zeros with nothing else done; ns a wgmma per SM and the TFLOPS that implies");
+  wgmma_rate
+      ->add_option("--kind", rate_args->kinds,
+                   "bf16-rs (m64nNk16 bf16, A from registers: the MoE's decoded weights) or "
+                   "e4m3-ss (m64nNk32 E4M3 from shared memory: the linear)")
+      ->delimiter(',')
+      ->capture_default_str();
+  wgmma_rate->add_option("--n", rate_args->n, "N of the instruction: 16, 32, 64 or 128")
+      ->delimiter(',')
+      ->capture_default_str();
+  wgmma_rate->add_option("--warpgroups", rate_args->warpgroups, "Warpgroups a block (1 to 4)")
+      ->delimiter(',')
+      ->capture_default_str();
+  wgmma_rate->add_option("--k-steps", rate_args->k_steps, "wgmma a commit group: 1, 2, 4 or 8")
+      ->delimiter(',')
+      ->capture_default_str();
+  wgmma_rate
+      ->add_option("--in-flight", rate_args->in_flight,
+                   "Groups each wait leaves pending: 0 (serial: the chain's latency) or 1")
+      ->delimiter(',')
+      ->capture_default_str();
+  wgmma_rate->add_option("--iterations", rate_args->iterations, "Commit groups a warpgroup issues")
+      ->capture_default_str();
+  wgmma_rate->add_option("--repeats", rate_args->repeats, "Timed runs (median), >= 20")
+      ->capture_default_str();
+  wgmma_rate->add_flag("--json", rate_args->json, "Print JSON");
+  wgmma_rate->callback([rate_args] {
+#if MXQ_WITH_CUDA
+    bench::WgmmaRateOptions options;
+    options.kinds = rate_args->kinds;
+    options.n = rate_args->n;
+    options.warpgroups = rate_args->warpgroups;
+    options.k_steps = rate_args->k_steps;
+    options.in_flight = rate_args->in_flight;
+    options.iterations = rate_args->iterations;
+    options.repeats = rate_args->repeats;
+    const nlohmann::json result = bench::run_wgmma_rate(options, /*progress=*/true);
+    if (rate_args->json) {
+      print_json(result);
+    } else {
+      std::printf("%s, %d SMs: %d commit groups a warpgroup, median of %d\n",
+                  result["gpu"].get<std::string>().c_str(), result["sm_count"].get<int>(),
+                  result["iterations"].get<int>(), result["repeats"].get<int>());
+      std::printf("%8s %4s %3s %10s %7s %9s %12s %7s\n", "kind", "n", "k", "warpgroups", "k-steps",
+                  "in-flight", "ns/wgmma/SM", "TFLOPS");
+      for (const auto& c : result["configs"]) {
+        std::printf("%8s %4d %3d %10d %7d %9d %12.2f %7.0f\n", c["kind"].get<std::string>().c_str(),
+                    c["n"].get<int>(), c["k"].get<int>(), c["warpgroups"].get<int>(),
+                    c["k_steps"].get<int>(), c["in_flight"].get<int>(),
+                    c["ns_per_wgmma_per_sm"].get<double>(), c["tflops"].get<double>());
+      }
+    }
+#else
+    fail(ErrorCode::kUnsupported,
+         "mxq bench wgmma-rate needs a CUDA build of mxq (configure with -DMXQ_CUDA=ON) and a GPU");
 #endif
   });
 

@@ -1,6 +1,6 @@
-// `mxq bench linear --shape N,K` and `mxq bench tma-stream`'s options: a malformed value is
-// refused by flag name before any GPU is looked for, so the error is the same on a machine
-// without one.
+// `mxq bench linear --shape N,K`, `mxq bench tma-stream`'s and `mxq bench wgmma-rate`'s options: a
+// malformed value is refused by flag name before any GPU is looked for, so the error is the same on
+// a machine without one.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -50,6 +50,24 @@ TEST(BenchCli, TmaStreamOptionsAreCheckedBeforeAnyGpuIsLookedFor) {
   };
   for (const auto& [args, message] : cases) {
     const auto result = run_cli(dir, "bench tma-stream " + args);
+    EXPECT_EQ(result.exit_code, 2) << args;
+    EXPECT_NE(result.err.find(message), std::string::npos) << args << ": " << result.err;
+  }
+}
+
+TEST(BenchCli, WgmmaRateOptionsAreCheckedBeforeAnyGpuIsLookedFor) {
+  const ScratchDir dir("mxq-bench-cli-wgmma");
+  const std::pair<std::string, std::string> cases[] = {
+      {"--kind bf16-ss", "--kind: expected bf16-rs or e4m3-ss, found 'bf16-ss'"},
+      {"--n 24", "--n: expected 16, 32, 64 or 128, found 24"},
+      {"--warpgroups 5", "--warpgroups: expected 1 to 4, found 5"},
+      {"--k-steps 3", "--k-steps: expected 1, 2, 4 or 8, found 3"},
+      {"--in-flight 2", "--in-flight: expected 0 or 1, found 2"},
+      {"--iterations 0", "--iterations: expected at least 1, found 0"},
+      {"--repeats 5", "--repeats: expected at least 20, found 5"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto result = run_cli(dir, "bench wgmma-rate " + args);
     EXPECT_EQ(result.exit_code, 2) << args;
     EXPECT_NE(result.err.find(message), std::string::npos) << args << ": " << result.err;
   }
