@@ -17,6 +17,7 @@
 #include "graph_timing.h"
 #include "linear_summary.h"
 #include "read_floor.h"
+#include "require_gpu.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -409,11 +410,7 @@ nlohmann::json time_per_tensor_ceiling(cublasLtHandle_t handle, void* workspace,
 }
 
 nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress) {
-  int device_count = 0;
-  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
-    (void)cudaGetLastError();
-    fail(ErrorCode::kUnsupported, "mxq bench linear needs a CUDA GPU; none is visible");
-  }
+  require_gpu("linear");
   if (options.repeats < 20) {
     fail_argument(ErrorCode::kInvalidArgument, "--repeats", "at least 20", options.repeats);
   }

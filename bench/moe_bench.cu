@@ -24,6 +24,7 @@
 #include "mxq/moe/cuda_moe_trace.h"
 #include "mxq/moe/mxfp4_moe.h"
 #include "read_floor.h"
+#include "require_gpu.h"
 
 namespace mxq::bench {
 namespace {
@@ -101,11 +102,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& options, bool progress) {
             ErrorCode::kUnsupported,
             "--block-trace: this build does not record the MoE block timeline (configure with "
             "-DMXQ_MOE_BLOCK_TRACE=ON)");
-  int device_count = 0;
-  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
-    cudaGetLastError();
-    fail(ErrorCode::kUnsupported, "mxq bench moe needs a CUDA GPU; none is visible");
-  }
+  require_gpu("moe");
   std::ofstream trace_file;  // opened now, so a path that cannot be written fails before the work
   if (!options.block_trace_path.empty()) {
     trace_file.open(options.block_trace_path);

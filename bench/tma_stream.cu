@@ -19,6 +19,7 @@
 #include "mxq/core/error.h"
 #include "mxq/core/tensor.h"
 #include "read_floor.h"
+#include "require_gpu.h"
 
 namespace mxq::bench {
 namespace {
@@ -136,11 +137,7 @@ nlohmann::json run_tma_stream(const TmaStreamOptions& options, bool progress) {
   if (options.repeats < 20) {
     fail_argument(ErrorCode::kInvalidArgument, "--repeats", "at least 20", options.repeats);
   }
-  int device_count = 0;
-  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
-    (void)cudaGetLastError();
-    fail(ErrorCode::kUnsupported, "mxq bench tma-stream needs a CUDA GPU; none is visible");
-  }
+  require_gpu("tma-stream");
   cudaDeviceProp props{};
   MXQ_CUDA_CHECK(cudaGetDeviceProperties(&props, 0));
   const Device gpu = Device::cuda(0);

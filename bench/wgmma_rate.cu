@@ -13,6 +13,7 @@
 #include "graph_timing.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/error.h"
+#include "require_gpu.h"
 
 namespace mxq::bench {
 namespace {
@@ -149,11 +150,7 @@ nlohmann::json run_wgmma_rate(const WgmmaRateOptions& options, bool progress) {
   if (options.repeats < 20) {
     fail_argument(ErrorCode::kInvalidArgument, "--repeats", "at least 20", options.repeats);
   }
-  int device_count = 0;
-  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
-    (void)cudaGetLastError();
-    fail(ErrorCode::kUnsupported, "mxq bench wgmma-rate needs a CUDA GPU; none is visible");
-  }
+  require_gpu("wgmma-rate");
   cudaDeviceProp props{};
   MXQ_CUDA_CHECK(cudaGetDeviceProperties(&props, 0));
   if (props.major != 9 || props.minor != 0) {
