@@ -54,7 +54,8 @@ __global__ void __launch_bounds__(128 * kMaxWarpgroups, 1)
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       // k-step s reads 32 bytes further along each 128-byte row (the descriptor's address field
-      // counts 16-byte units), as a GEMM's k-steps do.
+      // counts 16-byte units), as a GEMM's k-steps do; steps 4..7 run past the row into the
+      // next rows' bytes, zeros all the same and inside the operand area.
       if constexpr (kE4m3) {
         ptx::wgmma_m64k32_e4m3<kN>(acc, desc_a + 2 * s, desc_b + 2 * s, true);
       } else {
