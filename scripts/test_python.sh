@@ -20,14 +20,22 @@ fi
 "$venv/bin/python" -m pip install --quiet scikit-build-core nanobind numpy ml_dtypes pytest safetensors
 if [[ "${MXQ_PYTHON_TORCH:-1}" == 1 ]]; then
   if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+    # torch with its CUDA libraries unpacks to ~5.6 GB beside ~3 GB of downloaded wheels: say so
+    # before pip runs out of disk halfway (no cache copy of the wheels: --no-cache-dir).
+    free_kib=$(df -Pk "$venv" | awk 'NR == 2 { print $4 }')
+    if ((free_kib < 8 * 1024 * 1024)); then
+      echo "test_python.sh: installing torch into $venv needs ~9 GB free there;" \
+        "$((free_kib / 1024)) MiB are (MXQ_PYTHON_TORCH=0 leaves torch and its tests out)" >&2
+      exit 1
+    fi
     echo "test_python.sh: installing torch from PyPI into $venv" >&2
     start=$SECONDS
-    "$venv/bin/python" -m pip install --quiet torch
+    "$venv/bin/python" -m pip install --quiet --no-cache-dir torch
     echo "test_python.sh: torch installed in $((SECONDS - start)) s" >&2
   fi
   # mxq.integrations.transformers and its tests (tests/python/test_transformers_*.py; accelerate
   # loads transformers' quantized checkpoints); required with torch, like torch.
-  "$venv/bin/python" -m pip install --quiet "transformers>=5.17" accelerate
+  "$venv/bin/python" -m pip install --quiet --no-cache-dir "transformers>=5.17" accelerate
   export MXQ_REQUIRE_TORCH=1
 fi
 # No build isolation: the build uses the venv's nanobind and keeps its CMake cache between runs.
