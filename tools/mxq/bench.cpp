@@ -10,11 +10,14 @@
 #include "commands.h"
 #include "mxq/core/error.h"
 
+// The probes' options structs (plain C++) in every build: the flags write into them, so their
+// defaults have one owner.
+#include "tma_stream.h"
+#include "wgmma_rate.h"
+
 #if MXQ_WITH_CUDA
 #include "linear_bench.h"
 #include "moe_bench.h"
-#include "tma_stream.h"
-#include "wgmma_rate.h"
 #endif
 
 namespace mxq::cli {
@@ -281,14 +284,7 @@ void register_bench(CLI::App& app) {
   // A probe for kernel work (not a user-facing comparison): how fast TMA boxes of a weight matrix
   // stream into a shared-memory ring.
   struct TmaStreamArgs {
-    int n = 2112;
-    int k = 7168;
-    std::vector<int> rows = {16, 64, 128};
-    std::vector<int> depth = {1, 4};
-    std::vector<int> stages = {8, 16, 32};
-    std::vector<int> a_rows = {0, 8};
-    std::vector<int> row_bytes = {128};
-    int repeats = 30;
+    bench::TmaStreamOptions options;
     bool json = false;
   };
   auto stream_args = std::make_shared<TmaStreamArgs>();
@@ -298,46 +294,39 @@ void register_bench(CLI::App& app) {
       "through 3-D TMA boxes (rows x 64 or 128 bytes x depth K-blocks) into a shared-memory ring "
       "that hands each stage back as it lands, per configuration, beside the plain read floor of "
       "the same bytes; µs, GB/s");
-  tma_stream->add_option("--n", stream_args->n, "Rows of the matrix (N)")->capture_default_str();
-  tma_stream->add_option("--k", stream_args->k, "Bytes a row (K), a multiple of the --row-bytes")
+  tma_stream->add_option("--n", stream_args->options.n, "Rows of the matrix (N)")
       ->capture_default_str();
-  tma_stream->add_option("--rows", stream_args->rows, "Rows a box (multiples of 8, <= 256)")
+  tma_stream
+      ->add_option("--k", stream_args->options.k, "Bytes a row (K), a multiple of the --row-bytes")
+      ->capture_default_str();
+  tma_stream->add_option("--rows", stream_args->options.rows, "Rows a box (multiples of 8, <= 256)")
       ->delimiter(',')
       ->capture_default_str();
-  tma_stream->add_option("--depth", stream_args->depth, "K-blocks a box (1 to 8)")
+  tma_stream->add_option("--depth", stream_args->options.depth, "K-blocks a box (1 to 8)")
       ->delimiter(',')
       ->capture_default_str();
   tma_stream
-      ->add_option("--stages", stream_args->stages,
+      ->add_option("--stages", stream_args->options.stages,
                    "Ring depths (those that do not fit 227 KB are skipped)")
       ->delimiter(',')
       ->capture_default_str();
   tma_stream
-      ->add_option("--a-rows", stream_args->a_rows,
+      ->add_option("--a-rows", stream_args->options.a_rows,
                    "Rows of a second box per stage from a small matrix (0: none)")
       ->delimiter(',')
       ->capture_default_str();
   tma_stream
-      ->add_option("--row-bytes", stream_args->row_bytes,
+      ->add_option("--row-bytes", stream_args->options.row_bytes,
                    "Bytes of each row a box reads per K-block, 64 (64-byte swizzle, as the MoE "
                    "GEMMs' weight boxes) or 128 (128-byte swizzle, as the linear's)")
       ->delimiter(',')
       ->capture_default_str();
-  tma_stream->add_option("--repeats", stream_args->repeats, "Timed runs (median), >= 20")
+  tma_stream->add_option("--repeats", stream_args->options.repeats, "Timed runs (median), >= 20")
       ->capture_default_str();
   tma_stream->add_flag("--json", stream_args->json, "Print JSON");
   tma_stream->callback([stream_args] {
 #if MXQ_WITH_CUDA
-    bench::TmaStreamOptions options;
-    options.n = stream_args->n;
-    options.k = stream_args->k;
-    options.rows = stream_args->rows;
-    options.depth = stream_args->depth;
-    options.stages = stream_args->stages;
-    options.a_rows = stream_args->a_rows;
-    options.row_bytes = stream_args->row_bytes;
-    options.repeats = stream_args->repeats;
-    const nlohmann::json result = bench::run_tma_stream(options, /*progress=*/true);
+    const nlohmann::json result = bench::run_tma_stream(stream_args->options, /*progress=*/true);
     if (stream_args->json) {
       print_json(result);
     } else {
@@ -362,13 +351,7 @@ void register_bench(CLI::App& app) {
   });
 
   struct WgmmaRateArgs {
-    std::vector<std::string> kinds = {"bf16-rs", "e4m3-ss"};
-    std::vector<int> n = {16, 32, 64, 128};
-    std::vector<int> warpgroups = {1, 3};
-    std::vector<int> k_steps = {2};
-    std::vector<int> in_flight = {0, 1};
-    int iterations = 4000;
-    int repeats = 20;
+    bench::WgmmaRateOptions options;
     bool json = false;
   };
   auto rate_args = std::make_shared<WgmmaRateArgs>();
@@ -378,41 +361,37 @@ void register_bench(CLI::App& app) {
       "it (1 to 4 warpgroups a block, k-steps a commit group, groups left in flight by each "
       "wait), on zeros with nothing else done; ns a wgmma per SM and the TFLOPS that implies");
   wgmma_rate
-      ->add_option("--kind", rate_args->kinds,
+      ->add_option("--kind", rate_args->options.kinds,
                    "bf16-rs (m64nNk16 bf16, A from registers: the MoE's decoded weights) or "
                    "e4m3-ss (m64nNk32 E4M3 from shared memory: the linear)")
       ->delimiter(',')
       ->capture_default_str();
-  wgmma_rate->add_option("--n", rate_args->n, "N of the instruction: 16, 32, 64 or 128")
-      ->delimiter(',')
-      ->capture_default_str();
-  wgmma_rate->add_option("--warpgroups", rate_args->warpgroups, "Warpgroups a block (1 to 4)")
-      ->delimiter(',')
-      ->capture_default_str();
-  wgmma_rate->add_option("--k-steps", rate_args->k_steps, "wgmma a commit group: 1, 2, 4 or 8")
+  wgmma_rate->add_option("--n", rate_args->options.n, "N of the instruction: 16, 32, 64 or 128")
       ->delimiter(',')
       ->capture_default_str();
   wgmma_rate
-      ->add_option("--in-flight", rate_args->in_flight,
+      ->add_option("--warpgroups", rate_args->options.warpgroups, "Warpgroups a block (1 to 4)")
+      ->delimiter(',')
+      ->capture_default_str();
+  wgmma_rate
+      ->add_option("--k-steps", rate_args->options.k_steps, "wgmma a commit group: 1, 2, 4 or 8")
+      ->delimiter(',')
+      ->capture_default_str();
+  wgmma_rate
+      ->add_option("--in-flight", rate_args->options.in_flight,
                    "Groups each wait leaves pending: 0 (serial: the chain's latency) or 1")
       ->delimiter(',')
       ->capture_default_str();
-  wgmma_rate->add_option("--iterations", rate_args->iterations, "Commit groups a warpgroup issues")
+  wgmma_rate
+      ->add_option("--iterations", rate_args->options.iterations,
+                   "Commit groups a warpgroup issues")
       ->capture_default_str();
-  wgmma_rate->add_option("--repeats", rate_args->repeats, "Timed runs (median), >= 20")
+  wgmma_rate->add_option("--repeats", rate_args->options.repeats, "Timed runs (median), >= 20")
       ->capture_default_str();
   wgmma_rate->add_flag("--json", rate_args->json, "Print JSON");
   wgmma_rate->callback([rate_args] {
 #if MXQ_WITH_CUDA
-    bench::WgmmaRateOptions options;
-    options.kinds = rate_args->kinds;
-    options.n = rate_args->n;
-    options.warpgroups = rate_args->warpgroups;
-    options.k_steps = rate_args->k_steps;
-    options.in_flight = rate_args->in_flight;
-    options.iterations = rate_args->iterations;
-    options.repeats = rate_args->repeats;
-    const nlohmann::json result = bench::run_wgmma_rate(options, /*progress=*/true);
+    const nlohmann::json result = bench::run_wgmma_rate(rate_args->options, /*progress=*/true);
     if (rate_args->json) {
       print_json(result);
     } else {
