@@ -214,21 +214,21 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   const int row_hi = row_lo + kHiRows;
   const int unit_xor = (r / 2) % 4;  // (row / 2) % 4 of both rows: the 64-byte swizzle
   // E8M0 scales of rows row_lo and row_hi, the chunk's 4 MX blocks packed little-endian (0 past
-  // the matrix or K, where the weights are zero too); loaded one chunk ahead of their use.
+  // K, where the weights are zero too); loaded one chunk ahead of their use. A row past the
+  // matrix reads row 0's (its accumulators are never stored, and an MMA row depends on its own A
+  // row only), and the look-ahead past the last chunk reads the last one again: no branch or
+  // predicate per chunk for either.
   const int scale_pitch = moe_scale_pitch(stored_k);
   const std::uint8_t* const scales = kGemm1 ? args.w.w13_scale : args.w.w2_scale;
   const std::int64_t scale_row_lo = stage_row_global(row_lo);
   const std::int64_t scale_row_hi = stage_row_global(row_hi);
   const std::uint8_t* const scales_lo =
-      scale_row_lo >= 0 ? scales + scale_row_lo * scale_pitch : nullptr;
+      scales + (scale_row_lo >= 0 ? scale_row_lo : 0) * scale_pitch;
   const std::uint8_t* const scales_hi =
-      scale_row_hi >= 0 ? scales + scale_row_hi * scale_pitch : nullptr;
-  const auto load_scales = [&](const std::uint8_t* row, int chunk) -> std::uint32_t {
-    if (row == nullptr || chunk >= chunks) return 0U;
-    return load_chunk_scales(row, chunk);
-  };
-  std::uint32_t next_scales_lo = load_scales(scales_lo, 0);
-  std::uint32_t next_scales_hi = load_scales(scales_hi, 0);
+      scales + (scale_row_hi >= 0 ? scale_row_hi : 0) * scale_pitch;
+  const int last_chunk = chunks - 1;
+  std::uint32_t next_scales_lo = load_chunk_scales(scales_lo, 0);
+  std::uint32_t next_scales_hi = load_chunk_scales(scales_hi, 0);
   // Shared-memory addresses held in registers across the loop (the per-chunk work then adds the
   // stage's offset instead of converting generic pointers again): this lane's words of MX block b
   // of row row_lo (row_hi is kHiRowOffset bytes on), the barriers, and the activations' wgmma
@@ -253,8 +253,9 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
     mbarrier_wait(full_base + 8 * stage, (chunk / kWgmmaStages) & 1);
     const std::uint32_t scale_lo = next_scales_lo;
     const std::uint32_t scale_hi = next_scales_hi;
-    next_scales_lo = load_scales(scales_lo, chunk + 1);
-    next_scales_hi = load_scales(scales_hi, chunk + 1);
+    const int ahead = min(chunk + 1, last_chunk);
+    next_scales_lo = load_chunk_scales(scales_lo, ahead);
+    next_scales_hi = load_chunk_scales(scales_hi, ahead);
     std::uint32_t words_lo[4];
     std::uint32_t words_hi[4];
     if (chunk < stored_full) {

@@ -178,8 +178,8 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
   const int row_lo = kGemm1 ? 32 * group + 8 * warp + r : 64 * group + 16 * warp + r;
   constexpr int kHiRows = kGemm1 ? kW4a8WgmmaWBoxRows : 8;  // row_hi - row_lo
   const int row_hi = row_lo + kHiRows;
-  // E8M0 scales of the two rows, a chunk's 4 MX blocks packed little-endian (0 past the matrix or
-  // K, where the weights are zero too), loaded one chunk ahead of their decode.
+  // E8M0 scales of the two rows, a chunk's 4 MX blocks packed little-endian (0 past K, where the
+  // weights are zero too), loaded one chunk ahead of their decode.
   const auto stage_row_global = [&](int s) -> std::int64_t {
     const std::int64_t expert = tile.expert;
     if constexpr (kGemm1) {
@@ -196,16 +196,15 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
   const std::uint8_t* const scales = kGemm1 ? args.w.w13_scale : args.w.w2_scale;
   const std::int64_t scale_row_lo = stage_row_global(row_lo);
   const std::int64_t scale_row_hi = stage_row_global(row_hi);
+  // A row past the matrix reads row 0's scales (its accumulators are never stored), and the
+  // look-ahead past the last chunk reads the last one again: no predicate per chunk.
   const std::uint8_t* const scales_lo =
-      scale_row_lo >= 0 ? scales + scale_row_lo * scale_pitch : nullptr;
+      scales + (scale_row_lo >= 0 ? scale_row_lo : 0) * scale_pitch;
   const std::uint8_t* const scales_hi =
-      scale_row_hi >= 0 ? scales + scale_row_hi * scale_pitch : nullptr;
-  const auto load_scales = [&](const std::uint8_t* row, int chunk) -> std::uint32_t {
-    if (row == nullptr || chunk >= chunks) return 0U;
-    return load_chunk_scales(row, chunk);
-  };
-  std::uint32_t next_scale_lo = load_scales(scales_lo, 0);
-  std::uint32_t next_scale_hi = load_scales(scales_hi, 0);
+      scales + (scale_row_hi >= 0 ? scale_row_hi : 0) * scale_pitch;
+  const int last_chunk = chunks - 1;
+  std::uint32_t next_scale_lo = load_chunk_scales(scales_lo, 0);
+  std::uint32_t next_scale_hi = load_chunk_scales(scales_hi, 0);
   // Shared-memory addresses held in registers: this lane's 16 bytes of row row_lo in a full chunk
   // (word c of the 4 MX blocks: unit c, 64-byte swizzled), the barriers, the scales of its slot
   // columns 2c, 2c + 1, and the activations' wgmma descriptor.
@@ -227,8 +226,9 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
     mbarrier_wait(full_base + 8 * stage, (chunk / kW4a8WgmmaStages) & 1);
     d.scale_lo = next_scale_lo;
     d.scale_hi = next_scale_hi;
-    next_scale_lo = load_scales(scales_lo, chunk + 1);
-    next_scale_hi = load_scales(scales_hi, chunk + 1);
+    const int ahead = min(chunk + 1, last_chunk);
+    next_scale_lo = load_chunk_scales(scales_lo, ahead);
+    next_scale_hi = load_chunk_scales(scales_hi, ahead);
     std::uint32_t lo[4];
     std::uint32_t hi[4];
     int nb = 4;
