@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <ios>
 
 #if MXQ_WITH_CUDA
 #include "mxq/core/cuda_check.h"
@@ -153,6 +154,16 @@ void require_contiguous(const TensorView& t, std::string_view argument) {
 void require_shape(const TensorView& t, std::string_view argument, const Shape& shape) {
   require_data(t, argument);
   if (!(t.shape() == shape)) fail_argument(ErrorCode::kShapeMismatch, argument, shape, t.shape());
+}
+
+void require_aligned(const void* data, std::string_view argument, std::uintptr_t bytes,
+                     std::string_view why) {
+  const auto address = reinterpret_cast<std::uintptr_t>(data);
+  if (address % bytes != 0) {
+    fail_argument(ErrorCode::kInvalidArgument, argument,
+                  detail::concat("a ", bytes, "-byte aligned address (", why, ")"),
+                  detail::concat("0x", std::hex, address));
+  }
 }
 
 }  // namespace mxq

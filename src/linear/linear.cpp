@@ -81,16 +81,6 @@ WorkspaceLayout workspace_layout(const LinearProblem& p, ActivationInput input) 
   return layout;
 }
 
-void require_aligned(const void* data, std::string_view argument, std::uintptr_t bytes,
-                     std::string_view why) {
-  const auto address = reinterpret_cast<std::uintptr_t>(data);
-  if (address % bytes != 0) {
-    fail_argument(ErrorCode::kInvalidArgument, argument,
-                  detail::concat("a ", bytes, "-byte aligned address (", why, ")"),
-                  detail::concat("0x", std::hex, address));
-  }
-}
-
 void require_out_dtype(DType dtype, std::string_view argument) {
   if (dtype != DType::kBF16 && dtype != DType::kF32) {
     fail_argument(ErrorCode::kDtypeMismatch, argument, "bf16 or f32", dtype);

@@ -18,6 +18,9 @@ namespace {
 
 using detail::scale_pitch;
 
+// Why the CUDA forward needs 16-byte aligned inputs (the error names it).
+constexpr const char* kVectorLoads = "the CUDA kernels read 16-byte vectors";
+
 void check_layer(const MoeLayerShape& layer) {
   const auto positive_multiple = [](const char* name, std::int64_t value, std::int64_t m) {
     if (value < 1 || value % m != 0) {
@@ -183,6 +186,7 @@ void mxfp4_moe(const TensorView& x, const PreparedMoe& prepared, const MoeLayerS
   }
   const std::int64_t t = x.size(0);
   (void)checked<void>(x, "x", x.dtype(), device, {t, h});
+  if (device.is_cuda()) require_aligned(x.data(), "x", 16, kVectorLoads);
   plan.x = x;
   plan.tokens = t;
   if (options.top_k < 1 || options.top_k > layer.num_experts) {
@@ -209,6 +213,10 @@ void mxfp4_moe(const TensorView& x, const PreparedMoe& prepared, const MoeLayerS
       weight(prepared.w13_scale, "prepared.w13_scale", DType::kU8, s.w13_scale);
   plan.prepared.w2 = weight(prepared.w2, "prepared.w2", DType::kU8, s.w2);
   plan.prepared.w2_scale = weight(prepared.w2_scale, "prepared.w2_scale", DType::kU8, s.w2_scale);
+  if (device.is_cuda()) {
+    require_aligned(plan.prepared.w13.data(), "prepared.w13", 16, kVectorLoads);
+    require_aligned(plan.prepared.w2.data(), "prepared.w2", 16, kVectorLoads);
+  }
   if (layer.has_bias) {
     plan.prepared.w13_bias =
         weight(prepared.w13_bias, "prepared.w13_bias", DType::kBF16, s.w13_bias);
@@ -232,6 +240,8 @@ void mxfp4_moe(const TensorView& x, const PreparedMoe& prepared, const MoeLayerS
   } else {
     (void)checked<void>(routing.router_weight, "routing.router_weight", DType::kBF16, device,
                         {layer.num_experts, h});
+    if (device.is_cuda())
+      require_aligned(routing.router_weight.data(), "routing.router_weight", 16, kVectorLoads);
     if (detail::is_given(routing.router_bias)) {
       (void)checked<void>(routing.router_bias, "routing.router_bias", DType::kBF16, device,
                           {layer.num_experts});
@@ -297,6 +307,10 @@ void moe_route(const TensorView& x, const TensorView& router_weight, const Tenso
   }
   (void)checked<void>(x, "x", x.dtype(), device, {t, h});
   (void)checked<void>(router_weight, "router_weight", DType::kBF16, device, {e, h});
+  if (device.is_cuda()) {
+    require_aligned(x.data(), "x", 16, kVectorLoads);
+    require_aligned(router_weight.data(), "router_weight", 16, kVectorLoads);
+  }
   const bool has_bias = detail::is_given(router_bias);
   if (has_bias) (void)checked<void>(router_bias, "router_bias", DType::kBF16, device, {e});
   if (top_k < 1 || top_k > e) {

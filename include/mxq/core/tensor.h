@@ -95,5 +95,8 @@ void require_dtype(const TensorView& t, std::string_view argument, DType dtype);
 void require_device(const TensorView& t, std::string_view argument, Device device);
 void require_contiguous(const TensorView& t, std::string_view argument);
 void require_shape(const TensorView& t, std::string_view argument, const Shape& shape);
+// `data` on a multiple of `bytes`; `why` says which access needs it (a kernel's 16-byte loads).
+void require_aligned(const void* data, std::string_view argument, std::uintptr_t bytes,
+                     std::string_view why);
 
 }  // namespace mxq

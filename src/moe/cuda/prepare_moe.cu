@@ -88,20 +88,15 @@ __global__ void __launch_bounds__(kThreads) gather_w2_kernel(PrepareArgs a) {
   }
 }
 
-void require_aligned(const void* pointer, const char* name) {
-  if (reinterpret_cast<std::uintptr_t>(pointer) % 16 != 0) {
-    fail_argument(ErrorCode::kInvalidArgument, name, "a 16-byte aligned tensor",
-                  "an address 16 does not divide");
-  }
-}
+constexpr const char* kVectorCopies = "the preparation copies 16-byte vectors";
 
 }  // namespace
 
 void prepare_on_device(const PreparePlan& plan, void* stream) {
-  require_aligned(plan.source.w13, "experts.w13");
-  require_aligned(plan.source.w2, "experts.w2");
-  require_aligned(plan.w13, "prepared.w13");
-  require_aligned(plan.w2, "prepared.w2");
+  require_aligned(plan.source.w13, "experts.w13", 16, kVectorCopies);
+  require_aligned(plan.source.w2, "experts.w2", 16, kVectorCopies);
+  require_aligned(plan.w13, "prepared.w13", 16, kVectorCopies);
+  require_aligned(plan.w2, "prepared.w2", 16, kVectorCopies);
   const PreparedMoeShapes& s = plan.shapes;
   PrepareArgs a{plan.source,
                 plan.w13,

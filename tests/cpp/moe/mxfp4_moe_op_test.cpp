@@ -458,5 +458,57 @@ TEST_F(Mxfp4MoeOp, BadArgumentsAreRefusedByName) {
             std::string::npos);
 }
 
+// The CUDA kernels read x, the router and the packed weights in 16-byte vectors: a device view at
+// an element offset (a slice of a larger buffer) is refused by name before the device is touched
+// (the views below are labelled CUDA over host memory; nothing reads them).
+TEST_F(Mxfp4MoeOp, MisalignedDeviceInputsAreRefusedBeforeAnyLaunch) {
+  const MoeRank rank{};
+  const PreparedMoeShapes s = prepared_moe_shapes(layer_shape_, rank);
+  const std::int64_t h = config_.hidden_size;
+  std::vector<std::uint8_t> bytes(1 << 20);
+  auto* const base = bytes.data() + (16 - reinterpret_cast<std::uintptr_t>(bytes.data()) % 16);
+  const auto on_device = [&](std::size_t offset, DType dtype, const Shape& shape) {
+    return TensorView(base + offset, dtype, shape, Device::cuda());
+  };
+  PreparedMoe prepared;
+  prepared.w13 = on_device(0, DType::kU8, s.w13);
+  prepared.w13_scale = on_device(0, DType::kU8, s.w13_scale);
+  prepared.w2 = on_device(0, DType::kU8, s.w2);
+  prepared.w2_scale = on_device(0, DType::kU8, s.w2_scale);
+  if (layer_shape_.has_bias) {
+    prepared.w13_bias = on_device(0, DType::kBF16, s.w13_bias);
+    prepared.w2_bias = on_device(0, DType::kBF16, s.w2_bias);
+  }
+  const TensorView router = on_device(0, DType::kBF16, {config_.num_experts, h});
+  const TensorView out = on_device(0, DType::kBF16, {3, h});
+  Mxfp4MoeOptions options;
+  options.top_k = 2;
+  const auto forward_error = [&](const TensorView& x, const PreparedMoe& p, const TensorView& r) {
+    return testing::error_of([&] {
+      mxfp4_moe(x, p, layer_shape_, rank, {{}, {}, r, {}}, options, out, {});
+    });
+  };
+  const std::string expected = ": expected a 16-byte aligned address";
+  EXPECT_NE(
+      forward_error(on_device(2, DType::kBF16, {3, h}), prepared, router).find("x" + expected),
+      std::string::npos);
+  EXPECT_NE(forward_error(on_device(0, DType::kBF16, {3, h}), prepared,
+                          on_device(8, DType::kBF16, {config_.num_experts, h}))
+                .find("routing.router_weight" + expected),
+            std::string::npos);
+  PreparedMoe shifted = prepared;
+  shifted.w2 = on_device(4, DType::kU8, s.w2);
+  EXPECT_NE(forward_error(on_device(0, DType::kBF16, {3, h}), shifted, router)
+                .find("prepared.w2" + expected),
+            std::string::npos);
+  const TensorView ids = on_device(0, DType::kI32, {3, 2});
+  const TensorView weights = on_device(0, DType::kF32, {3, 2});
+  EXPECT_NE(
+      testing::error_of([&] {
+        moe_route(on_device(2, DType::kBF16, {3, h}), router, {}, 2, ids, weights, {}, 0, nullptr);
+      }).find("x" + expected),
+      std::string::npos);
+}
+
 }  // namespace
 }  // namespace mxq::moe
