@@ -50,6 +50,43 @@ __device__ __forceinline__ WorkTile read_work_tile(const Workspace& ws, int tile
   return {ws.tile_expert[tile], ws.tile_slot0[tile], ws.tile_rows[tile]};
 }
 
+// The weight rows a block of the wgmma GEMMs (W4A16 and W4A8 prefill) streams: its stage rows are
+// two TMA boxes of kBoxRows rows. GEMM1: box 0 the gate rows of the block's channels first ..
+// first + kBoxRows - 1, box 1 their up rows (P rows on); GEMM2: the block's 2 kBoxRows rows of w2.
+template <bool kGemm1, int kBoxRows>
+struct WgmmaBlockRows {
+  const MoeDeviceWeights& w;
+  int expert;
+  int first;  // the block's first channel (GEMM1) or w2 row (GEMM2)
+
+  // The stored row of box `box`'s first stage row (expert-major, P-padded for GEMM1).
+  __device__ __forceinline__ std::int64_t box_row(int box) const {
+    const std::int64_t row = kGemm1 ? static_cast<std::int64_t>(expert) * 2 * w.inter_padded + first
+                                    : static_cast<std::int64_t>(expert) * w.hidden + first;
+    return box == 0 ? row : row + (kGemm1 ? w.inter_padded : kBoxRows);
+  }
+  // The stored row of stage row s, or -1 past the matrix (a channel >= I, a row >= H).
+  __device__ __forceinline__ std::int64_t stage_row(int s) const {
+    const std::int64_t e = expert;
+    if constexpr (kGemm1) {
+      const int channel = first + s % kBoxRows;
+      if (channel >= w.inter) return -1;
+      return e * 2 * w.inter_padded + channel + (s >= kBoxRows ? w.inter_padded : 0);
+    } else {
+      const int row = first + s;
+      if (row >= w.hidden) return -1;
+      return e * w.hidden + row;
+    }
+  }
+  // The E8M0 scales of stage row s (row 0's past the matrix: those rows' accumulators are never
+  // stored, and an MMA row depends on its own A row only, so no predicate is needed per chunk).
+  __device__ __forceinline__ const std::uint8_t* scale_row(int s) const {
+    const std::int64_t row = stage_row(s);
+    return (kGemm1 ? w.w13_scale : w.w2_scale) +
+           (row >= 0 ? row : 0) * moe_scale_pitch(stored_row_k(w, kGemm1));
+  }
+};
+
 // ex2.approx and a fast reciprocal: relative error ~1e-6, far below the bf16 rounding of the
 // result, and ~2 instructions where expf and an IEEE division took ~25 with a slow-path branch
 // (the GEMM1 epilogue ran them once per output).

@@ -137,8 +137,6 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   const CUtensorMap* const x_map = kN == 16 ? &maps.x16 : (kN == 32 ? &maps.x32 : &maps.x);
   constexpr int kXBoxRows = kN < 64 ? kN : 64;
   const int tid = static_cast<int>(threadIdx.x);
-  const int P = args.w.inter_padded;
-  const int matrix_rows = kGemm1 ? args.w.inter : args.w.hidden;
   const int block_first = blockIdx.x * (kGemm1 ? kWgmmaGemm1Channels : kWgmmaGemm2Rows);
   const int chunks = (streamed_k(args.w, kGemm1) + kWgmmaChunk - 1) / kWgmmaChunk;
   // The stored rows' full chunks and the MX blocks of their short last chunk (GEMM2: P values).
@@ -148,31 +146,16 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   std::uint8_t* const w_smem = smem + kWgmmaStages * kWgmmaXBytes;
   auto* const full = reinterpret_cast<std::uint64_t*>(smem + kWgmmaBarrierOffset);
   std::uint64_t* const empty = full + kWgmmaStages;
-  // Stage rows: GEMM1 rows 0..63 the gate rows of the block's channels, 64..127 their up rows;
-  // GEMM2 rows 0..127 the block's w2 rows.
-  const auto stage_row_global = [&](int s) -> std::int64_t {
-    const std::int64_t expert = tile.expert;
-    if constexpr (kGemm1) {
-      const int channel = block_first + s % kWgmmaWBoxRows;
-      if (channel >= matrix_rows) return -1;
-      return expert * 2 * P + channel + (s >= kWgmmaWBoxRows ? P : 0);
-    } else {
-      const int row = block_first + s;
-      if (row >= matrix_rows) return -1;
-      return expert * args.w.hidden + row;
-    }
-  };
+  // Stage rows: GEMM1 rows 0..95 the gate rows of the block's channels, 96..191 their up rows;
+  // GEMM2 rows 0..191 the block's w2 rows.
+  const WgmmaBlockRows<kGemm1, kWgmmaWBoxRows> rows{args.w, tile.expert, block_first};
 
   if (tid >= kWgmmaConsumerThreads) {  // ---- producer warp
     const int lane = tid % 32;
-    const std::int64_t w_first =
-        kGemm1 ? static_cast<std::int64_t>(tile.expert) * 2 * P + block_first
-               : static_cast<std::int64_t>(tile.expert) * args.w.hidden + block_first;
-    const std::int64_t w_second = kGemm1 ? w_first + P : w_first + kWgmmaWBoxRows;
     // Boxes past the tile's slots read other experts' slots or zeros: their B columns only reach
     // accumulator columns that are never stored.
-    const int first_group = static_cast<int>(w_first / kGroupRows);
-    const int second_group = static_cast<int>(w_second / kGroupRows);
+    const int first_group = static_cast<int>(rows.box_row(0) / kGroupRows);
+    const int second_group = static_cast<int>(rows.box_row(1) / kGroupRows);
     for (int chunk = 0; chunk < chunks; ++chunk) {
       const int stage = chunk % kWgmmaStages;
       if (chunk >= kWgmmaStages) mbarrier_wait(&empty[stage], ((chunk / kWgmmaStages) - 1) & 1);
@@ -215,17 +198,10 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   const int unit_xor = (r / 2) % 4;  // (row / 2) % 4 of both rows: the 64-byte swizzle
   // E8M0 scales of rows row_lo and row_hi, the chunk's 4 MX blocks packed little-endian (0 past
   // K, where the weights are zero too); loaded one chunk ahead of their use. A row past the
-  // matrix reads row 0's (its accumulators are never stored, and an MMA row depends on its own A
-  // row only), and the look-ahead past the last chunk reads the last one again: no branch or
-  // predicate per chunk for either.
-  const int scale_pitch = moe_scale_pitch(stored_k);
-  const std::uint8_t* const scales = kGemm1 ? args.w.w13_scale : args.w.w2_scale;
-  const std::int64_t scale_row_lo = stage_row_global(row_lo);
-  const std::int64_t scale_row_hi = stage_row_global(row_hi);
-  const std::uint8_t* const scales_lo =
-      scales + (scale_row_lo >= 0 ? scale_row_lo : 0) * scale_pitch;
-  const std::uint8_t* const scales_hi =
-      scales + (scale_row_hi >= 0 ? scale_row_hi : 0) * scale_pitch;
+  // matrix reads row 0's (WgmmaBlockRows::scale_row), and the look-ahead past the last chunk reads
+  // the last one again: no branch or predicate per chunk for either.
+  const std::uint8_t* const scales_lo = rows.scale_row(row_lo);
+  const std::uint8_t* const scales_hi = rows.scale_row(row_hi);
   const int last_chunk = chunks - 1;
   std::uint32_t next_scales_lo = load_chunk_scales(scales_lo, 0);
   std::uint32_t next_scales_hi = load_chunk_scales(scales_hi, 0);

@@ -117,8 +117,6 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
   const CUtensorMap* const x_map = kN == 16 ? &maps.x16 : (kN == 32 ? &maps.x32 : &maps.x);
   constexpr int kXBoxRows = kN < 64 ? kN : 64;
   const int tid = static_cast<int>(threadIdx.x);
-  const int P = args.w.inter_padded;
-  const int matrix_rows = kGemm1 ? args.w.inter : args.w.hidden;
   const int block_first = blockIdx.x * (kGemm1 ? kW4a8WgmmaGemm1Channels : kW4a8WgmmaGemm2Rows);
   const int chunks = (streamed_k(args.w, kGemm1) + kW4a8Chunk - 1) / kW4a8Chunk;
   const int stored_k = stored_row_k(args.w, kGemm1);
@@ -126,18 +124,17 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
   const int short_blocks = chunk_blocks(stored_k, stored_full);
   auto* const full = reinterpret_cast<std::uint64_t*>(smem + kW4a8WgmmaBarrierOffset);
   std::uint64_t* const empty = full + kW4a8WgmmaStages;
+  // Stage rows: GEMM1 rows 0..63 the gate rows of the block's channels, 64..127 their up rows;
+  // GEMM2 rows 0..127 the block's w2 rows.
+  const WgmmaBlockRows<kGemm1, kW4a8WgmmaWBoxRows> rows{args.w, tile.expert, block_first};
 
   if (tid >= kW4a8WgmmaConsumerThreads) {  // ---- producer warpgroup: one thread issues
     setmaxnreg_dec<kW4a8ProducerRegisters>();
     if (tid != kW4a8WgmmaConsumerThreads) return;
-    const std::int64_t w_first =
-        kGemm1 ? static_cast<std::int64_t>(tile.expert) * 2 * P + block_first
-               : static_cast<std::int64_t>(tile.expert) * args.w.hidden + block_first;
-    const std::int64_t w_second = kGemm1 ? w_first + P : w_first + kW4a8WgmmaWBoxRows;
     // Boxes past the block's rows or the tile's slots read other rows or zeros: they reach only
     // accumulators that are never stored.
-    const int first_group = static_cast<int>(w_first / kGroupRows);
-    const int second_group = static_cast<int>(w_second / kGroupRows);
+    const int first_group = static_cast<int>(rows.box_row(0) / kGroupRows);
+    const int second_group = static_cast<int>(rows.box_row(1) / kGroupRows);
     const int scale_box_slot0 = tile.slot0 - tile.slot0 % kW4a8WgmmaScaleSlotAlign;
     for (int chunk = 0; chunk < chunks; ++chunk) {
       const int stage = chunk % kW4a8WgmmaStages;
@@ -179,29 +176,11 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
   constexpr int kHiRows = kGemm1 ? kW4a8WgmmaWBoxRows : 8;  // row_hi - row_lo
   const int row_hi = row_lo + kHiRows;
   // E8M0 scales of the two rows, a chunk's 4 MX blocks packed little-endian (0 past K, where the
-  // weights are zero too), loaded one chunk ahead of their decode.
-  const auto stage_row_global = [&](int s) -> std::int64_t {
-    const std::int64_t expert = tile.expert;
-    if constexpr (kGemm1) {
-      const int channel = block_first + s % kW4a8WgmmaWBoxRows;
-      if (channel >= matrix_rows) return -1;
-      return expert * 2 * P + channel + (s >= kW4a8WgmmaWBoxRows ? P : 0);
-    } else {
-      const int row = block_first + s;
-      if (row >= matrix_rows) return -1;
-      return expert * args.w.hidden + row;
-    }
-  };
-  const int scale_pitch = moe_scale_pitch(stored_k);
-  const std::uint8_t* const scales = kGemm1 ? args.w.w13_scale : args.w.w2_scale;
-  const std::int64_t scale_row_lo = stage_row_global(row_lo);
-  const std::int64_t scale_row_hi = stage_row_global(row_hi);
-  // A row past the matrix reads row 0's scales (its accumulators are never stored), and the
-  // look-ahead past the last chunk reads the last one again: no predicate per chunk.
-  const std::uint8_t* const scales_lo =
-      scales + (scale_row_lo >= 0 ? scale_row_lo : 0) * scale_pitch;
-  const std::uint8_t* const scales_hi =
-      scales + (scale_row_hi >= 0 ? scale_row_hi : 0) * scale_pitch;
+  // weights are zero too), loaded one chunk ahead of their decode. A row past the matrix reads
+  // row 0's (WgmmaBlockRows::scale_row), and the look-ahead past the last chunk reads the last
+  // one again: no predicate per chunk.
+  const std::uint8_t* const scales_lo = rows.scale_row(row_lo);
+  const std::uint8_t* const scales_hi = rows.scale_row(row_hi);
   const int last_chunk = chunks - 1;
   std::uint32_t next_scale_lo = load_chunk_scales(scales_lo, 0);
   std::uint32_t next_scale_hi = load_chunk_scales(scales_hi, 0);

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "moe/moe_test_util.h"
@@ -226,7 +227,7 @@ TEST_F(Mxfp4MoeOpGpu, AGraphReplayEqualsEagerAndTheForwardAllocatesNothing) {
 
 TEST_F(Mxfp4MoeOpGpu, TheRouterAloneOnTheDeviceRoutesAsTheCpu) {
   const std::int64_t h = config_.hidden_size;
-  for (const std::int64_t tokens : {1, 33, 1000}) {
+  for (const std::int64_t tokens : {1, 33, 1000, 2000}) {  // 2000: 32-row routing blocks
     const Tensor x = synthetic_tokens(tokens, h, 4);
     Tensor ids = Tensor::empty(DType::kI32, {tokens, config_.top_k});
     Tensor weights = Tensor::empty(DType::kF32, {tokens, config_.top_k});
@@ -248,6 +249,38 @@ TEST_F(Mxfp4MoeOpGpu, TheRouterAloneOnTheDeviceRoutesAsTheCpu) {
     for (std::int64_t i = 0; i < weights.numel(); ++i) {
       ASSERT_NEAR(got_weights.data_as<float>()[i], weights.data_as<float>()[i], 1e-5) << i;
     }
+  }
+}
+
+// A token's logits are summed in one fixed order whatever the routing kernel's block shape (8 or
+// 32 router rows a block, one token group or many), so its choices and weights do not depend on
+// the batch it arrives in: the first tokens of a 2000-token batch route bit for bit as a batch of
+// 1000 and of 16.
+TEST_F(Mxfp4MoeOpGpu, ATokensDeviceRoutingDoesNotDependOnItsBatch) {
+  const std::int64_t h = config_.hidden_size;
+  const std::int64_t k = config_.top_k;
+  const Tensor x = bf16_of(synthetic_tokens(2000, h, 7)).to(Device::cuda());
+  const Tensor router = router_.to(Device::cuda());
+  const Tensor bias = router_bias_.to(Device::cuda());
+  const auto route = [&](std::int64_t tokens) {
+    const TensorView xv(x.data(), DType::kBF16, {tokens, h}, Device::cuda());
+    Tensor ids = Tensor::empty(DType::kI32, {tokens, k}, Device::cuda());
+    Tensor weights = Tensor::empty(DType::kF32, {tokens, k}, Device::cuda());
+    Tensor workspace = Tensor::zeros(DType::kU8,
+                                     {static_cast<std::int64_t>(moe_route_workspace_bytes(
+                                         config_.num_experts, h, k, tokens, Device::cuda()))},
+                                     Device::cuda());
+    moe_route(xv, router, bias, k, ids, weights, workspace, tokens, stream_);
+    MXQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return std::make_pair(ids.to(Device::cpu()), weights.to(Device::cpu()));
+  };
+  const auto all = route(2000);
+  for (const std::int64_t tokens : {1000, 16}) {
+    const auto part = route(tokens);
+    const std::size_t bytes = static_cast<std::size_t>(tokens * k) * 4;
+    EXPECT_EQ(std::memcmp(part.first.data(), all.first.data(), bytes), 0) << "ids, T " << tokens;
+    EXPECT_EQ(std::memcmp(part.second.data(), all.second.data(), bytes), 0)
+        << "weights, T " << tokens;
   }
 }
 
