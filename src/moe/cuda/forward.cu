@@ -87,8 +87,8 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   const detail::Workspace ws = detail::carve_workspace(w, p, max_tokens, workspace, nullptr);
   const int pairs = run.tokens * p.top_k;
   const bool routing = run.topk_ids == nullptr;
-  const int max_tiles =
-      detail::max_tiles_for(pairs, w.num_local_experts, detail::tile_tokens_for(resolved.gemm));
+  const detail::TileCut tiles = detail::tile_cut_for(resolved.gemm, detail::w4a8(p));
+  const int max_tiles = detail::max_tiles_for(pairs, w.num_local_experts, tiles.tokens);
   const bool decode = resolved.gemm == GemmVariant::kDecodeMma;
   // One token routed on the device, W4A16 decode GEMMs: GEMM1 takes the top-k
   // (route_single_token), so the routing kernel computes only the logits. With precomputed
@@ -106,7 +106,7 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
                           run.tokens,
                           w.first_local_expert,
                           w.num_local_experts,
-                          detail::tile_tokens_for(resolved.gemm),
+                          tiles,
                           ws};
   route.logits_only = single_token;
   detail::launch_routing(route, routing, stream);
@@ -178,7 +178,7 @@ void moe_route(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& run,
                           run.tokens,
                           w.first_local_expert,
                           w.num_local_experts,
-                          detail::tile_tokens_for(GemmVariant::kDecodeMma),
+                          detail::tile_cut_for(GemmVariant::kDecodeMma, false),
                           ws};
   detail::launch_routing(route, true, stream);
   const std::size_t pairs = static_cast<std::size_t>(run.tokens) * p.top_k;

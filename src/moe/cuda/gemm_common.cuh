@@ -3,6 +3,7 @@
 // every variant rounds and writes exactly as the CPU reference does.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cstddef>
@@ -11,6 +12,8 @@
 
 #include "cuda_common/async_copy.cuh"
 #include "cuda_common/smem.cuh"
+#include "cuda_common/tma.cuh"
+#include "moe/layout/row_groups.h"
 #include "mxq/moe/cuda_moe.h"
 #include "routing.cuh"
 #include "wgmma_k_order.h"
@@ -38,7 +41,7 @@ __host__ __device__ inline int stored_row_k(const MoeDeviceWeights& w, bool gemm
   return gemm1 ? w.hidden : w.inter_padded;
 }
 
-// A GEMM block's work tile (blockIdx.y): `rows` (<= the variant's tile tokens) expert-sorted
+// A GEMM block's work tile (blockIdx.y): `rows` (<= the tile cut's tokens + extra) expert-sorted
 // slots from slot0, all routed to `expert`, as the routing kernel listed them.
 struct WorkTile {
   int expert;
@@ -84,6 +87,25 @@ struct WgmmaBlockRows {
     const std::int64_t row = stage_row(s);
     return (kGemm1 ? w.w13_scale : w.w2_scale) +
            (row >= 0 ? row : 0) * moe_scale_pitch(stored_row_k(w, kGemm1));
+  }
+  // Copies K chunk `chunk` of the stage rows into `stage` (box 0's rows, then box 1's, kChunkBytes
+  // each) through the weights' TMA views (wgmma_weight_maps.cuh): `full_chunks`, or `short_chunk`
+  // for the short last chunk of the stored rows (chunk >= full chunks), whose rows land unswizzled.
+  __device__ __forceinline__ void tma_load_chunk(std::uint8_t* stage,
+                                                 const CUtensorMap* full_chunks,
+                                                 const CUtensorMap* short_chunk,
+                                                 std::uint64_t* full, int chunk,
+                                                 bool is_short) const {
+    std::uint8_t* const second = stage + kBoxRows * kChunkBytes;
+    const int first_group = static_cast<int>(box_row(0) / kGroupRows);
+    const int second_group = static_cast<int>(box_row(1) / kGroupRows);
+    if (is_short) {
+      ptx::tma_load_3d(stage, short_chunk, full, 0, 0, first_group);
+      ptx::tma_load_3d(second, short_chunk, full, 0, 0, second_group);
+    } else {
+      ptx::tma_load_3d(stage, full_chunks, full, 0, kGroupRows * chunk, first_group);
+      ptx::tma_load_3d(second, full_chunks, full, 0, kGroupRows * chunk, second_group);
+    }
   }
 };
 

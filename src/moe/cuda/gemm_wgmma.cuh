@@ -7,19 +7,26 @@
 // k-step does the work of 16-32 mma.sync, and runs asynchronously while the warps decode the
 // next chunk.
 //
-// Block = 3 consumer warpgroups, each on 64 weight rows (A rows), over a 128-slot work tile (B
-// columns), and 1 producer warp:
+// Block = 3 consumer warpgroups, each on 64 weight rows (A rows), over a work tile of up to 128 +
+// kWgmmaTileExtra slots (B columns), and 1 producer warpgroup:
 //   GEMM1: warp w of warpgroup g holds channels 32 g + 8 w .. + 7 of the block: A rows 0..7 their
 //          gate rows, 8..15 their up rows, so each lane's accumulators hold gate and up of the
 //          same (channel, slot) and the SwiGLU epilogue needs no exchange; 96 channels per block;
 //   GEMM2: warpgroup g takes 64 rows of w2; 192 per block.
-// Why 3: with 2 the decode's dependency chains left the schedulers idle (2 consumer warps each);
-// 13 warps put 4 on one scheduler, whose 16K registers then cap every thread at 128, which fits
-// because the fragments live in a small ring (below) instead of two whole-chunk sets. 96 channels
-// and 192 rows also divide gpt-oss's 2880, and the activation tile is shared by 192 rows.
+// Why 3: with 2 the decode's dependency chains left the schedulers idle (2 consumer warps each).
+// The producer warpgroup gives its registers to the consumers (setmaxnreg: 160 a consumer thread,
+// against the 128 a 13-warp block with a producer warp allowed), which the wide tiles' second
+// accumulator needs; the fragments live in a small ring (below) instead of two whole-chunk sets.
+// 96 channels and 192 rows also divide gpt-oss's 2880, and the activation tile is shared by 192
+// rows.
 // Tiles of at most 16, 32 or 64 slots run the n16, n32 or n64 instruction and copy only that many
-// activation rows (less tensor work and less L2 traffic).
-// The producer warp fills a ring of kWgmmaStages stages, one 128-wide K chunk each, by TMA:
+// activation rows (less tensor work and less L2 traffic). A tile of 129 .. 128 + kWgmmaTileExtra
+// slots (an expert's last, tile_cut_for) runs the n128 instruction on its first 128 slots and an
+// n16, n32 or n64 one on the rest, both on the same decoded fragments: its extra slots cost tensor
+// work only, where a tile of their own decoded the expert's weights again. Tiles of 65 .. 96 slots
+// run n64 and n16 or n32 the same way (the n128 instruction did up to 2x the tensor work needed).
+// The producer fills a ring of stages (4, or 3 for the two-instruction tiles' larger x stages), one
+// 128-wide K chunk each, by TMA:
 // the tile's activations (64 slot rows x 64 K per box, 128-byte swizzled as wgmma's descriptor
 // reads them: the activations are in slot order, so a tile's rows are contiguous), the weights
 // (kWgmmaWBoxRows-row boxes of 6 row groups, row_groups.h, 64-byte swizzled: MX block b of stage
@@ -40,6 +47,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -47,6 +55,7 @@
 #include "cuda_common/pdl.cuh"
 #include "cuda_common/smem.cuh"
 #include "cuda_common/tma.cuh"
+#include "cuda_common/warp_specialization.cuh"
 #include "cuda_common/wgmma.cuh"
 #include "gemm_common.cuh"
 #include "moe/layout/row_groups.h"
@@ -56,19 +65,38 @@
 
 namespace mxq::moe::gpu::detail {
 
-constexpr int kWgmmaGroups = 3;                            // consumer warpgroups per block
-constexpr int kWgmmaConsumerThreads = 128 * kWgmmaGroups;  // warps 0..11
-constexpr int kWgmmaThreads = kWgmmaConsumerThreads + 32;  // + the producer warp
-constexpr int kWgmmaStages = 4;
+constexpr int kWgmmaGroups = 3;                             // consumer warpgroups per block
+constexpr int kWgmmaConsumerThreads = 128 * kWgmmaGroups;   // warps 0..11
+constexpr int kWgmmaThreads = kWgmmaConsumerThreads + 128;  // + the producer warpgroup
+constexpr int kWgmmaConsumerRegisters = 160;                // 3 x 128 x 160 + 128 x 24 <= 64K
+constexpr int kWgmmaProducerRegisters = 24;
+constexpr int kWgmmaMaxStages = 4;
 constexpr int kWgmmaChunk = 128;                              // K values per stage
-constexpr int kWgmmaAtomBytes = kWgmmaTileTokens * 128;       // 64 K values of every slot
+constexpr int kWgmmaAtomBytes = kWgmmaTileTokens * 128;       // 64 K values of 128 slots
 constexpr int kWgmmaXBytes = 2 * kWgmmaAtomBytes;             // 32 KB
 constexpr int kWgmmaRows = 64 * kWgmmaGroups;                 // weight rows per stage
 constexpr int kWgmmaWBoxRows = kWgmmaRows / 2;                // rows per weight TMA box
 constexpr int kWgmmaWBytes = kWgmmaRows * (kWgmmaChunk / 2);  // 12 KB
-// x stages first (1024-byte aligned atoms), then weights, barriers; + slack to align.
-constexpr int kWgmmaBarrierOffset = kWgmmaStages * (kWgmmaXBytes + kWgmmaWBytes);
-constexpr int kWgmmaSmemBytes = kWgmmaBarrierOffset + 2 * kWgmmaStages * 8 + 1024;
+
+// The shared-memory stages of a tile with kExtra slots past the n64 or n128 instruction's: the x
+// stages (the first 64 or 128 slots' two 64-K atoms of 128 rows, then the extra slots' two), then
+// the weight stages; all 1024-byte aligned (the swizzle patterns are functions of address bits).
+template <int kExtra>
+struct WgmmaStages {
+  static_assert(kExtra == 0 || kExtra == 16 || kExtra == 32 || kExtra == 64);
+  static constexpr int kCount = kExtra == 0 ? kWgmmaMaxStages : kWgmmaMaxStages - 1;
+  static constexpr int kExtraAtomBytes = kExtra * 128;
+  static constexpr int kXBytes = kWgmmaXBytes + 2 * kExtraAtomBytes;
+  static constexpr int kWOffset = kCount * kXBytes;
+  static constexpr int kBytes = kWOffset + kCount * kWgmmaWBytes;
+};
+// The barriers (kWgmmaMaxStages full, then as many empty) after the largest stage layout; + slack
+// to align.
+constexpr int kWgmmaBarrierOffset = std::max({WgmmaStages<0>::kBytes, WgmmaStages<16>::kBytes,
+                                              WgmmaStages<32>::kBytes, WgmmaStages<64>::kBytes});
+constexpr int kWgmmaSmemBytes = kWgmmaBarrierOffset + 2 * kWgmmaMaxStages * 8 + 1024;
+static_assert(kWgmmaSmemBytes <= 232448, "shared memory per block on sm_90");
+static_assert(kWgmmaTileExtra <= 64, "the extra slots' wgmma is n16, n32 or n64");
 constexpr int kWgmmaGemm1Channels = 32 * kWgmmaGroups;  // channels per GEMM1 block
 constexpr int kWgmmaGemm2Rows = 64 * kWgmmaGroups;      // w2 rows per GEMM2 block
 // MX blocks (2 k-steps) of decoded A fragments a consumer warp keeps in flight: block b of a
@@ -125,11 +153,15 @@ __global__ void gather_activations_kernel(const std::uint32_t* __restrict__ x,
 }
 
 // The work of one block (row block blockIdx.x of a tile) with the n = kN instruction (kN >= the
-// tile's slots).
-template <bool kGemm1, int kN>
+// tile's slots), or with kExtra > 0: n = kN (64 or 128) on the first kN slots and n = kExtra on the
+// rest (kN + kExtra >= the tile's slots).
+template <bool kGemm1, int kN, int kExtra = 0>
 __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const WgmmaMaps& maps,
                                                 const WorkTile& tile, std::uint8_t* smem) {
-  using namespace mxq::ptx;  // TMA, mbarrier, wgmma
+  using namespace mxq::ptx;  // TMA, mbarrier, wgmma, setmaxnreg
+  static_assert(kExtra == 0 || kN == 64 || kN == 128, "extra slots past an n64 or n128 tile");
+  using Stages = WgmmaStages<kExtra>;
+  constexpr int kStages = Stages::kCount;
   // The activations' map: boxes of the tile's width, so that a 16- or 32-slot tile copies 16 or
   // 32 rows per stage (in 64-row boxes, a T = 512 layer's GEMM1 read 1.5 GB of activations from
   // L2 for 1.1 GB of weights). The rows land at the start of each atom, where a 64-row box puts
@@ -143,49 +175,47 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   const int stored_k = stored_row_k(args.w, kGemm1);
   const int stored_full = stored_k / kWgmmaChunk;
   const int short_blocks = chunk_blocks(stored_k, stored_full);
-  std::uint8_t* const w_smem = smem + kWgmmaStages * kWgmmaXBytes;
+  std::uint8_t* const w_smem = smem + Stages::kWOffset;
   auto* const full = reinterpret_cast<std::uint64_t*>(smem + kWgmmaBarrierOffset);
-  std::uint64_t* const empty = full + kWgmmaStages;
+  std::uint64_t* const empty = full + kWgmmaMaxStages;
   // Stage rows: GEMM1 rows 0..95 the gate rows of the block's channels, 96..191 their up rows;
   // GEMM2 rows 0..191 the block's w2 rows.
   const WgmmaBlockRows<kGemm1, kWgmmaWBoxRows> rows{args.w, tile.expert, block_first};
 
-  if (tid >= kWgmmaConsumerThreads) {  // ---- producer warp
-    const int lane = tid % 32;
+  if (tid >= kWgmmaConsumerThreads) {  // ---- producer warpgroup: one thread issues
+    setmaxnreg_dec<kWgmmaProducerRegisters>();
+    if (tid != kWgmmaConsumerThreads) return;
     // Boxes past the tile's slots read other experts' slots or zeros: their B columns only reach
     // accumulator columns that are never stored.
-    const int first_group = static_cast<int>(rows.box_row(0) / kGroupRows);
-    const int second_group = static_cast<int>(rows.box_row(1) / kGroupRows);
     for (int chunk = 0; chunk < chunks; ++chunk) {
-      const int stage = chunk % kWgmmaStages;
-      if (chunk >= kWgmmaStages) mbarrier_wait(&empty[stage], ((chunk / kWgmmaStages) - 1) & 1);
-      std::uint8_t* const x_stage = smem + stage * kWgmmaXBytes;
+      const int stage = chunk % kStages;
+      if (chunk >= kStages) mbarrier_wait(&empty[stage], ((chunk / kStages) - 1) & 1);
+      std::uint8_t* const x_stage = smem + stage * Stages::kXBytes;
       std::uint8_t* const w_stage = w_smem + stage * kWgmmaWBytes;
-      if (lane == 0) {
-        const bool short_chunk = chunk >= stored_full;
-        mbarrier_arrive_expect_tx(
-            &full[stage], kN * 256 + (short_chunk ? kWgmmaRows * 16 * short_blocks : kWgmmaWBytes));
+      const bool short_chunk = chunk >= stored_full;
+      mbarrier_arrive_expect_tx(
+          &full[stage],
+          (kN + kExtra) * 256 + (short_chunk ? kWgmmaRows * 16 * short_blocks : kWgmmaWBytes));
 #pragma unroll
-        for (int atom = 0; atom < 2; ++atom)
+      for (int atom = 0; atom < 2; ++atom) {
 #pragma unroll
-          for (int box = 0; box < kN / kXBoxRows; ++box)
-            tma_load_2d(x_stage + atom * kWgmmaAtomBytes + box * kXBoxRows * 128, x_map,
-                        &full[stage], chunk * kWgmmaChunk + 64 * atom,
-                        tile.slot0 + kXBoxRows * box);
-        std::uint8_t* const w_stage_hi = w_stage + kWgmmaWBoxRows * (kWgmmaChunk / 2);
-        if (short_chunk) {
-          tma_load_3d(w_stage, &maps.w_short, &full[stage], 0, 0, first_group);
-          tma_load_3d(w_stage_hi, &maps.w_short, &full[stage], 0, 0, second_group);
-        } else {
-          tma_load_3d(w_stage, &maps.w, &full[stage], 0, kGroupRows * chunk, first_group);
-          tma_load_3d(w_stage_hi, &maps.w, &full[stage], 0, kGroupRows * chunk, second_group);
+        for (int box = 0; box < kN / kXBoxRows; ++box)
+          tma_load_2d(x_stage + atom * kWgmmaAtomBytes + box * kXBoxRows * 128, x_map, &full[stage],
+                      chunk * kWgmmaChunk + 64 * atom, tile.slot0 + kXBoxRows * box);
+        if constexpr (kExtra > 0) {  // the extra slots: one box of their width (<= 64 rows)
+          const CUtensorMap* const x_extra_map =
+              kExtra == 16 ? &maps.x16 : (kExtra == 32 ? &maps.x32 : &maps.x);
+          tma_load_2d(x_stage + kWgmmaXBytes + atom * Stages::kExtraAtomBytes, x_extra_map,
+                      &full[stage], chunk * kWgmmaChunk + 64 * atom, tile.slot0 + kN);
         }
       }
+      rows.tma_load_chunk(w_stage, &maps.w, &maps.w_short, &full[stage], chunk, short_chunk);
     }
     return;
   }
 
   // ---- consumers
+  setmaxnreg_inc<kWgmmaConsumerRegisters>();
   const int group = tid / 128;
   const int warp = (tid / 32) % 4;
   const int lane = tid % 32;
@@ -212,8 +242,8 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   constexpr std::uint32_t kHiRowOffset = kHiRows * 64;
   const std::uint32_t smem_base = smem_addr(smem);
   const std::uint32_t full_base = smem_base + kWgmmaBarrierOffset;
-  const std::uint32_t empty_base = full_base + kWgmmaStages * 8;
-  const std::uint32_t w_smem_base = smem_base + kWgmmaStages * kWgmmaXBytes;
+  const std::uint32_t empty_base = full_base + kWgmmaMaxStages * 8;
+  const std::uint32_t w_smem_base = smem_base + Stages::kWOffset;
   std::uint32_t w_lane[4];
 #pragma unroll
   for (int b = 0; b < 4; ++b) w_lane[b] = w_smem_base + row_lo * 64 + ((b ^ unit_xor) * 16) + 4 * c;
@@ -223,10 +253,13 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   float acc[kN / 2];
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0F;
+  float acc_extra[kExtra > 0 ? kExtra / 2 : 1];  // the extra slots' accumulators
+#pragma unroll
+  for (int i = 0; i < kExtra / 2; ++i) acc_extra[i] = 0.0F;
   std::uint32_t ring[kWgmmaRing][2][4];  // [slot][k-step of the MX block][A registers]
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    const int stage = chunk % kWgmmaStages;
-    mbarrier_wait(full_base + 8 * stage, (chunk / kWgmmaStages) & 1);
+    const int stage = chunk % kStages;
+    mbarrier_wait(full_base + 8 * stage, (chunk / kStages) & 1);
     const std::uint32_t scale_lo = next_scales_lo;
     const std::uint32_t scale_hi = next_scales_hi;
     const int ahead = min(chunk + 1, last_chunk);
@@ -263,7 +296,7 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
     const std::uint32_t biased_lo = scale_lo + kPackedScaleBias;
     const std::uint32_t biased_hi = scale_hi + kPackedScaleBias;
     // 32-bit offsets: smem addresses stay below 2^18 bytes, so the field never carries.
-    const std::uint32_t stage_desc_lo = x_desc_lo + ((stage * kWgmmaXBytes) >> 4);
+    const std::uint32_t stage_desc_lo = x_desc_lo + ((stage * Stages::kXBytes) >> 4);
     // MX block b: k-steps 2b, 2b + 1, one wgmma group. Its ring slot was last read by the group
     // kWgmmaRing blocks back; once that group is done, so is every group of the previous chunk
     // when b == kWgmmaRing - 1, and that chunk's stage goes back to the producer.
@@ -272,7 +305,7 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
       std::uint32_t(&frag)[2][4] = ring[b % kWgmmaRing];
       wgmma_wait<kWgmmaRing - 1>();
       if (b == kWgmmaRing - 1 && chunk >= 1 && lane == 0)
-        mbarrier_arrive(empty_base + 8 * ((chunk - 1) % kWgmmaStages));
+        mbarrier_arrive(empty_base + 8 * ((chunk - 1) % kStages));
       if (wide) {
         decode_word_pair_fragments<true>(
             words_lo[b], words_hi[b], e8m0_scale_factors((scale_lo >> (8 * b)) & 0xFFU),
@@ -289,6 +322,14 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
         wgmma_m64k16_bf16_rs<kN>(
             acc, frag[h],
             x_desc_hi | (stage_desc_lo + (((s / 4) * kWgmmaAtomBytes + (s % 4) * 32) >> 4)), true);
+        if constexpr (kExtra > 0) {
+          wgmma_m64k16_bf16_rs<kExtra>(
+              acc_extra, frag[h],
+              x_desc_hi |
+                  (stage_desc_lo +
+                   ((kWgmmaXBytes + (s / 4) * Stages::kExtraAtomBytes + (s % 4) * 32) >> 4)),
+              true);
+        }
       }
       wgmma_commit();
     };
@@ -300,8 +341,16 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   }
   wgmma_wait<0>();
   wgmma_fence_operands(acc);
-
-  store_wgmma_tile<kGemm1, kN, /*kWgmmaOrder=*/true>(args, tile, acc, block_first + row_lo, c);
+  if constexpr (kExtra > 0) {
+    wgmma_fence_operands(acc_extra);
+    store_wgmma_tile<kGemm1, kN, /*kWgmmaOrder=*/true>(args, WorkTile{tile.expert, tile.slot0, kN},
+                                                       acc, block_first + row_lo, c);
+    store_wgmma_tile<kGemm1, kExtra, /*kWgmmaOrder=*/true>(
+        args, WorkTile{tile.expert, tile.slot0 + kN, tile.rows - kN}, acc_extra,
+        block_first + row_lo, c);
+  } else {
+    store_wgmma_tile<kGemm1, kN, /*kWgmmaOrder=*/true>(args, tile, acc, block_first + row_lo, c);
+  }
 }
 
 // Grid: (row blocks, tiles); blocks past the routed tiles return at once.
@@ -325,9 +374,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   std::uint8_t* smem = wgmma_smem_raw + ((1024U - (raw % 1024U)) % 1024U);
   if (threadIdx.x == 0) {
     auto* const full = reinterpret_cast<std::uint64_t*>(smem + kWgmmaBarrierOffset);
-    for (int s = 0; s < kWgmmaStages; ++s) {
-      mbarrier_init(&full[s], 1);                                // the producer's expect_tx arrival
-      mbarrier_init(&full[kWgmmaStages + s], 4 * kWgmmaGroups);  // empty: per consumer warp
+    for (int s = 0; s < kWgmmaMaxStages; ++s) {
+      mbarrier_init(&full[s], 1);                                   // the producer's expect_tx
+      mbarrier_init(&full[kWgmmaMaxStages + s], 4 * kWgmmaGroups);  // empty: per consumer warp
     }
     fence_barrier_init();
   }
@@ -342,8 +391,18 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     wgmma_tile_gemm<kGemm1, 32>(args, maps, tile, smem);
   } else if (tile.rows <= 64) {
     wgmma_tile_gemm<kGemm1, 64>(args, maps, tile, smem);
-  } else {
+  } else if (tile.rows <= 64 + 16) {
+    wgmma_tile_gemm<kGemm1, 64, 16>(args, maps, tile, smem);
+  } else if (tile.rows <= 64 + 32) {
+    wgmma_tile_gemm<kGemm1, 64, 32>(args, maps, tile, smem);
+  } else if (tile.rows <= kWgmmaTileTokens) {
     wgmma_tile_gemm<kGemm1, kWgmmaTileTokens>(args, maps, tile, smem);
+  } else if (tile.rows <= kWgmmaTileTokens + 16) {
+    wgmma_tile_gemm<kGemm1, kWgmmaTileTokens, 16>(args, maps, tile, smem);
+  } else if (tile.rows <= kWgmmaTileTokens + 32) {
+    wgmma_tile_gemm<kGemm1, kWgmmaTileTokens, 32>(args, maps, tile, smem);
+  } else {
+    wgmma_tile_gemm<kGemm1, kWgmmaTileTokens, 64>(args, maps, tile, smem);
   }
   ptx::allow_dependents();
 }

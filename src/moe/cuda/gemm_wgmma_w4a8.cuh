@@ -133,8 +133,6 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
     if (tid != kW4a8WgmmaConsumerThreads) return;
     // Boxes past the block's rows or the tile's slots read other rows or zeros: they reach only
     // accumulators that are never stored.
-    const int first_group = static_cast<int>(rows.box_row(0) / kGroupRows);
-    const int second_group = static_cast<int>(rows.box_row(1) / kGroupRows);
     const int scale_box_slot0 = tile.slot0 - tile.slot0 % kW4a8WgmmaScaleSlotAlign;
     for (int chunk = 0; chunk < chunks; ++chunk) {
       const int stage = chunk % kW4a8WgmmaStages;
@@ -152,14 +150,7 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
         tma_load_2d(x_stage + box * kXBoxRows * kW4a8Chunk, x_map, &full[stage], chunk * kW4a8Chunk,
                     tile.slot0 + kXBoxRows * box);
       tma_load_2d(s_stage, &maps.x_scale, &full[stage], scale_box_slot0, chunk);
-      std::uint8_t* const w_stage_hi = w_stage + kW4a8WgmmaWBoxRows * kChunkBytes;
-      if (short_chunk) {
-        tma_load_3d(w_stage, &maps.w_short, &full[stage], 0, 0, first_group);
-        tma_load_3d(w_stage_hi, &maps.w_short, &full[stage], 0, 0, second_group);
-      } else {
-        tma_load_3d(w_stage, &maps.w, &full[stage], 0, kGroupRows * chunk, first_group);
-        tma_load_3d(w_stage_hi, &maps.w, &full[stage], 0, kGroupRows * chunk, second_group);
-      }
+      rows.tma_load_chunk(w_stage, &maps.w, &maps.w_short, &full[stage], chunk, short_chunk);
     }
     return;
   }

@@ -45,7 +45,7 @@ struct RouteArgs {
   int tokens;
   int first_expert;  // global id of local expert 0
   int experts;       // local experts
-  int tile_tokens;   // slots per GEMM work tile (the GEMM variant's; tile_tokens_for)
+  TileCut tiles;     // how each expert's slots become GEMM work tiles (tile_cut_for)
   Workspace ws;
   // Only the logits: GEMM1 takes the top-k and writes the lists itself (one token;
   // gemm1_single_token.cuh, route_single_token).
@@ -308,7 +308,7 @@ __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, 
   const int per_thread = (experts + kRouteWarps * 32 - 1) / (kRouteWarps * 32);
   const int begin = min(static_cast<int>(threadIdx.x) * per_thread, experts);
   const int end = min(begin + per_thread, experts);
-  const auto tiles_of = [&](int count) { return (count + a.tile_tokens - 1) / a.tile_tokens; };
+  const auto tiles_of = [&](int count) { return tile_count(a.tiles, count); };
   int slots = 0;
   int tiles = 0;
   for (int e = begin; e < end; ++e) {
@@ -350,11 +350,12 @@ __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, 
   __syncthreads();
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
     const int count = counts[e];
-    for (int i = 0; i * a.tile_tokens < count; ++i) {
+    const int tiles = tiles_of(count);
+    for (int i = 0; i < tiles; ++i) {
       const int tile = tile_offsets[e] + i;
       a.ws.tile_expert[tile] = e;
-      a.ws.tile_slot0[tile] = offsets[e] + i * a.tile_tokens;
-      a.ws.tile_rows[tile] = min(a.tile_tokens, count - i * a.tile_tokens);
+      a.ws.tile_slot0[tile] = offsets[e] + i * a.tiles.tokens;
+      a.ws.tile_rows[tile] = tile_rows(a.tiles, count, i);
     }
     if (!counts_from_ids) a.ws.expert_counts[e] = 0;
   }

@@ -16,13 +16,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "moe/cuda/tile_cut.h"
 #include "moe/layout/w4a8_layout.h"
 #include "mxq/moe/cuda_moe.h"
 
 namespace mxq::moe::gpu::detail {
 
-constexpr int kTileTokens = 8;          // slots per work tile of the decode GEMMs (mma n)
-constexpr int kWgmmaTileTokens = 128;   // slots per work tile of the wgmma (prefill) GEMMs
 constexpr int kMaxLocalExperts = 1024;  // moe_forward_unsupported_reason enforces it
 constexpr int kRouteTokens = 16;        // tokens per routing group (the router mma's m)
 // The single-token GEMM1 (gemm1_single_token.cuh) runs at most this many blocks: one counter and
@@ -71,24 +70,6 @@ inline int route_tiles_for(int tokens) { return token_groups_for(tokens) >= 64 ?
 inline int router_blocks_for(int router_experts, int tiles) {
   const int rows = kRouterTileRows * tiles;
   return (router_experts + rows - 1) / rows;
-}
-
-// Slots per work tile of a GEMM variant: the routing kernel cuts each expert's slots into tiles
-// of this many, and the GEMM kernels take one tile per block row.
-inline int tile_tokens_for(GemmVariant variant) {
-  switch (variant) {
-    case GemmVariant::kPrefillWgmma:
-      return kWgmmaTileTokens;
-    default:
-      return kTileTokens;
-  }
-}
-
-// At most this many tiles of tile_tokens slots: an expert with n > 0 slots takes ceil(n / t) <=
-// floor(n / t) + 1 tiles, the floors sum to at most floor(pairs / t), and at most min(pairs,
-// experts) experts have slots. (Exact bound: the GEMM grids launch one row of blocks per tile.)
-inline int max_tiles_for(int pairs, int experts, int tile_tokens = kTileTokens) {
-  return std::min(pairs, experts) + pairs / tile_tokens;
 }
 
 // Bytes of the sync region (offset 0) for up to max_tokens tokens.

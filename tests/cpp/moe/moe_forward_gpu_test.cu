@@ -302,6 +302,42 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeGpuW4a8VsCpu, ::testing::ValuesIn(kCases),
                            return std::string(info.param.name);
                          });
 
+// Experts with chosen slot counts (precomputed top-1 routing, tokens in a shuffled order), so that
+// the wgmma GEMMs' work tiles take every width: 1, 16, 70 (n64 + n16), 90 (n64 + n32), 129 (n128
+// + n16), 150 (+ n32), 176 and 192 (+ n64: W4A16 takes a remainder of up to 64 slots into the
+// expert's last tile), 193 (128 + 65: two tiles) and 320 (128 + 192). W4A8 cuts the same experts
+// into 128-slot tiles and remainders.
+TEST(MoeGpuLayer, EveryWorkTileWidthMatchesTheReference) {
+  const std::vector<int> counts = {1, 16, 70, 90, 129, 150, 176, 192, 193, 320};
+  Case c{"wide_tiles", 10, 256, 544, 1, 0, Activation::kSwigluOai, true, 1, 1, 128, true, false};
+  ASSERT_EQ(static_cast<std::int64_t>(counts.size()), c.experts);
+  for (const int n : counts) c.tokens += n;
+  const std::int64_t tokens = c.tokens;
+  std::vector<int> ids;
+  for (std::size_t e = 0; e < counts.size(); ++e)
+    ids.insert(ids.end(), counts[e], static_cast<int>(e));
+  Xoshiro256 rng(11);
+  for (std::size_t i = ids.size() - 1; i > 0; --i) std::swap(ids[i], ids[rng.next() % (i + 1)]);
+  Routing routing{Tensor::empty(DType::kI32, {tokens, 1}), Tensor::empty(DType::kF32, {tokens, 1})};
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    routing.ids.data_as<std::int32_t>()[t] = ids[static_cast<std::size_t>(t)];
+    routing.weights.data_as<float>()[t] =
+        0.5F + 0.5F * static_cast<float>(rng.next() % 1000) / 1000;
+  }
+  cudaStream_t stream;
+  MXQ_CUDA_CHECK(cudaStreamCreate(&stream));
+  for (const ActivationQuant quant : {ActivationQuant::kBf16, ActivationQuant::kFp8Group128}) {
+    SCOPED_TRACE(static_cast<int>(quant));
+    const MoeLayer layer = make_layer(c, 21, quant);
+    const Tensor x = make_input(c, 23);
+    const MoeForwardResult ref = layer.forward(x, &routing);
+    const MoeGpuLayer gpu = MoeGpuLayer::upload(layer, static_cast<int>(c.tokens), Device::cuda(0),
+                                                gpu::GemmVariant::kPrefillWgmma);
+    expect_matches_reference(gpu, c, x, ref, &routing, stream);
+  }
+  MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 // The block timeline of a trace build (-DMXQ_MOE_BLOCK_TRACE=ON; skipped otherwise): each block's
 // points in order, and the kernels in order, as programmatic dependent launch promises — no block
 // passes its griddepcontrol.wait before every block of the kernel before it has ended.

@@ -1,0 +1,61 @@
+// How the MoE forward's routing cuts each local expert's expert-sorted slots into GEMM work tiles
+// (one tile per GEMM block row), for every GEMM variant: one owner for the cut, used by the host
+// (grid and workspace sizes, tests) and the routing kernel.
+#pragma once
+
+#include <algorithm>
+
+#include "mxq/core/macros.h"
+#include "mxq/moe/gemm_variant.h"
+
+namespace mxq::moe::gpu::detail {
+
+constexpr int kTileTokens = 8;         // slots per work tile of the decode GEMMs (mma n)
+constexpr int kWgmmaTileTokens = 128;  // slots per work tile of the wgmma (prefill) GEMMs
+// W4A16's wgmma GEMMs take an expert's last tile up to this many slots past kWgmmaTileTokens (a
+// second, narrower wgmma beside the 128-wide one, on the same decoded weights): at T = 4096 of
+// gpt-oss-120b an expert has 128 +- 11 slots, and the ~10 past 128 cost a second pass over the
+// expert's weights (a tile of its own), as much decode as the 128-slot tile's.
+constexpr int kWgmmaTileExtra = 64;
+
+// How the routing kernel cuts each expert's slots into work tiles (one tile per GEMM block row):
+// tiles of `tokens` slots, except that the last one also takes a remainder of up to `extra` slots
+// (tile_count, tile_rows).
+struct TileCut {
+  int tokens;
+  int extra = 0;
+};
+
+// The work tiles of a GEMM variant (W4A8's wgmma GEMMs take 128-slot tiles only).
+inline TileCut tile_cut_for(GemmVariant variant, bool w4a8) {
+  switch (variant) {
+    case GemmVariant::kPrefillWgmma:
+      return {kWgmmaTileTokens, w4a8 ? 0 : kWgmmaTileExtra};
+    default:
+      return {kTileTokens};
+  }
+}
+
+// Tiles of an expert with `slots` slots: ceil(slots / tokens), less one where the last tile's
+// remainder (at most `extra` slots) joins the tile before it.
+MXQ_HD_INLINE constexpr int tile_count(const TileCut& cut, int slots) {
+  if (slots <= 0) return 0;
+  const int tiles = (slots + cut.tokens - 1 - cut.extra) / cut.tokens;
+  return tiles > 1 ? tiles : 1;
+}
+
+// Slots of tile i of an expert with `slots` slots (tiles cut by tile_count): `tokens`, and the
+// rest (1 .. tokens + extra) in the last.
+MXQ_HD_INLINE constexpr int tile_rows(const TileCut& cut, int slots, int i) {
+  return i + 1 < tile_count(cut, slots) ? cut.tokens : slots - i * cut.tokens;
+}
+
+// At most this many tiles of tile_tokens slots (tile_count, whatever the extra): an expert with
+// n > 0 slots takes at most ceil(n / t) <= floor(n / t) + 1 tiles, the floors sum to at most
+// floor(pairs / t), and at most min(pairs, experts) experts have slots. (Exact bound: the GEMM
+// grids launch one row of blocks per tile.)
+inline int max_tiles_for(int pairs, int experts, int tile_tokens = kTileTokens) {
+  return std::min(pairs, experts) + pairs / tile_tokens;
+}
+
+}  // namespace mxq::moe::gpu::detail
