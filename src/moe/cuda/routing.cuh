@@ -308,12 +308,11 @@ __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, 
   const int per_thread = (experts + kRouteWarps * 32 - 1) / (kRouteWarps * 32);
   const int begin = min(static_cast<int>(threadIdx.x) * per_thread, experts);
   const int end = min(begin + per_thread, experts);
-  const auto tiles_of = [&](int count) { return tile_count(a.tiles, count); };
   int slots = 0;
   int tiles = 0;
   for (int e = begin; e < end; ++e) {
     slots += counts[e];
-    tiles += tiles_of(counts[e]);
+    tiles += tile_count(a.tiles, counts[e]);
   }
   int slot_prefix = slots;
   int tile_prefix = tiles;
@@ -344,17 +343,17 @@ __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, 
     offsets[e] = slots;
     tile_offsets[e] = tiles;
     slots += counts[e];
-    tiles += tiles_of(counts[e]);
+    tiles += tile_count(a.tiles, counts[e]);
   }
   if (threadIdx.x == 0) *a.ws.num_tiles = all_tiles;
   __syncthreads();
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
     const int count = counts[e];
-    const int tiles = tiles_of(count);
+    const int tiles = tile_count(a.tiles, count);
     for (int i = 0; i < tiles; ++i) {
       const int tile = tile_offsets[e] + i;
       a.ws.tile_expert[tile] = e;
-      a.ws.tile_slot0[tile] = offsets[e] + i * a.tiles.tokens;
+      a.ws.tile_slot0[tile] = offsets[e] + tile_first_slot(a.tiles, i);
       a.ws.tile_rows[tile] = tile_rows(a.tiles, count, i);
     }
     if (!counts_from_ids) a.ws.expert_counts[e] = 0;

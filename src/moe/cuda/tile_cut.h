@@ -44,6 +44,9 @@ MXQ_HD_INLINE constexpr int tile_count(const TileCut& cut, int slots) {
   return tiles > 1 ? tiles : 1;
 }
 
+// The first slot of tile i of an expert, from the expert's first.
+MXQ_HD_INLINE constexpr int tile_first_slot(const TileCut& cut, int i) { return i * cut.tokens; }
+
 // Slots of tile i of an expert with `slots` slots (tiles cut by tile_count): `tokens`, and the
 // rest (1 .. tokens + extra) in the last.
 MXQ_HD_INLINE constexpr int tile_rows(const TileCut& cut, int slots, int i) {

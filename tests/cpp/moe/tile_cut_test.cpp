@@ -27,7 +27,7 @@ TEST(TileCut, TilesCoverTheSlotsOnceAndFitTheirGemm) {
       int covered = 0;
       for (int i = 0; i < tiles; ++i) {
         const int rows = tile_rows(cut, slots, i);
-        EXPECT_EQ(covered, i * cut.tokens) << slots;  // tile i starts at slot0 + i * tokens
+        EXPECT_EQ(covered, tile_first_slot(cut, i)) << slots;  // consecutive, in order
         EXPECT_GE(rows, 1) << slots;
         EXPECT_LE(rows, i + 1 < tiles ? cut.tokens : cut.tokens + cut.extra) << slots;
         covered += rows;
