@@ -349,8 +349,8 @@ __device__ __forceinline__ void build_lists(const RouteArgs& a, const int* ids, 
   __syncthreads();
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
     const int count = counts[e];
-    const int tiles = tile_count(a.tiles, count);
-    for (int i = 0; i < tiles; ++i) {
+    const int expert_tiles = tile_count(a.tiles, count);
+    for (int i = 0; i < expert_tiles; ++i) {
       const int tile = tile_offsets[e] + i;
       a.ws.tile_expert[tile] = e;
       a.ws.tile_slot0[tile] = offsets[e] + tile_first_slot(a.tiles, i);
