@@ -341,16 +341,9 @@ __device__ __forceinline__ void wgmma_tile_gemm(const GemmArgs& args, const Wgmm
   }
   wgmma_wait<0>();
   wgmma_fence_operands(acc);
-  if constexpr (kExtra > 0) {
-    wgmma_fence_operands(acc_extra);
-    store_wgmma_tile<kGemm1, kN, /*kWgmmaOrder=*/true>(args, WorkTile{tile.expert, tile.slot0, kN},
-                                                       acc, block_first + row_lo, c);
-    store_wgmma_tile<kGemm1, kExtra, /*kWgmmaOrder=*/true>(
-        args, WorkTile{tile.expert, tile.slot0 + kN, tile.rows - kN}, acc_extra,
-        block_first + row_lo, c);
-  } else {
-    store_wgmma_tile<kGemm1, kN, /*kWgmmaOrder=*/true>(args, tile, acc, block_first + row_lo, c);
-  }
+  if constexpr (kExtra > 0) wgmma_fence_operands(acc_extra);
+  store_wgmma_tile_parts<kGemm1, kN, kExtra, /*kWgmmaOrder=*/true>(args, tile, acc, acc_extra,
+                                                                   block_first + row_lo, c);
 }
 
 // Grid: (row blocks, tiles); blocks past the routed tiles return at once.

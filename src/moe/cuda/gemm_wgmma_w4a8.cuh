@@ -13,7 +13,9 @@
 // Promoting per block always would cost as much CUDA-core work as the tensor work
 // (docs/perf-log/moe-prefill.md).
 //
-// Block = 2 consumer warpgroups, each on 64 weight rows over a work tile of up to 128 slots, and
+// Block = 2 consumer warpgroups, each on 64 weight rows over a work tile of up to 128 slots (and up
+// to kW4a8TileExtra more in an expert's last tile: a second wgmma on the same decoded fragments,
+// with its own part and sum, as in gemm_wgmma.cuh), and
 // a producer warpgroup that gives its registers to the consumers (setmaxnreg: two fp32 sets of a
 // 64 x 128 tile are 128 registers a thread, beyond the 128-register cap of the W4A16 kernel's 13
 // warps):
@@ -54,16 +56,19 @@ constexpr int kW4a8WgmmaThreads = kW4a8WgmmaConsumerThreads + 128;  // + the pro
 constexpr int kW4a8ConsumerRegisters = 240;
 constexpr int kW4a8ProducerRegisters = 24;
 constexpr int kW4a8WgmmaStages = 6;
-constexpr int kW4a8WgmmaRows = 64 * kW4a8WgmmaGroups;            // weight rows per stage
-constexpr int kW4a8WgmmaWBoxRows = 64;                           // rows per weight TMA box
-constexpr int kW4a8WgmmaXBytes = kWgmmaTileTokens * kW4a8Chunk;  // 128 slots x 128 E4M3
-constexpr int kW4a8WgmmaWBytes = kW4a8WgmmaRows * kChunkBytes;   // 8 KB
+constexpr int kW4a8WgmmaRows = 64 * kW4a8WgmmaGroups;  // weight rows per stage
+constexpr int kW4a8WgmmaWBoxRows = 64;                 // rows per weight TMA box
+// A stage's activations: 128 slots x 128 E4M3, then the extra slots' rows.
+constexpr int kW4a8WgmmaXMainBytes = kWgmmaTileTokens * kW4a8Chunk;
+constexpr int kW4a8WgmmaXBytes = kW4a8WgmmaXMainBytes + kW4a8TileExtra * kW4a8Chunk;
+constexpr int kW4a8WgmmaWBytes = kW4a8WgmmaRows * kChunkBytes;  // 8 KB
 // A stage's activation scales, one fp32 per slot: TMA reads an inner coordinate only at a 16-byte
 // boundary (any other is an illegal instruction, which no encode-time check reports), so the box
 // starts at the multiple of 4 slots at or below the tile's first and is 4 slots wider than a
 // tile; stages 128-byte aligned for TMA.
 constexpr int kW4a8WgmmaScaleSlotAlign = 4;
-constexpr int kW4a8WgmmaScaleBoxSlots = kWgmmaTileTokens + kW4a8WgmmaScaleSlotAlign;
+constexpr int kW4a8WgmmaScaleBoxSlots =
+    kWgmmaTileTokens + kW4a8TileExtra + kW4a8WgmmaScaleSlotAlign;
 constexpr int kW4a8WgmmaScaleBoxBytes = kW4a8WgmmaScaleBoxSlots * 4;
 constexpr int kW4a8WgmmaScaleBytes = (kW4a8WgmmaScaleBoxBytes + 127) / 128 * 128;
 // Shared memory: x stages first (1024-byte aligned atoms), weights, scales, barriers; + slack.
@@ -107,12 +112,14 @@ __device__ __forceinline__ float w4a8_wgmma_row_factor(std::uint32_t s) {
   return __uint_as_float(w4a8_exact_scale_bits(s)) * 0.015625F;
 }
 
-// The work of one block (row block blockIdx.x of a tile) with the n = kN instruction.
-template <bool kGemm1, int kN>
+// The work of one block (row block blockIdx.x of a tile) with the n = kN instruction, and with
+// kExtra > 0 an n = kExtra one on the slots past the first 128 (kN = 128).
+template <bool kGemm1, int kN, int kExtra = 0>
 __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
                                                      const W4a8WgmmaMaps& maps,
                                                      const WorkTile& tile, std::uint8_t* smem) {
   using namespace mxq::ptx;  // TMA, mbarrier, wgmma
+  static_assert(kExtra == 0 || (kN == kWgmmaTileTokens && kExtra <= kW4a8TileExtra));
   // Slot rows copied per stage: the tile's width (16, 32 or 64-row boxes).
   const CUtensorMap* const x_map = kN == 16 ? &maps.x16 : (kN == 32 ? &maps.x32 : &maps.x);
   constexpr int kXBoxRows = kN < 64 ? kN : 64;
@@ -143,12 +150,16 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
       std::uint8_t* const s_stage = smem + kW4a8WgmmaScaleOffset + stage * kW4a8WgmmaScaleBytes;
       const bool short_chunk = chunk >= stored_full;
       mbarrier_arrive_expect_tx(
-          &full[stage], kN * kW4a8Chunk + kW4a8WgmmaScaleBoxBytes +
+          &full[stage], (kN + kExtra) * kW4a8Chunk + kW4a8WgmmaScaleBoxBytes +
                             (short_chunk ? kW4a8WgmmaRows * 16 * short_blocks : kW4a8WgmmaWBytes));
 #pragma unroll
       for (int box = 0; box < kN / kXBoxRows; ++box)
         tma_load_2d(x_stage + box * kXBoxRows * kW4a8Chunk, x_map, &full[stage], chunk * kW4a8Chunk,
                     tile.slot0 + kXBoxRows * box);
+      if constexpr (kExtra > 0) {  // the extra slots: one box of their width
+        tma_load_2d(x_stage + kW4a8WgmmaXMainBytes, kExtra == 16 ? &maps.x16 : &maps.x32,
+                    &full[stage], chunk * kW4a8Chunk, tile.slot0 + kWgmmaTileTokens);
+      }
       tma_load_2d(s_stage, &maps.x_scale, &full[stage], scale_box_slot0, chunk);
       rows.tma_load_chunk(w_stage, &maps.w, &maps.w_short, &full[stage], chunk, short_chunk);
     }
@@ -255,23 +266,52 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0F;
   float part[kN / 2];
-  // acc += part * f * x_scale of each column (f_lo for A row r, f_hi for row r + 8).
-  const auto promote = [&](int stage, float f_lo, float f_hi) {
-    const std::uint32_t xs = xs_lane + stage * kW4a8WgmmaScaleBytes;
+  constexpr int kExtraAcc = kExtra > 0 ? kExtra / 2 : 1;  // the extra slots' sums and parts
+  float acc_extra[kExtraAcc];
 #pragma unroll
-    for (int i = 0; i < kN / 8; ++i) {
+  for (int i = 0; i < kExtra / 2; ++i) acc_extra[i] = 0.0F;
+  float part_extra[kExtraAcc];
+  // sum += part * f * x_scale of each column (f_lo for A row r, f_hi for row r + 8), the columns'
+  // scales from `xs` on.
+  const auto promote_into = [&](auto& sum, const auto& p, std::uint32_t xs, float f_lo,
+                                float f_hi) {
+    constexpr int kCols = static_cast<int>(sizeof(p) / sizeof(float)) * 2;
+#pragma unroll
+    for (int i = 0; i < kCols / 8; ++i) {
       // Columns 8i + 2c, 8i + 2c + 1: two loads, the pair is 8-byte aligned only for even slot0.
       const float2 s = make_float2(__uint_as_float(ld_shared_u32(xs + 32 * i)),
                                    __uint_as_float(ld_shared_u32(xs + 32 * i + 4)));
-      acc[4 * i + 0] = fmaf(part[4 * i + 0] * f_lo, s.x, acc[4 * i + 0]);
-      acc[4 * i + 1] = fmaf(part[4 * i + 1] * f_lo, s.y, acc[4 * i + 1]);
-      acc[4 * i + 2] = fmaf(part[4 * i + 2] * f_hi, s.x, acc[4 * i + 2]);
-      acc[4 * i + 3] = fmaf(part[4 * i + 3] * f_hi, s.y, acc[4 * i + 3]);
+      sum[4 * i + 0] = fmaf(p[4 * i + 0] * f_lo, s.x, sum[4 * i + 0]);
+      sum[4 * i + 1] = fmaf(p[4 * i + 1] * f_lo, s.y, sum[4 * i + 1]);
+      sum[4 * i + 2] = fmaf(p[4 * i + 2] * f_hi, s.x, sum[4 * i + 2]);
+      sum[4 * i + 3] = fmaf(p[4 * i + 3] * f_hi, s.y, sum[4 * i + 3]);
+    }
+  };
+  const auto promote = [&](int stage, float f_lo, float f_hi) {
+    const std::uint32_t xs = xs_lane + stage * kW4a8WgmmaScaleBytes;
+    promote_into(acc, part, xs, f_lo, f_hi);
+    if constexpr (kExtra > 0) {
+      promote_into(acc_extra, part_extra, xs + 4 * kWgmmaTileTokens, f_lo, f_hi);
     }
   };
   const auto desc = [&](int stage, int b) {
     // 32-bit offsets: smem addresses stay below 2^18 bytes, so the field never carries.
     return x_desc_hi | (x_desc_lo + ((stage * kW4a8WgmmaXBytes + 32 * b) >> 4));
+  };
+  // MX block b's wgmma: the first 128 (or kN) slots, then the extra slots' rows.
+  const auto block_wgmma = [&](const W4a8DecodedChunk& d, int stage, int b, bool accumulate) {
+    wgmma_m64k32_e4m3_rs<kN>(part, d.frag[b], desc(stage, b), accumulate);
+    if constexpr (kExtra > 0) {
+      wgmma_m64k32_e4m3_rs<kExtra>(
+          part_extra, d.frag[b],
+          x_desc_hi |
+              (x_desc_lo + ((stage * kW4a8WgmmaXBytes + kW4a8WgmmaXMainBytes + 32 * b) >> 4)),
+          accumulate);
+    }
+  };
+  const auto settle_parts = [&] {
+    wgmma_fence_operands(part);
+    if constexpr (kExtra > 0) wgmma_fence_operands(part_extra);
   };
   // Chunk `chunk` from d (decoded), decoding chunk + 1 into `next` while its wgmma run.
   const auto run_chunk = [&](int chunk, W4a8DecodedChunk& d, W4a8DecodedChunk& next) {
@@ -280,21 +320,21 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
     if (d.folds) {
       wgmma_fence();  // the fragments (and part, read by the last promotion) are settled
 #pragma unroll
-      for (int b = 0; b < 4; ++b) wgmma_m64k32_e4m3_rs<kN>(part, d.frag[b], desc(stage, b), b > 0);
+      for (int b = 0; b < 4; ++b) block_wgmma(d, stage, b, b > 0);
       wgmma_commit();
       if (more) decode(chunk + 1, next);
       wgmma_wait<0>();
-      wgmma_fence_operands(part);
+      settle_parts();
       promote(stage, w4a8_wgmma_row_factor(d.max_lo), w4a8_wgmma_row_factor(d.max_hi));
     } else {
       if (more) decode(chunk + 1, next);
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
         wgmma_fence();
-        wgmma_m64k32_e4m3_rs<kN>(part, d.frag[b], desc(stage, b), false);
+        block_wgmma(d, stage, b, false);
         wgmma_commit();
         wgmma_wait<0>();
-        wgmma_fence_operands(part);
+        settle_parts();
         promote(stage, w4a8_wgmma_row_factor((d.scale_lo >> (8 * b)) & 0xFFU),
                 w4a8_wgmma_row_factor((d.scale_hi >> (8 * b)) & 0xFFU));
       }
@@ -312,7 +352,8 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
     run_chunk(chunk, even, odd);
     if (chunk + 1 < chunks) run_chunk(chunk + 1, odd, even);
   }
-  store_wgmma_tile<kGemm1, kN, /*kWgmmaOrder=*/false>(args, tile, acc, block_first + row_lo, c);
+  store_wgmma_tile_parts<kGemm1, kN, kExtra, /*kWgmmaOrder=*/false>(args, tile, acc, acc_extra,
+                                                                    block_first + row_lo, c);
 }
 
 // Grid: (row blocks, tiles); blocks past the routed tiles return at once.
@@ -352,8 +393,12 @@ __global__ void __launch_bounds__(kW4a8WgmmaThreads, 1)
     w4a8_wgmma_tile_gemm<kGemm1, 32>(args, maps, tile, smem);
   } else if (tile.rows <= 64) {
     w4a8_wgmma_tile_gemm<kGemm1, 64>(args, maps, tile, smem);
-  } else {
+  } else if (tile.rows <= kWgmmaTileTokens) {
     w4a8_wgmma_tile_gemm<kGemm1, kWgmmaTileTokens>(args, maps, tile, smem);
+  } else if (tile.rows <= kWgmmaTileTokens + 16) {
+    w4a8_wgmma_tile_gemm<kGemm1, kWgmmaTileTokens, 16>(args, maps, tile, smem);
+  } else {
+    w4a8_wgmma_tile_gemm<kGemm1, kWgmmaTileTokens, 32>(args, maps, tile, smem);
   }
   ptx::allow_dependents();
 }

@@ -17,6 +17,7 @@ constexpr int kWgmmaTileTokens = 128;  // slots per work tile of the wgmma (pref
 // gpt-oss-120b an expert has 128 +- 11 slots, and the ~10 past 128 cost a second pass over the
 // expert's weights (a tile of its own), as much decode as the 128-slot tile's.
 constexpr int kWgmmaTileExtra = 64;
+constexpr int kW4a8TileExtra = 32;  // W4A8's (two fp32 sets a slot: 32 fit its 240 registers)
 
 // How the routing kernel cuts each expert's slots into work tiles (one tile per GEMM block row):
 // tiles of `tokens` slots, except that the last one also takes a remainder of up to `extra` slots
@@ -26,11 +27,11 @@ struct TileCut {
   int extra = 0;
 };
 
-// The work tiles of a GEMM variant (W4A8's wgmma GEMMs take 128-slot tiles only).
+// The work tiles of a GEMM variant.
 inline TileCut tile_cut_for(GemmVariant variant, bool w4a8) {
   switch (variant) {
     case GemmVariant::kPrefillWgmma:
-      return {kWgmmaTileTokens, w4a8 ? 0 : kWgmmaTileExtra};
+      return {kWgmmaTileTokens, w4a8 ? kW4a8TileExtra : kWgmmaTileExtra};
     default:
       return {kTileTokens};
   }

@@ -60,4 +60,21 @@ __device__ __forceinline__ void store_wgmma_tile(const GemmArgs& args, const Wor
   }
 }
 
+// Stores a tile whose slots two instructions computed (gemm_wgmma.cuh's wide tiles): its first kN
+// slots from `acc`, the rest (at most kExtra) from `acc_extra`. With kExtra == 0, `acc` holds the
+// whole tile and `acc_extra` is not read.
+template <bool kGemm1, int kN, int kExtra, bool kWgmmaOrder>
+__device__ __forceinline__ void store_wgmma_tile_parts(
+    const GemmArgs& args, const WorkTile& tile, const float (&acc)[kN / 2],
+    const float (&acc_extra)[kExtra > 0 ? kExtra / 2 : 1], int first_row, int c) {
+  if constexpr (kExtra > 0) {
+    store_wgmma_tile<kGemm1, kN, kWgmmaOrder>(args, WorkTile{tile.expert, tile.slot0, kN}, acc,
+                                              first_row, c);
+    store_wgmma_tile<kGemm1, kExtra, kWgmmaOrder>(
+        args, WorkTile{tile.expert, tile.slot0 + kN, tile.rows - kN}, acc_extra, first_row, c);
+  } else {
+    store_wgmma_tile<kGemm1, kN, kWgmmaOrder>(args, tile, acc, first_row, c);
+  }
+}
+
 }  // namespace mxq::moe::gpu::detail

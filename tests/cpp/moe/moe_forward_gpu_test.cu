@@ -302,15 +302,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeGpuW4a8VsCpu, ::testing::ValuesIn(kCases),
                            return std::string(info.param.name);
                          });
 
-// Experts with chosen slot counts (precomputed top-1 routing, tokens in a shuffled order), so that
-// the wgmma GEMMs' work tiles take every width: 1, 16, 70 (n64 + n16), 90 (n64 + n32), 129 (n128
-// + n16), 150 (+ n32), 176 and 192 (+ n64: W4A16 takes a remainder of up to 64 slots into the
-// expert's last tile), 193 (128 + 65: two tiles) and 320 (128 + 192). W4A8 cuts the same experts
-// into 128-slot tiles and remainders.
-TEST(MoeGpuLayer, EveryWorkTileWidthMatchesTheReference) {
-  const std::vector<int> counts = {1, 16, 70, 90, 129, 150, 176, 192, 193, 320};
-  Case c{"wide_tiles", 10, 256, 544, 1, 0, Activation::kSwigluOai, true, 1, 1, 128, true, false};
+// Experts with chosen slot counts (precomputed top-1 routing, tokens in a shuffled order) through
+// the wgmma GEMMs, against the CPU reference, W4A16 and W4A8.
+void expect_tiles_match_reference(Case c, const std::vector<int>& counts) {
   ASSERT_EQ(static_cast<std::int64_t>(counts.size()), c.experts);
+  c.tokens = 0;
   for (const int n : counts) c.tokens += n;
   const std::int64_t tokens = c.tokens;
   std::vector<int> ids;
@@ -336,6 +332,24 @@ TEST(MoeGpuLayer, EveryWorkTileWidthMatchesTheReference) {
     expect_matches_reference(gpu, c, x, ref, &routing, stream);
   }
   MXQ_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// Every tile width: 1, 16, 70 (n64 + n16), 90 (n64 + n32), 129 (n128 + n16), 150 (+ n32), 176 and
+// 192 (+ n64: W4A16 takes a remainder of up to 64 slots into the expert's last tile), 193 (128 +
+// 65: two tiles) and 320 (128 + 192). W4A8 takes up to 32 past 128 (129 and 150 one tile: n128 +
+// n16 / n32; 176 and 192 a tile and a remainder).
+TEST(MoeGpuLayer, EveryWorkTileWidthMatchesTheReference) {
+  expect_tiles_match_reference(
+      {"wide_tiles", 10, 256, 544, 1, 0, Activation::kSwigluOai, true, 1, 1, 128, true, false},
+      {1, 16, 70, 90, 129, 150, 176, 192, 193, 320});
+}
+
+// The same tiles at gpt-oss's H = I = 2880: GEMM1's K ends in a short chunk of 2 MX blocks, and
+// GEMM2 streams I = 2880 of the padded 2944.
+TEST(MoeGpuLayer, WideWorkTilesAtGptOssWidthsMatchTheReference) {
+  expect_tiles_match_reference({"wide_tiles_2880", 3, 2880, 2880, 1, 0, Activation::kSwigluOai,
+                                true, 1, 1, 128, true, false},
+                               {150, 40, 190});
 }
 
 // The block timeline of a trace build (-DMXQ_MOE_BLOCK_TRACE=ON; skipped otherwise): each block's

@@ -13,7 +13,7 @@ namespace {
 
 const TileCut kCuts[] = {
     tile_cut_for(GemmVariant::kDecodeMma, false),
-    tile_cut_for(GemmVariant::kPrefillWgmma, true),   // W4A8: 128-slot tiles
+    tile_cut_for(GemmVariant::kPrefillWgmma, true),   // W4A8: + up to 32 in the last
     tile_cut_for(GemmVariant::kPrefillWgmma, false),  // W4A16: + up to 64 in the last
 };
 
@@ -51,8 +51,9 @@ TEST(TileCut, W4a16PrefillTakesARemainderOfUpTo64IntoTheLastTile) {
   EXPECT_EQ(tile_rows(w4a16, 193, 1), 65);
   EXPECT_EQ(tile_count(w4a16, 320), 2);  // 128 + 192
   EXPECT_EQ(tile_rows(w4a16, 320, 1), 192);
-  EXPECT_EQ(tile_count(w4a8, 138), 2);  // 128 + 10
-  EXPECT_EQ(tile_rows(w4a8, 138, 1), 10);
+  EXPECT_EQ(tile_count(w4a8, 160), 1);  // W4A8: up to 32 past 128
+  EXPECT_EQ(tile_count(w4a8, 170), 2);  // 128 + 42
+  EXPECT_EQ(tile_rows(w4a8, 170, 1), 42);
   EXPECT_EQ(tile_count(tile_cut_for(GemmVariant::kDecodeMma, false), 17), 3);
 }
 
