@@ -8,10 +8,9 @@
 //    out[mn * stride_mn + g * stride_g] (exact: every byte is a power of two).
 #pragma once
 
-#include <cuda_fp8.h>
-
 #include <cstdint>
 
+#include "cuda_common/fp8_groups.cuh"
 #include "cuda_common/smem.cuh"
 #include "linear/cuda/kernel_params.h"
 #include "mxq/formats/e8m0.h"
@@ -21,11 +20,7 @@ namespace mxq::linear::gpu::kernels {
 
 constexpr int kQuantizeWarpsPerBlock = 8;
 
-// Two floats -> two E4M3 codes (first in the low byte), saturating, round-to-nearest-even.
-__device__ __forceinline__ std::uint16_t float2_to_e4m3x2(float lo, float hi) {
-  return static_cast<std::uint16_t>(
-      __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3));
-}
+using ptx::float2_to_e4m3x2;
 
 // One warp per (row, K-group). kVec = 4: 8-byte loads (K, ldx multiples of 4, x 8-byte
 // aligned); kVec = 1: any layout.
@@ -52,19 +47,14 @@ __global__ void __launch_bounds__(kQuantizeWarpsPerBlock * 32)
   const std::uint16_t* row = args.x + m * args.ldx;
   std::uint8_t* q_row = args.q + m * args.ldq;
 
-  // amax as the integer max of |bits|: NaN and Inf order above every finite magnitude, so a
-  // group holding one gets a NaN scale exactly like the CPU quantizer.
+  // amax as the integer max of |bits| (ptx::bf16x2_abs_max_bits: a NaN or Inf gives a NaN scale).
   std::uint32_t amax_bits = 0;
   for (int j = k_begin + lane * kVec; j < k_end; j += 32 * kVec) {
     if constexpr (kVec == 4) {
       const uint2 packed = *reinterpret_cast<const uint2*>(row + j);
       const std::uint32_t words[2] = {packed.x, packed.y};
 #pragma unroll
-      for (int w = 0; w < 2; ++w) {
-        const std::uint32_t lo = (words[w] & 0x7FFFU) << 16;
-        const std::uint32_t hi = (words[w] >> 16 & 0x7FFFU) << 16;
-        amax_bits = max(amax_bits, max(lo, hi));
-      }
+      for (int w = 0; w < 2; ++w) amax_bits = max(amax_bits, ptx::bf16x2_abs_max_bits(words[w]));
     } else {
       amax_bits = max(amax_bits, (static_cast<std::uint32_t>(row[j]) & 0x7FFFU) << 16);
     }

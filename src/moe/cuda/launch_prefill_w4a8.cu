@@ -52,16 +52,16 @@ W4a8WgmmaMaps w4a8_wgmma_maps(const GemmArgs& args, bool gemm1, int tokens) {
 
 void launch_prefill_w4a8_quantize(bool gemm1, const GemmArgs& args, int pairs,
                                   cudaStream_t stream) {
-  constexpr int kWarps = 8;
   const int k = streamed_k(args.w, gemm1);
-  const int items = pairs * w4a8_act_groups(k);
+  // GEMM1: x's tokens (each stored to its pairs' slots); GEMM2: the activation rows, one a slot.
+  const int rows = gemm1 ? pairs / args.top_k : pairs;
   const SlotOperand operand = slot_operand(args.ws, gemm1);
   const std::uint16_t* src = gemm1 ? args.x : reinterpret_cast<const std::uint16_t*>(args.ws.act);
   ptx::launch(
       gemm1 ? quantize_fp8_groups_by_slot_kernel<true> : quantize_fp8_groups_by_slot_kernel<false>,
-      dim3((items + kWarps - 1) / kWarps), dim3(kWarps * 32), 0, stream, args.p.programmatic_launch,
-      src, static_cast<const int*>(args.ws.pair_slot), pairs, args.top_k, k, operand.q,
-      operand.scales, w4a8_wgmma_scale_pitch(static_cast<std::size_t>(pairs)));
+      dim3(fp8_quantize_blocks(rows, k)), dim3(kFp8QuantizeThreads), 0, stream,
+      args.p.programmatic_launch, src, static_cast<const int*>(args.ws.pair_slot), rows, args.top_k,
+      k, operand.q, operand.scales, w4a8_wgmma_scale_pitch(static_cast<std::size_t>(pairs)));
   MXQ_CUDA_CHECK_LAUNCH();
 }
 

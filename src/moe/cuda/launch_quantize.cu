@@ -8,12 +8,10 @@ namespace mxq::moe::gpu::detail {
 
 void launch_quantize_fp8(bool reads_predecessor, const std::uint16_t* src, int rows, int k,
                          std::uint8_t* q, float* scales, bool programmatic, cudaStream_t stream) {
-  constexpr int kWarps = 8;
-  const int items = rows * w4a8_act_groups(k);
   ptx::launch(
       reads_predecessor ? quantize_fp8_groups_kernel<true> : quantize_fp8_groups_kernel<false>,
-      dim3((items + kWarps - 1) / kWarps), dim3(kWarps * 32), 0, stream, programmatic, src, rows, k,
-      q, scales);
+      dim3(fp8_quantize_blocks(rows, k)), dim3(kFp8QuantizeThreads), 0, stream, programmatic, src,
+      rows, k, q, scales);
   MXQ_CUDA_CHECK_LAUNCH();
 }
 
