@@ -10,8 +10,9 @@ namespace mxq::moe::gpu {
 // The grouped GEMMs' variants (measured in docs/perf-log/moe-decode.md and moe-prefill.md):
 //   kDecodeMma:    decode (few slots per expert): each lane loads its 16-byte MX blocks straight
 //                  into registers, one 128-wide K chunk ahead of the tensor-core work, and feeds
-//                  the decoded bf16 fragments to mma.sync m16n8k16 in 8-slot work tiles (W4A8:
-//                  E4M3 fragments to mma.sync m16n8k32); split-K over the block's warps.
+//                  the decoded bf16 fragments to mma.sync m16n8k16 in 8-slot work tiles, 16-slot
+//                  ones (two mma a fragment) from 8 expected slots per expert (W4A8: E4M3
+//                  fragments to mma.sync m16n8k32, 8-slot tiles); split-K over the block's warps.
 //   kPrefillWgmma: prefill: 128-slot work tiles, the decoded weights the register A operand of
 //                  Hopper's wgmma (64 rows x up to 128 slots x 16 per instruction), the
 //                  activations and weights brought by a TMA producer warp (the fastest from ~12

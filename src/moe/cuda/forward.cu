@@ -21,6 +21,12 @@ namespace mxq::moe::gpu {
 
 namespace detail {
 
+double expected_slots_per_expert(const MoeDeviceWeights& w, const MoeParams& p, int tokens) {
+  const int experts =
+      std::max(w.num_global_experts > 0 ? w.num_global_experts : w.num_local_experts, 1);
+  return static_cast<double>(tokens) * p.top_k / experts;
+}
+
 int sm_count() {
   int device = 0;
   int sms = 0;
@@ -87,7 +93,8 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   const detail::Workspace ws = detail::carve_workspace(w, p, max_tokens, workspace, nullptr);
   const int pairs = run.tokens * p.top_k;
   const bool routing = run.topk_ids == nullptr;
-  const detail::TileCut tiles = detail::tile_cut_for(resolved.gemm, detail::w4a8(p));
+  const detail::TileCut tiles = detail::tile_cut_for(
+      resolved.gemm, detail::w4a8(p), detail::expected_slots_per_expert(w, p, run.tokens));
   const int max_tiles = detail::max_tiles_for(pairs, w.num_local_experts, tiles.tokens);
   const bool decode = resolved.gemm == GemmVariant::kDecodeMma;
   // One token routed on the device, W4A16 decode GEMMs: GEMM1 takes the top-k
@@ -135,7 +142,7 @@ void moe_forward(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& ru
   };
   const auto launch_gemm = [&](bool gemm1) {
     if (decode) {
-      detail::launch_decode_gemm(gemm1, args, max_tiles, stream);
+      detail::launch_decode_gemm(gemm1, args, max_tiles, tiles, stream);
     } else if (w4a8) {
       detail::launch_prefill_w4a8_gemm(gemm1, args, run.tokens, max_tiles, stream);
     } else {
@@ -178,7 +185,7 @@ void moe_route(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& run,
                           run.tokens,
                           w.first_local_expert,
                           w.num_local_experts,
-                          detail::tile_cut_for(GemmVariant::kDecodeMma, false),
+                          detail::tile_cut_for(GemmVariant::kDecodeMma, false, 0.0),
                           ws};
   detail::launch_routing(route, true, stream);
   const std::size_t pairs = static_cast<std::size_t>(run.tokens) * p.top_k;
@@ -190,11 +197,9 @@ void moe_route(const MoeDeviceWeights& w, const MoeParams& p, const MoeRun& run,
 
 GemmVariant resolve_gemm_variant(const MoeDeviceWeights& w, const MoeParams& p, int tokens) {
   if (p.gemm != GemmVariant::kAuto) return p.gemm;
-  const int experts =
-      std::max(w.num_global_experts > 0 ? w.num_global_experts : w.num_local_experts, 1);
-  const double slots_per_expert = static_cast<double>(tokens) * p.top_k / experts;
-  return slots_per_expert >= kPrefillMinSlotsPerExpert ? GemmVariant::kPrefillWgmma
-                                                       : GemmVariant::kDecodeMma;
+  return detail::expected_slots_per_expert(w, p, tokens) >= kPrefillMinSlotsPerExpert
+             ? GemmVariant::kPrefillWgmma
+             : GemmVariant::kDecodeMma;
 }
 
 MoeRoutingView moe_routing_view(const MoeDeviceWeights& w, const MoeParams& p, int max_tokens,

@@ -38,14 +38,14 @@ constexpr int kChunk = 128;    // K elements per lane-quad per iteration (4 MX b
 constexpr int kStreamBlocksPerSm = 4;
 
 // ---- 3/4. grouped GEMMs ---------------------------------------------------------------------
-// What one lane streams per 128-wide K chunk: its MX block of rows r and r+8 of every
-// accumulator set (GEMM1: gate and up) with their scales, and the matching 32 activations of its
-// token (B operand) — all loaded one chunk ahead of use.
-template <int kAcc>
+// What one lane streams per 128-wide K chunk: its MX block of rows r and r+8 of every weight
+// tile (GEMM1: gate and up) with their scales, and the matching 32 activations of its token in
+// each of kNT token tiles (B operands) — all loaded one chunk ahead of use.
+template <int kAcc, int kNT = 1>
 struct ChunkRegs {
   uint4 w[kAcc][2];
   std::uint32_t scale[kAcc][2];
-  uint4 x[4];
+  uint4 x[kNT][4];
 };
 
 // The weights of a GEMM block's tiles: each tile's row group (row_groups.h: its 16 rows, chunk-
@@ -56,13 +56,15 @@ struct TileRows {
   const std::uint8_t* scale[kAcc][2];
 };
 
-// One chunk's tensor-core work; scales above 2 (E8M0 129..254) take the two-multiply decode.
-template <int kAcc>
-__device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc>& regs, float (&acc)[kAcc][4]) {
+// One chunk's tensor-core work (acc[a * kNT + n]: weight tile a, token tile n); scales above 2
+// (E8M0 129..254) take the two-multiply decode.
+template <int kAcc, int kNT>
+__device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc, kNT>& regs,
+                                          float (&acc)[kAcc * kNT][4]) {
   if (warp_any_wide_scale(regs.scale)) {
-    mma_mx_chunk<kAcc, true>(regs.w, regs.scale, regs.x, acc);
+    mma_mx_chunk<kAcc, true, kNT>(regs.w, regs.scale, regs.x, acc);
   } else {
-    mma_mx_chunk<kAcc, false>(regs.w, regs.scale, regs.x, acc);
+    mma_mx_chunk<kAcc, false, kNT>(regs.w, regs.scale, regs.x, acc);
   }
 }
 
@@ -71,15 +73,16 @@ __device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc>& regs, float (&a
 // The last chunk is short when k_total is not a multiple of 128: its blocks past K read as zero
 // weights and activations and scale 1.0, and its rows lie short_row_bytes apart in the group (the
 // weight rows' K, for GEMM2 the padded P, decides how many blocks the stored chunk holds).
-template <int kAcc>
+template <int kAcc, int kNT = 1>
 struct Bf16Stream {
-  using Regs = ChunkRegs<kAcc>;
+  using Regs = ChunkRegs<kAcc, kNT>;
   TileRows<kAcc> tiles;
-  const std::uint16_t* brow;  // this lane's token's activations
+  const std::uint16_t* brow;  // this lane's token's activations (token tile 0)
   int k_total;
   int short_row_bytes;
   int r;
-  int c;  // lane % 4: the MX block of each chunk this lane takes
+  int c;                                 // lane % 4: the MX block of each chunk this lane takes
+  const std::uint16_t* brow2 = nullptr;  // its token's in token tile 1 (kNT == 2)
 
   __device__ __forceinline__ int full_chunks() const { return k_total / kChunk; }
   __device__ __forceinline__ bool has_short_chunk() const { return k_total % kChunk != 0; }
@@ -98,12 +101,16 @@ struct Bf16Stream {
       }
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      regs.x[i] =
-          load ? __ldg(reinterpret_cast<const uint4*>(brow + k0) + i) : make_uint4(0, 0, 0, 0);
+    for (int n = 0; n < kNT; ++n) {
+      const std::uint16_t* row = n == 0 ? brow : brow2;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        regs.x[n][i] =
+            load ? __ldg(reinterpret_cast<const uint4*>(row + k0) + i) : make_uint4(0, 0, 0, 0);
+      }
     }
   }
-  __device__ __forceinline__ void compute(const Regs& regs, float (&acc)[kAcc][4]) const {
+  __device__ __forceinline__ void compute(const Regs& regs, float (&acc)[kAcc * kNT][4]) const {
     mma_chunk(regs, acc);
   }
 };
@@ -252,21 +259,32 @@ __device__ __forceinline__ const std::uint16_t* gemm1_tile_biases(const GemmArgs
   return args.w.b13 + static_cast<std::size_t>(expert) * 2 * args.w.inter_padded + ch0;
 }
 
-template <bool kW4a8>
-__global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
+// Blocks per SM of the streaming GEMMs with kNT token tiles: the second tile's activations and
+// sums need more than the 128 registers a thread of 4 blocks an SM has.
+template <int kNT>
+constexpr int stream_blocks_per_sm() {
+  return kNT == 1 ? kStreamBlocksPerSm : 3;
+}
+
+// kNT token tiles of 8 slots (decode work tiles of 8 * kNT slots, tile_cut_for): the slot of B
+// column `col` of the block's tile; columns past the tile's rows repeat its last slot (their sums
+// are never stored), so the activation loads need no predicate.
+__device__ __forceinline__ int stream_column(int col, int rows) { return min(col, rows - 1); }
+
+template <bool kW4a8, int kNT>
+__global__ void __launch_bounds__(kGemmWarps * 32, stream_blocks_per_sm<kNT>())
     gemm1_swiglu_kernel(GemmArgs args) {
+  static_assert(kNT == 1 || !kW4a8, "W4A8's decode GEMMs take 8-slot tiles");
   trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kStart);
   ptx::wait_for_predecessor();
   trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kReleased);
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;
-  __shared__ float red[(kGemmWarps - 1) * 2 * 4 * 32];
+  __shared__ float red[(kGemmWarps - 1) * 2 * kNT * 4 * 32];
   const auto [expert, slot0, rows] = read_work_tile(args.ws, tile);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  // This lane's token column of the B operand; columns past the tile's rows repeat its last row
-  // (their accumulators are never stored), so the activation loads need no predicate.
-  const int n = min(lane / 4, rows - 1);
+  const int n = stream_column(lane / 4, rows);  // this lane's B column of token tile 0
   const int hidden = args.w.hidden;
   const auto token_of = [&](int col) { return args.ws.slot_pair[slot0 + col] / args.top_k; };
 
@@ -276,29 +294,35 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
   const TileRows<2> tiles = gemm1_tiles(args, expert, ch0, r);
   __shared__ BlockBiases biases;
   if (warp == 0) biases.start(gemm1_tile_biases(args, expert, ch0), args.w.inter_padded, lane);
-  float acc[2][4] = {};
+  float acc[2 * kNT][4] = {};  // [gate, up][token tile]
   if constexpr (kW4a8) {
     stream_chunks(w4a8_stream<2>(tiles, args.ws.x_fp8, args.ws.x_scale, hidden, hidden, n, rows, r,
                                  c, token_of),
                   warp, acc);
   } else {
-    const Bf16Stream<2> s{tiles,  args.x + static_cast<std::size_t>(token_of(n)) * hidden,
-                          hidden, 16 * chunk_blocks(hidden, hidden / kChunk),
-                          r,      c};
+    Bf16Stream<2, kNT> s{tiles,  args.x + static_cast<std::size_t>(token_of(n)) * hidden,
+                         hidden, 16 * chunk_blocks(hidden, hidden / kChunk),
+                         r,      c};
+    if constexpr (kNT == 2)
+      s.brow2 = args.x + static_cast<std::size_t>(token_of(stream_column(8 + r, rows))) * hidden;
     stream_chunks(s, warp, acc);
   }
   trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kMid);
   ptx::allow_dependents();
   BlockBiases::finish();
-  reduce_warps<2>(acc, red, warp, lane);
+  reduce_warps<2 * kNT>(acc, red, warp, lane);
   if (warp != 0) return;
 
-  for (int i = 0; i < 4; ++i) {
-    const int col = 2 * c + (i & 1);
-    const int m = r + (i >= 2 ? 8 : 0);  // the channel in the block
-    if (col < rows)
-      store_gemm1(args, {biases.at(m), biases.at(16 + m)}, ch0 + m, slot0 + col, acc[0][i],
-                  acc[1][i]);
+#pragma unroll
+  for (int t = 0; t < kNT; ++t) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int col = 8 * t + 2 * c + (i & 1);
+      const int m = r + (i >= 2 ? 8 : 0);  // the channel in the block
+      if (col < rows)
+        store_gemm1(args, {biases.at(m), biases.at(16 + m)}, ch0 + m, slot0 + col, acc[t][i],
+                    acc[kNT + t][i]);
+    }
   }
   trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kEnd);
 }
@@ -308,18 +332,20 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
 constexpr int kGemm2Tiles = 2;
 static_assert(BlockBiases::kRows == kGemm2Tiles * kTileRows, "GEMM2: a block's rows");
 
-template <bool kW4a8>
-__global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_kernel(GemmArgs args) {
+template <bool kW4a8, int kNT>
+__global__ void __launch_bounds__(kGemmWarps * 32, stream_blocks_per_sm<kNT>())
+    gemm2_kernel(GemmArgs args) {
+  static_assert(kNT == 1 || !kW4a8, "W4A8's decode GEMMs take 8-slot tiles");
   trace_block(MoeTraceKernel::kGemm2, MoeTracePoint::kStart);
   ptx::wait_for_predecessor();
   trace_block(MoeTraceKernel::kGemm2, MoeTracePoint::kReleased);
   const int tile = blockIdx.y;
   if (tile >= *args.ws.num_tiles) return;
-  __shared__ float red[(kGemmWarps - 1) * kGemm2Tiles * 4 * 32];
+  __shared__ float red[(kGemmWarps - 1) * kGemm2Tiles * kNT * 4 * 32];
   const auto [expert, slot0, rows] = read_work_tile(args.ws, tile);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int n = min(lane / 4, rows - 1);  // as in GEMM1: past the rows, a repeat of the last
+  const int n = stream_column(lane / 4, rows);  // this lane's B column of token tile 0
   const int inter = args.w.inter;
 
   const int h0 = blockIdx.x * kTileRows * kGemm2Tiles;
@@ -341,7 +367,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
     const bool add_bias = args.w.b2 != nullptr && args.p.add_down_bias;
     biases.start(add_bias ? args.w.b2 + base_row + h0 : nullptr, kTileRows, lane);
   }
-  float acc[kGemm2Tiles][4] = {};
+  float acc[kGemm2Tiles * kNT][4] = {};  // [weight tile][token tile]
   if constexpr (kW4a8) {
     // The chunks that hold valid channels, as the padded rows store them (a chunk of padding
     // reads zero activations).
@@ -352,26 +378,30 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_ker
         warp, acc);
   } else {
     // The rows hold P values: a short chunk of the I streamed may be a full one as stored.
-    const Bf16Stream<kGemm2Tiles> s{tiles,
-                                    reinterpret_cast<const std::uint16_t*>(args.ws.act) +
-                                        static_cast<std::size_t>(slot0 + n) * inter,
-                                    inter,
-                                    16 * chunk_blocks(padded, inter / kChunk),
-                                    r,
-                                    c};
+    const auto* act = reinterpret_cast<const std::uint16_t*>(args.ws.act);
+    Bf16Stream<kGemm2Tiles, kNT> s{tiles, act + static_cast<std::size_t>(slot0 + n) * inter,
+                                   inter, 16 * chunk_blocks(padded, inter / kChunk),
+                                   r,     c};
+    if constexpr (kNT == 2)
+      s.brow2 = act + static_cast<std::size_t>(slot0 + stream_column(8 + r, rows)) * inter;
     stream_chunks(s, warp, acc);
   }
   trace_block(MoeTraceKernel::kGemm2, MoeTracePoint::kMid);
   ptx::allow_dependents();
   BlockBiases::finish();
-  reduce_warps<kGemm2Tiles>(acc, red, warp, lane);
+  reduce_warps<kGemm2Tiles * kNT>(acc, red, warp, lane);
   if (warp != 0) return;
 
+#pragma unroll
   for (int a = 0; a < kGemm2Tiles; ++a) {
-    for (int i = 0; i < 4; ++i) {
-      const int col = 2 * c + (i & 1);
-      const int m = kTileRows * a + r + (i >= 2 ? 8 : 0);  // the row in the block
-      if (col < rows) store_gemm2(args, biases.at(m), h0 + m, slot0 + col, acc[a][i]);
+#pragma unroll
+    for (int t = 0; t < kNT; ++t) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = 8 * t + 2 * c + (i & 1);
+        const int m = kTileRows * a + r + (i >= 2 ? 8 : 0);  // the row in the block
+        if (col < rows) store_gemm2(args, biases.at(m), h0 + m, slot0 + col, acc[a * kNT + t][i]);
+      }
     }
   }
   trace_block(MoeTraceKernel::kGemm2, MoeTracePoint::kEnd);

@@ -26,6 +26,9 @@
 namespace mxq::moe::gpu::detail {
 
 // SMs of the current device (a cached attribute: cheap, and legal while a graph is captured).
+// Slots an expert expects at `tokens` tokens: T * top_k / E over the router's experts (the local
+// ones without a router width), the quantity the dispatch rule and the decode tile width use.
+double expected_slots_per_expert(const MoeDeviceWeights& w, const MoeParams& p, int tokens);
 int sm_count();
 
 // Whether the forward runs W4A8 (activations quantized to E4M3 groups).
@@ -45,8 +48,10 @@ void launch_quantize_fp8(bool reads_predecessor, const std::uint16_t* src, int r
 // Whether one token routed on the device can run the single-token GEMM1 (which takes the top-k
 // itself, route_single_token) for up to max_tiles chosen experts' tiles.
 bool decode_single_token_fits(const MoeDeviceWeights& w, int max_tiles);
-// GEMM1 (+ SwiGLU) or GEMM2 of the decode_mma variant over up to max_tiles work tiles.
-void launch_decode_gemm(bool gemm1, const GemmArgs& args, int max_tiles, cudaStream_t stream);
+// GEMM1 (+ SwiGLU) or GEMM2 of the decode_mma variant over up to max_tiles work tiles, cut as
+// `tiles` (tile_cut_for: 8 or 16 slots).
+void launch_decode_gemm(bool gemm1, const GemmArgs& args, int max_tiles, const TileCut& tiles,
+                        cudaStream_t stream);
 
 // Prefill: GEMM1's activations by slot, in the wgmma K order (after the routing kernel's slots).
 void launch_prefill_gather(const std::uint16_t* x, const Workspace& ws, int pairs, int top_k,

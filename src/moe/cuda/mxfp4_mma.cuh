@@ -111,26 +111,38 @@ __device__ __forceinline__ bool warp_any_wide_scale(const std::uint32_t (&scale)
   return __any_sync(0xFFFFFFFFU, wide);
 }
 
-// One 128-wide K chunk of kAcc 16x8 tiles that share their B operand (GEMM1: gate and up rows
-// of the same channels): lane (r = lane/4, c = lane%4) holds the 16-byte MX block c of rows r
-// (wv[a][0]) and r+8 (wv[a][1]) of tile a with their E8M0 scales, and elements 32c..32c+31 of
-// token r's activations (xv, B column n = lane/4). acc[a]: D[r][2c], D[r][2c+1], D[r+8][2c],
-// D[r+8][2c+1]. Word j of a block holds elements 8j..8j+7 and gives k-steps 2j, 2j+1: k-step h
-// takes registers 2h, 2h+1 (elements 8j+4h..8j+4h+3) as the mma's k pairs (2c, 2c+1) and
-// (2c+8, 2c+9), and the activation words 4j+2h, 4j+2h+1 holding the same elements as B.
-template <int kAcc, bool kWideScales>
+// One 128-wide K chunk of kAcc 16x8 weight tiles times kNT 8-slot token tiles, the weight tiles
+// sharing their B operands (GEMM1: gate and up rows of the same channels) and the token tiles
+// their A operands (each fragment is decoded once for all of them): lane (r = lane/4, c = lane%4)
+// holds the 16-byte MX block c of rows r (wv[a][0]) and r+8 (wv[a][1]) of tile a with their E8M0
+// scales, and elements 32c..32c+31 of token r of each token tile (xv[n], B column lane/4).
+// acc[a * kNT + n]: D[r][2c], D[r][2c+1], D[r+8][2c], D[r+8][2c+1] of weight tile a and token
+// tile n. Word j of a block holds elements 8j..8j+7 and gives k-steps 2j, 2j+1: k-step h takes
+// registers 2h, 2h+1 (elements 8j+4h..8j+4h+3) as the mma's k pairs (2c, 2c+1) and (2c+8, 2c+9),
+// and the activation words 4j+2h, 4j+2h+1 holding the same elements as B. Each accumulator sees
+// the same mma sequence whatever kNT is.
+template <int kAcc, bool kWideScales, int kNT = 1>
 __device__ __forceinline__ void mma_mx_chunk(const uint4 (&wv)[kAcc][2],
                                              const std::uint32_t (&sc)[kAcc][2],
-                                             const uint4 (&xv)[4], float (&acc)[kAcc][4]) {
+                                             const uint4 (&xv)[kNT][4],
+                                             float (&acc)[kAcc * kNT][4]) {
   ScaleFactors f[kAcc][2];
 #pragma unroll
   for (int a = 0; a < kAcc; ++a) {
     f[a][0] = scale_factors<kWideScales>(sc[a][0]);
     f[a][1] = scale_factors<kWideScales>(sc[a][1]);
   }
-  const std::uint32_t xw[16] = {xv[0].x, xv[0].y, xv[0].z, xv[0].w, xv[1].x, xv[1].y,
-                                xv[1].z, xv[1].w, xv[2].x, xv[2].y, xv[2].z, xv[2].w,
-                                xv[3].x, xv[3].y, xv[3].z, xv[3].w};
+  std::uint32_t xw[kNT][16];
+#pragma unroll
+  for (int n = 0; n < kNT; ++n) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      xw[n][4 * v + 0] = xv[n][v].x;
+      xw[n][4 * v + 1] = xv[n][v].y;
+      xw[n][4 * v + 2] = xv[n][v].z;
+      xw[n][4 * v + 3] = xv[n][v].w;
+    }
+  }
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
 #pragma unroll
@@ -141,7 +153,10 @@ __device__ __forceinline__ void mma_mx_chunk(const uint4 (&wv)[kAcc][2],
       decode_word_pair_fragments<kWideScales>(w0[j], w1[j], f[a][0], f[a][1], frag[0], frag[1]);
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        ptx::mma_m16n8k16_bf16(acc[a], frag[h], xw[4 * j + 2 * h], xw[4 * j + 2 * h + 1]);
+#pragma unroll
+        for (int n = 0; n < kNT; ++n)
+          ptx::mma_m16n8k16_bf16(acc[a * kNT + n], frag[h], xw[n][4 * j + 2 * h],
+                                 xw[n][4 * j + 2 * h + 1]);
     }
   }
 }

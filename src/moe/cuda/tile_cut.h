@@ -10,7 +10,15 @@
 
 namespace mxq::moe::gpu::detail {
 
-constexpr int kTileTokens = 8;         // slots per work tile of the decode GEMMs (mma n)
+constexpr int kTileTokens = 8;  // slots per work tile of the decode GEMMs (mma n)
+// W4A16's decode GEMMs take tiles of 16 slots (two n8 mma on each decoded weight fragment) once an
+// expert expects this many slots: with 8-slot tiles, an expert of 9 to 16 slots streamed its
+// weights twice (T = 256 of gpt-oss-120b: 8 +- 3 slots an expert, ~1.4 passes). The 16-slot
+// kernels stream a pass ~13% slower (3 blocks an SM: their registers), so below ~7 slots an
+// expert, where few experts pass 8, the 8-slot tiles stay faster (H100: T = 128 603 against 682
+// µs, T = 192 677 against 718, T = 256 800 against 745; docs/perf-log/moe-decode.md).
+constexpr int kWideDecodeTileTokens = 16;
+constexpr double kWideDecodeMinSlotsPerExpert = 8.0;
 constexpr int kWgmmaTileTokens = 128;  // slots per work tile of the wgmma (prefill) GEMMs
 // W4A16's wgmma GEMMs take an expert's last tile up to this many slots past kWgmmaTileTokens (a
 // second, narrower wgmma beside the 128-wide one, on the same decoded weights): at T = 4096 of
@@ -27,13 +35,14 @@ struct TileCut {
   int extra = 0;
 };
 
-// The work tiles of a GEMM variant.
-inline TileCut tile_cut_for(GemmVariant variant, bool w4a8) {
+// The work tiles of a GEMM variant when an expert expects `slots_per_expert` slots (T * top_k / E).
+inline TileCut tile_cut_for(GemmVariant variant, bool w4a8, double slots_per_expert) {
   switch (variant) {
     case GemmVariant::kPrefillWgmma:
       return {kWgmmaTileTokens, w4a8 ? kW4a8TileExtra : kWgmmaTileExtra};
     default:
-      return {kTileTokens};
+      return {!w4a8 && slots_per_expert >= kWideDecodeMinSlotsPerExpert ? kWideDecodeTileTokens
+                                                                        : kTileTokens};
   }
 }
 

@@ -179,13 +179,17 @@ TEST(Mxfp4WordDecode, PackedScaleFactorsOnTheDevice) {
 }
 TEST(Mxfp4WordDecode, TwoMultiplyPathMatchesHostCodecOnEveryScale) { check_decode(true); }
 
-// One warp: D[32][8] = W[32][128] (MXFP4, row-major packed, 4 scales per row) x X[8][128]^T,
-// as two 16-row tiles (rows 0..15 and 16..31, like GEMM1's gate and up) sharing one B operand.
+// One warp: D[32][8 kNT] = W[32][128] (MXFP4, row-major packed, 4 scales per row) x
+// X[8 kNT][128]^T, as two 16-row tiles (rows 0..15 and 16..31, like GEMM1's gate and up) sharing
+// each token tile's B operand, and kNT token tiles of 8 sharing the decoded weights (the decode
+// GEMMs' 16-slot tiles).
 constexpr int kTiles = 2;
 constexpr int kRows = 16 * kTiles;
 
+template <int kNT>
 __global__ void chunk_mma_kernel(const std::uint8_t* w, const std::uint8_t* scales,
                                  const std::uint16_t* x, bool wide, float* d) {
+  constexpr int kTokens = 8 * kNT;
   const int lane = threadIdx.x;
   const int r = lane / 4;
   const int c = lane % 4;
@@ -198,28 +202,34 @@ __global__ void chunk_mma_kernel(const std::uint8_t* w, const std::uint8_t* scal
       sc[a][h] = scales[row * 4 + c];
     }
   }
-  uint4 xv[4];
-  for (int i = 0; i < 4; ++i) xv[i] = reinterpret_cast<const uint4*>(x + r * 128 + 32 * c)[i];
-  float acc[kTiles][4] = {};
+  uint4 xv[kNT][4];
+  for (int n = 0; n < kNT; ++n)
+    for (int i = 0; i < 4; ++i)
+      xv[n][i] = reinterpret_cast<const uint4*>(x + (8 * n + r) * 128 + 32 * c)[i];
+  float acc[kTiles * kNT][4] = {};
   if (wide) {
-    mma_mx_chunk<kTiles, true>(wv, sc, xv, acc);
+    mma_mx_chunk<kTiles, true, kNT>(wv, sc, xv, acc);
   } else {
-    mma_mx_chunk<kTiles, false>(wv, sc, xv, acc);
+    mma_mx_chunk<kTiles, false, kNT>(wv, sc, xv, acc);
   }
   for (int a = 0; a < kTiles; ++a) {
-    float* tile = d + a * 16 * 8;
-    tile[r * 8 + 2 * c] = acc[a][0];
-    tile[r * 8 + 2 * c + 1] = acc[a][1];
-    tile[(r + 8) * 8 + 2 * c] = acc[a][2];
-    tile[(r + 8) * 8 + 2 * c + 1] = acc[a][3];
+    for (int n = 0; n < kNT; ++n) {
+      float* tile = d + a * 16 * kTokens + 8 * n;
+      tile[r * kTokens + 2 * c] = acc[a * kNT + n][0];
+      tile[r * kTokens + 2 * c + 1] = acc[a * kNT + n][1];
+      tile[(r + 8) * kTokens + 2 * c] = acc[a * kNT + n][2];
+      tile[(r + 8) * kTokens + 2 * c + 1] = acc[a * kNT + n][3];
+    }
   }
 }
 
+template <int kNT>
 void check_chunk(bool wide, std::uint32_t seed) {
+  constexpr int kTokens = 8 * kNT;
   std::mt19937 rng(seed);
   std::vector<std::uint8_t> w(kRows * 64);
   std::vector<std::uint8_t> scales(kRows * 4);
-  std::vector<std::uint16_t> x(8 * 128);
+  std::vector<std::uint16_t> x(kTokens * 128);
   for (auto& b : w) b = static_cast<std::uint8_t>(rng());
   // Distinct scales per block so a block read with another lane's scale shows; the wide run
   // includes scales above 128.
@@ -229,14 +239,14 @@ void check_chunk(bool wide, std::uint32_t seed) {
   DeviceArray<std::uint8_t> d_w(w.size());
   DeviceArray<std::uint8_t> d_s(scales.size());
   DeviceArray<std::uint16_t> d_x(x.size());
-  DeviceArray<float> d_d(kRows * 8);
+  DeviceArray<float> d_d(kRows * kTokens);
   std::vector<std::uint8_t> w_device = w;
   moe::gpu::detail::to_device_words_host(w_device.data(), w_device.size());
   d_w.upload(w_device);
   d_s.upload(scales);
   d_x.upload(x);
-  MXQ_CUDA_CHECK(cudaMemset(d_d.get(), 0xFF, kRows * 8 * sizeof(float)));  // NaN poison
-  chunk_mma_kernel<<<1, 32>>>(d_w.get(), d_s.get(), d_x.get(), wide, d_d.get());
+  MXQ_CUDA_CHECK(cudaMemset(d_d.get(), 0xFF, kRows * kTokens * sizeof(float)));  // NaN poison
+  chunk_mma_kernel<kNT><<<1, 32>>>(d_w.get(), d_s.get(), d_x.get(), wide, d_d.get());
   MXQ_CUDA_CHECK(cudaGetLastError());
   MXQ_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> d = d_d.download();
@@ -244,7 +254,7 @@ void check_chunk(bool wide, std::uint32_t seed) {
     float row[128];
     for (int b = 0; b < 4; ++b)
       dequantize_mxfp4_block(&w[m * 64 + 16 * b], scales[m * 4 + b], &row[32 * b]);
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < kTokens; ++n) {
       double dot = 0.0;
       double magnitude = 0.0;
       for (int k = 0; k < 128; ++k) {
@@ -252,7 +262,7 @@ void check_chunk(bool wide, std::uint32_t seed) {
         dot += term;
         magnitude += std::fabs(term);
       }
-      EXPECT_NEAR(d[m * 8 + n], dot, 1e-5 * magnitude + 1e-30)
+      EXPECT_NEAR(d[m * kTokens + n], dot, 1e-5 * magnitude + 1e-30)
           << "row " << m << " token " << n << (wide ? " (wide)" : "");
     }
   }
@@ -260,8 +270,15 @@ void check_chunk(bool wide, std::uint32_t seed) {
 
 TEST(Mxfp4ChunkMma, MatchesFloat64DotProduct) {
   for (std::uint32_t seed = 1; seed <= 4; ++seed) {
-    check_chunk(false, seed);
-    check_chunk(true, seed);
+    check_chunk<1>(false, seed);
+    check_chunk<1>(true, seed);
+  }
+}
+
+TEST(Mxfp4ChunkMma, TwoTokenTilesMatchFloat64DotProduct) {
+  for (std::uint32_t seed = 1; seed <= 4; ++seed) {
+    check_chunk<2>(false, seed);
+    check_chunk<2>(true, seed);
   }
 }
 

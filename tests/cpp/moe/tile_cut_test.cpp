@@ -12,9 +12,10 @@ namespace mxq::moe::gpu::detail {
 namespace {
 
 const TileCut kCuts[] = {
-    tile_cut_for(GemmVariant::kDecodeMma, false),
-    tile_cut_for(GemmVariant::kPrefillWgmma, true),   // W4A8: + up to 32 in the last
-    tile_cut_for(GemmVariant::kPrefillWgmma, false),  // W4A16: + up to 64 in the last
+    tile_cut_for(GemmVariant::kDecodeMma, false, 1.0),
+    tile_cut_for(GemmVariant::kDecodeMma, false, 8.0),       // 16-slot tiles
+    tile_cut_for(GemmVariant::kPrefillWgmma, true, 128.0),   // W4A8: + up to 32 in the last
+    tile_cut_for(GemmVariant::kPrefillWgmma, false, 128.0),  // W4A16: + up to 64 in the last
 };
 
 TEST(TileCut, TilesCoverTheSlotsOnceAndFitTheirGemm) {
@@ -42,8 +43,8 @@ TEST(TileCut, TilesCoverTheSlotsOnceAndFitTheirGemm) {
 }
 
 TEST(TileCut, W4a16PrefillTakesARemainderOfUpTo64IntoTheLastTile) {
-  const TileCut w4a16 = tile_cut_for(GemmVariant::kPrefillWgmma, false);
-  const TileCut w4a8 = tile_cut_for(GemmVariant::kPrefillWgmma, true);
+  const TileCut w4a16 = tile_cut_for(GemmVariant::kPrefillWgmma, false, 128.0);
+  const TileCut w4a8 = tile_cut_for(GemmVariant::kPrefillWgmma, true, 128.0);
   EXPECT_EQ(tile_count(w4a16, 138), 1);
   EXPECT_EQ(tile_rows(w4a16, 138, 0), 138);
   EXPECT_EQ(tile_count(w4a16, 192), 1);
@@ -54,7 +55,19 @@ TEST(TileCut, W4a16PrefillTakesARemainderOfUpTo64IntoTheLastTile) {
   EXPECT_EQ(tile_count(w4a8, 160), 1);  // W4A8: up to 32 past 128
   EXPECT_EQ(tile_count(w4a8, 170), 2);  // 128 + 42
   EXPECT_EQ(tile_rows(w4a8, 170, 1), 42);
-  EXPECT_EQ(tile_count(tile_cut_for(GemmVariant::kDecodeMma, false), 17), 3);
+  EXPECT_EQ(tile_count(tile_cut_for(GemmVariant::kDecodeMma, false, 1.0), 17), 3);
+}
+
+TEST(TileCut, W4a16DecodeTilesWidenTo16SlotsFromEightExpectedSlotsPerExpert) {
+  EXPECT_EQ(tile_cut_for(GemmVariant::kDecodeMma, false, 7.99).tokens, kTileTokens);
+  EXPECT_EQ(tile_cut_for(GemmVariant::kDecodeMma, false, 8.0).tokens, kWideDecodeTileTokens);
+  EXPECT_EQ(tile_cut_for(GemmVariant::kDecodeMma, false, 64.0).tokens, 16);
+  EXPECT_EQ(tile_cut_for(GemmVariant::kDecodeMma, true, 64.0).tokens, kTileTokens);  // W4A8: 8
+  const TileCut wide = tile_cut_for(GemmVariant::kDecodeMma, false, 8.0);
+  EXPECT_EQ(wide.extra, 0);
+  EXPECT_EQ(tile_count(wide, 16), 1);
+  EXPECT_EQ(tile_count(wide, 17), 2);  // 16 + 1
+  EXPECT_EQ(tile_rows(wide, 17, 1), 1);
 }
 
 // The GEMM grids launch max_tiles_for rows of blocks: every routing's tiles fit.
