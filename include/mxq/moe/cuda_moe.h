@@ -6,14 +6,14 @@
 // Pipeline (all on `stream`, no host synchronization, no allocation: the workspace is sized up
 // front by moe_workspace_bytes, so the whole forward can be captured in a CUDA graph):
 //   1. routing   : router GEMV + top-k + softmax over the k (gpt-oss), or precomputed ids/weights;
-//                  per-expert counts and offsets, pairs sorted by expert, work tiles of 8 slots
-//                  (64 for the wide GEMMs)
+//                  per-expert counts and offsets, pairs sorted by expert, work tiles
+//                  (src/moe/cuda/tile_cut.h: decode 8 or 16 slots, prefill 128 + a remainder)
 //                  (one kernel: its blocks meet through tickets in the workspace; for one
 //                  token routed on the device with W4A16 register-streaming GEMMs it writes
 //                  only the logits, and each GEMM1 block takes the top-k itself, GEMM1 then
 //                  running as one wave of blocks that split the chosen experts' K chunks evenly)
 //   (W4A8: x quantized to E4M3 groups of 128: decode_mma by token, overlapping the routing;
-//    prefill_wgmma by slot, after it)
+//    prefill_wgmma once per token into its pairs' slots, after it)
 //   2. gemm1     : [gate; up] rows of w13 x tokens, + bias, SwiGLU variant, -> bf16 activations
 //                  (W4A8: then quantized to E4M3 groups of 128, as the CPU reference does)
 //   3. gemm2     : w2 x activations + bias -> fp32 per (token, expert) pair
