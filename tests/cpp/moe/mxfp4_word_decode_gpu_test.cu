@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "moe/cuda/mxfp4_mma.cuh"
+#include "moe/device_array.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/formats/bf16.h"
 #include "mxq/formats/mxfp4_block.h"
@@ -24,31 +25,7 @@ namespace {
 using moe::gpu::detail::decode_e2m1x8;
 using moe::gpu::detail::mma_mx_chunk;
 using moe::gpu::detail::scale_factors;
-
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(std::size_t n) : n_(n) { MXQ_CUDA_CHECK(cudaMalloc(&data_, n * sizeof(T))); }
-  ~DeviceArray() {
-    const cudaError_t status = cudaFree(data_);
-    if (status != cudaSuccess) ADD_FAILURE() << "cudaFree failed: " << cudaGetErrorString(status);
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return data_; }
-  void upload(const std::vector<T>& host) {
-    MXQ_CUDA_CHECK(cudaMemcpy(data_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    MXQ_CUDA_CHECK(cudaMemcpy(host.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  std::size_t n_;
-};
+using testing::DeviceArray;
 
 // out[4 * (scale * words + i) + p] = register p of word i decoded under `scale`; the wide path
 // (two multiplies, e8m0_scale_factors) when `wide`, else the one-multiply path with the one

@@ -10,10 +10,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "moe/cuda/w4a8_mma.cuh"
+#include "moe/device_array.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/formats/e4m3.h"
 #include "mxq/formats/mxfp4_block.h"
@@ -56,14 +58,6 @@ __global__ void w4a8_chunk_kernel(const std::uint8_t* w, const std::uint32_t* sc
   }
 }
 
-template <typename T>
-T* device_copy(const std::vector<T>& host) {
-  T* p = nullptr;
-  MXQ_CUDA_CHECK(cudaMalloc(&p, host.size() * sizeof(T)));
-  MXQ_CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
-
 enum class Scales { kFast, kLarge, kNan };
 
 void check_chunk(Scales mode, std::uint32_t seed) {
@@ -101,21 +95,15 @@ void check_chunk(Scales mode, std::uint32_t seed) {
   std::vector<std::uint32_t> packed_scales(kRows);
   std::memcpy(packed_scales.data(), s.data(), s.size());
 
-  std::uint8_t* d_w = device_copy(w_device);
-  std::uint32_t* d_s = device_copy(packed_scales);
-  std::uint8_t* d_x = device_copy(x_device);
-  float* d_xs = device_copy(xs);
-  float* d_d = nullptr;
-  MXQ_CUDA_CHECK(cudaMalloc(&d_d, kRows * kTokens * sizeof(float)));
-  MXQ_CUDA_CHECK(cudaMemset(d_d, 0xFF, kRows * kTokens * sizeof(float)));  // NaN poison
-  w4a8_chunk_kernel<<<1, 32>>>(d_w, d_s, d_x, d_xs, d_d);
+  const testing::DeviceArray<std::uint8_t> d_w(w_device);
+  const testing::DeviceArray<std::uint32_t> d_s(packed_scales);
+  const testing::DeviceArray<std::uint8_t> d_x(x_device);
+  const testing::DeviceArray<float> d_xs(xs);
+  const testing::DeviceArray<float> d_d(
+      std::vector<float>(kRows * kTokens, std::numeric_limits<float>::quiet_NaN()));  // poison
+  w4a8_chunk_kernel<<<1, 32>>>(d_w.get(), d_s.get(), d_x.get(), d_xs.get(), d_d.get());
   MXQ_CUDA_CHECK(cudaGetLastError());
-  MXQ_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> d(kRows * kTokens);
-  MXQ_CUDA_CHECK(cudaMemcpy(d.data(), d_d, d.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  for (void* p : {static_cast<void*>(d_w), static_cast<void*>(d_s), static_cast<void*>(d_x),
-                  static_cast<void*>(d_xs), static_cast<void*>(d_d)})
-    MXQ_CUDA_CHECK(cudaFree(p));
+  const std::vector<float> d = d_d.download();
 
   for (int m = 0; m < kRows; ++m) {
     float row[128];

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "moe/cuda/quantize_activations.cuh"
+#include "moe/device_array.h"
 #include "mxq/core/cuda_check.h"
 #include "mxq/core/tensor.h"
 #include "mxq/formats/bf16.h"
@@ -24,21 +25,7 @@ namespace mxq {
 namespace {
 
 using moe::gpu::detail::kFp8QuantizeThreads;
-
-template <typename T>
-T* device_copy(const std::vector<T>& host) {
-  T* p = nullptr;
-  MXQ_CUDA_CHECK(cudaMalloc(&p, host.size() * sizeof(T)));
-  MXQ_CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
-
-template <typename T>
-std::vector<T> host_copy(const T* device, std::size_t n) {
-  std::vector<T> host(n);
-  MXQ_CUDA_CHECK(cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return host;
-}
+using testing::DeviceArray;
 
 // rows x k bf16: random magnitudes per group (1e-30 .. 1e30) and groups of special values.
 std::vector<std::uint16_t> activations(int rows, int k, unsigned seed) {
@@ -98,16 +85,16 @@ TEST_P(W4a8QuantizeGpu, DecodeLayoutMatchesTheCpuQuantizerBitForBit) {
   const int pitch = moe::gpu::detail::w4a8_act_pitch(k);
   const std::vector<std::uint16_t> x = activations(rows, k, 11);
   const Expected want = cpu_groups(x, rows, k);
-  std::uint16_t* d_x = device_copy(x);
-  std::uint8_t* d_q =
-      device_copy(std::vector<std::uint8_t>(static_cast<std::size_t>(rows) * pitch, 0xA5));
-  float* d_s = device_copy(std::vector<float>(static_cast<std::size_t>(rows) * groups, -1.0F));
+  const DeviceArray<std::uint16_t> d_x(x);
+  const DeviceArray<std::uint8_t> d_q(
+      std::vector<std::uint8_t>(static_cast<std::size_t>(rows) * pitch, 0xA5));
+  const DeviceArray<float> d_s(std::vector<float>(static_cast<std::size_t>(rows) * groups, -1.0F));
   moe::gpu::detail::quantize_fp8_groups_kernel<true>
-      <<<moe::gpu::detail::fp8_quantize_blocks(rows, k), kFp8QuantizeThreads>>>(d_x, rows, k, d_q,
-                                                                                d_s);
+      <<<moe::gpu::detail::fp8_quantize_blocks(rows, k), kFp8QuantizeThreads>>>(
+          d_x.get(), rows, k, d_q.get(), d_s.get());
   MXQ_CUDA_CHECK(cudaGetLastError());
-  const auto q = host_copy(d_q, static_cast<std::size_t>(rows) * pitch);
-  const auto s = host_copy(d_s, static_cast<std::size_t>(rows) * groups);
+  const auto q = d_q.download();
+  const auto s = d_s.download();
   for (int r = 0; r < rows; ++r) {
     for (int i = 0; i < pitch; ++i) {
       const std::uint8_t expected = i < k ? want.q[static_cast<std::size_t>(r) * k + i] : 0;
@@ -121,9 +108,6 @@ TEST_P(W4a8QuantizeGpu, DecodeLayoutMatchesTheCpuQuantizerBitForBit) {
           << "row " << r << " group " << g << ": " << s[at] << " vs " << want.scale[at];
     }
   }
-  MXQ_CUDA_CHECK(cudaFree(d_x));
-  MXQ_CUDA_CHECK(cudaFree(d_q));
-  MXQ_CUDA_CHECK(cudaFree(d_s));
 }
 
 // gather: x by token, stored to the slots of the token's pairs (pair_slot; -1 = another rank's
@@ -141,19 +125,19 @@ void check_wgmma_layout(int k, bool gather) {
   // A permutation of the slots, every fifth pair on another rank.
   std::vector<int> pair_slot(pairs);
   for (int p = 0; p < pairs; ++p) pair_slot[p] = p % 5 == 4 ? -1 : (p * 31 + 7) % pairs;
-  std::uint16_t* d_x = device_copy(x);
-  int* d_slots = device_copy(pair_slot);
+  const DeviceArray<std::uint16_t> d_x(x);
+  const DeviceArray<int> d_slots(pair_slot);
   constexpr std::uint8_t kPoison = 0xA5;
-  std::uint8_t* d_q =
-      device_copy(std::vector<std::uint8_t>(static_cast<std::size_t>(pairs) * pitch, kPoison));
-  float* d_s = device_copy(std::vector<float>(scale_pitch * groups, -1.0F));
+  const DeviceArray<std::uint8_t> d_q(
+      std::vector<std::uint8_t>(static_cast<std::size_t>(pairs) * pitch, kPoison));
+  const DeviceArray<float> d_s(std::vector<float>(scale_pitch * groups, -1.0F));
   const auto kernel = gather ? moe::gpu::detail::quantize_fp8_groups_by_slot_kernel<true>
                              : moe::gpu::detail::quantize_fp8_groups_by_slot_kernel<false>;
   kernel<<<moe::gpu::detail::fp8_quantize_blocks(rows, k), kFp8QuantizeThreads>>>(
-      d_x, d_slots, rows, top_k, k, d_q, d_s, scale_pitch);
+      d_x.get(), d_slots.get(), rows, top_k, k, d_q.get(), d_s.get(), scale_pitch);
   MXQ_CUDA_CHECK(cudaGetLastError());
-  const auto q = host_copy(d_q, static_cast<std::size_t>(pairs) * pitch);
-  const auto s = host_copy(d_s, scale_pitch * groups);
+  const auto q = d_q.download();
+  const auto s = d_s.download();
   std::vector<int> source_of_slot(pairs, -1);  // the row each slot holds, -1 none
   for (int p = 0; p < pairs; ++p) {
     if (!gather)
@@ -184,10 +168,6 @@ void check_wgmma_layout(int k, bool gather) {
           << "slot " << slot << " group " << g << ": " << got << " vs " << expected;
     }
   }
-  MXQ_CUDA_CHECK(cudaFree(d_x));
-  MXQ_CUDA_CHECK(cudaFree(d_slots));
-  MXQ_CUDA_CHECK(cudaFree(d_q));
-  MXQ_CUDA_CHECK(cudaFree(d_s));
 }
 
 TEST_P(W4a8QuantizeGpu, WgmmaLayoutBySlotMatchesTheCpuQuantizerBitForBit) {
