@@ -47,6 +47,13 @@ struct ChunkRegs {
   std::uint32_t scale[kAcc][2];
   uint4 x[kNT][4];
 };
+// The weights and scales of a chunk alone: the rolling stream (stream_chunks_rolling) keeps two
+// of these and one set of activations.
+template <int kAcc>
+struct WeightRegs {
+  uint4 w[kAcc][2];
+  std::uint32_t scale[kAcc][2];
+};
 
 // The weights of a GEMM block's tiles: each tile's row group (row_groups.h: its 16 rows, chunk-
 // major) and the E8M0 scale rows of this lane's rows r and r + 8.
@@ -58,14 +65,21 @@ struct TileRows {
 
 // One chunk's tensor-core work (acc[a * kNT + n]: weight tile a, token tile n); scales above 2
 // (E8M0 129..254) take the two-multiply decode.
+template <int kAcc, int kNT, class AfterWord = NoWordHook>
+__device__ __forceinline__ void mma_chunk(const uint4 (&w)[kAcc][2],
+                                          const std::uint32_t (&scale)[kAcc][2],
+                                          const uint4 (&x)[kNT][4], float (&acc)[kAcc * kNT][4],
+                                          AfterWord after_word = {}) {
+  if (warp_any_wide_scale(scale)) {
+    mma_mx_chunk<kAcc, true, kNT>(w, scale, x, acc, after_word);
+  } else {
+    mma_mx_chunk<kAcc, false, kNT>(w, scale, x, acc, after_word);
+  }
+}
 template <int kAcc, int kNT>
 __device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc, kNT>& regs,
                                           float (&acc)[kAcc * kNT][4]) {
-  if (warp_any_wide_scale(regs.scale)) {
-    mma_mx_chunk<kAcc, true, kNT>(regs.w, regs.scale, regs.x, acc);
-  } else {
-    mma_mx_chunk<kAcc, false, kNT>(regs.w, regs.scale, regs.x, acc);
-  }
+  mma_chunk<kAcc, kNT>(regs.w, regs.scale, regs.x, acc);
 }
 
 // What a W4A16 lane streams (for stream_chunks): 128-wide chunks of K = k_total, MX block c of
@@ -87,7 +101,8 @@ struct Bf16Stream {
   __device__ __forceinline__ int full_chunks() const { return k_total / kChunk; }
   __device__ __forceinline__ bool has_short_chunk() const { return k_total % kChunk != 0; }
   template <bool kInside>
-  __device__ __forceinline__ void load(int chunk, Regs& regs) const {
+  __device__ __forceinline__ void load_weights(int chunk, uint4 (&w)[kAcc][2],
+                                               std::uint32_t (&scale)[kAcc][2]) const {
     const int k0 = chunk * kChunk + 32 * c;
     const bool load = kInside || k0 < k_total;
     const int row_bytes = kInside ? kChunkBytes : short_row_bytes;
@@ -96,22 +111,38 @@ struct Bf16Stream {
       const std::uint8_t* at = tiles.group[a] + chunk * kGroupChunkBytes + r * row_bytes + 16 * c;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        regs.w[a][h] = load ? load_stream_16(at + 8 * h * row_bytes) : make_uint4(0, 0, 0, 0);
-        regs.scale[a][h] = load ? __ldg(tiles.scale[a][h] + k0 / 32) : 127U;
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < kNT; ++n) {
-      const std::uint16_t* row = n == 0 ? brow : brow2;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        regs.x[n][i] =
-            load ? __ldg(reinterpret_cast<const uint4*>(row + k0) + i) : make_uint4(0, 0, 0, 0);
+        w[a][h] = load ? load_stream_16(at + 8 * h * row_bytes) : make_uint4(0, 0, 0, 0);
+        scale[a][h] = load ? __ldg(tiles.scale[a][h] + k0 / 32) : 127U;
       }
     }
   }
+  // Activation vector i (elements 8i .. 8i + 7 of the lane's 32) of every token tile.
+  template <bool kInside>
+  __device__ __forceinline__ void load_x(int chunk, int i, uint4 (&x)[kNT][4]) const {
+    const int k0 = chunk * kChunk + 32 * c;
+    const bool load = kInside || k0 < k_total;
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) {
+      const std::uint16_t* row = n == 0 ? brow : brow2;
+      x[n][i] = load ? __ldg(reinterpret_cast<const uint4*>(row + k0) + i) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  template <bool kInside>
+  __device__ __forceinline__ void load(int chunk, Regs& regs) const {
+    load_weights<kInside>(chunk, regs.w, regs.scale);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) load_x<kInside>(chunk, i, regs.x);
+  }
   __device__ __forceinline__ void compute(const Regs& regs, float (&acc)[kAcc * kNT][4]) const {
     mma_chunk(regs, acc);
+  }
+  // The rolling stream: chunk `regs` with the activations `x`, each vector of x replaced by
+  // chunk `next`'s once its word's mma are issued (next < 0: none).
+  __device__ __forceinline__ void compute_rolling(const WeightRegs<kAcc>& regs, uint4 (&x)[kNT][4],
+                                                  float (&acc)[kAcc * kNT][4], int next) const {
+    mma_chunk<kAcc, kNT>(regs.w, regs.scale, x, acc, [&](int j) {
+      if (next >= 0) load_x<true>(next, j, x);
+    });
   }
 };
 
@@ -192,6 +223,42 @@ __device__ __forceinline__ void stream_chunks(const Stream& s, int warp, float (
   }
 }
 
+// stream_chunks for the 16-slot kernels (Bf16Stream with two token tiles): the weights and scales
+// run one chunk ahead in two register sets as there, the activations of both token tiles in one
+// set, each vector reloaded with the next chunk's as soon as its word is multiplied (as far ahead
+// of its use as a second set would load it). Two sets of 32 activation registers did not fit
+// 4 blocks an SM (128 registers; at 3 a pass streams 13% slower).
+template <int kAcc, int kNT>
+__device__ __forceinline__ void stream_chunks_rolling(const Bf16Stream<kAcc, kNT>& s, int warp,
+                                                      float (&acc)[kAcc * kNT][4]) {
+  const int full_chunks = s.full_chunks();
+  WeightRegs<kAcc> even;
+  WeightRegs<kAcc> odd;
+  uint4 x[kNT][4];
+  int chunk = warp;
+  if (chunk < full_chunks) {
+    s.template load_weights<true>(chunk, even.w, even.scale);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s.template load_x<true>(chunk, i, x);
+    for (;; chunk += 2 * kGemmWarps) {
+      const int next = chunk + kGemmWarps < full_chunks ? chunk + kGemmWarps : -1;
+      if (next >= 0) s.template load_weights<true>(next, odd.w, odd.scale);
+      s.compute_rolling(even, x, acc, next);
+      if (next < 0) break;
+      const int after = chunk + 2 * kGemmWarps < full_chunks ? chunk + 2 * kGemmWarps : -1;
+      if (after >= 0) s.template load_weights<true>(after, even.w, even.scale);
+      s.compute_rolling(odd, x, acc, after);
+      if (after < 0) break;
+    }
+  }
+  if (s.has_short_chunk() && warp == full_chunks % kGemmWarps) {
+    s.template load_weights<false>(full_chunks, even.w, even.scale);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s.template load_x<false>(full_chunks, i, x);
+    s.compute_rolling(even, x, acc, -1);
+  }
+}
+
 // Sums the 4 warps' accumulators into warp 0's registers.
 template <int kAcc>
 __device__ __forceinline__ void reduce_warps(float (&acc)[kAcc][4], float* red, int warp,
@@ -259,20 +326,13 @@ __device__ __forceinline__ const std::uint16_t* gemm1_tile_biases(const GemmArgs
   return args.w.b13 + static_cast<std::size_t>(expert) * 2 * args.w.inter_padded + ch0;
 }
 
-// Blocks per SM of the streaming GEMMs with kNT token tiles: the second tile's activations and
-// sums need more than the 128 registers a thread of 4 blocks an SM has.
-template <int kNT>
-constexpr int stream_blocks_per_sm() {
-  return kNT == 1 ? kStreamBlocksPerSm : 3;
-}
-
 // kNT token tiles of 8 slots (decode work tiles of 8 * kNT slots, tile_cut_for): the slot of B
 // column `col` of the block's tile; columns past the tile's rows repeat its last slot (their sums
 // are never stored), so the activation loads need no predicate.
 __device__ __forceinline__ int stream_column(int col, int rows) { return min(col, rows - 1); }
 
 template <bool kW4a8, int kNT>
-__global__ void __launch_bounds__(kGemmWarps * 32, stream_blocks_per_sm<kNT>())
+__global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm)
     gemm1_swiglu_kernel(GemmArgs args) {
   static_assert(kNT == 1 || !kW4a8, "W4A8's decode GEMMs take 8-slot tiles");
   trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kStart);
@@ -303,9 +363,12 @@ __global__ void __launch_bounds__(kGemmWarps * 32, stream_blocks_per_sm<kNT>())
     Bf16Stream<2, kNT> s{tiles,  args.x + static_cast<std::size_t>(token_of(n)) * hidden,
                          hidden, 16 * chunk_blocks(hidden, hidden / kChunk),
                          r,      c};
-    if constexpr (kNT == 2)
+    if constexpr (kNT == 2) {
       s.brow2 = args.x + static_cast<std::size_t>(token_of(stream_column(8 + r, rows))) * hidden;
-    stream_chunks(s, warp, acc);
+      stream_chunks_rolling(s, warp, acc);
+    } else {
+      stream_chunks(s, warp, acc);
+    }
   }
   trace_block(MoeTraceKernel::kGemm1, MoeTracePoint::kMid);
   ptx::allow_dependents();
@@ -333,8 +396,7 @@ constexpr int kGemm2Tiles = 2;
 static_assert(BlockBiases::kRows == kGemm2Tiles * kTileRows, "GEMM2: a block's rows");
 
 template <bool kW4a8, int kNT>
-__global__ void __launch_bounds__(kGemmWarps * 32, stream_blocks_per_sm<kNT>())
-    gemm2_kernel(GemmArgs args) {
+__global__ void __launch_bounds__(kGemmWarps * 32, kStreamBlocksPerSm) gemm2_kernel(GemmArgs args) {
   static_assert(kNT == 1 || !kW4a8, "W4A8's decode GEMMs take 8-slot tiles");
   trace_block(MoeTraceKernel::kGemm2, MoeTracePoint::kStart);
   ptx::wait_for_predecessor();
@@ -382,9 +444,12 @@ __global__ void __launch_bounds__(kGemmWarps * 32, stream_blocks_per_sm<kNT>())
     Bf16Stream<kGemm2Tiles, kNT> s{tiles, act + static_cast<std::size_t>(slot0 + n) * inter,
                                    inter, 16 * chunk_blocks(padded, inter / kChunk),
                                    r,     c};
-    if constexpr (kNT == 2)
+    if constexpr (kNT == 2) {
       s.brow2 = act + static_cast<std::size_t>(slot0 + stream_column(8 + r, rows)) * inter;
-    stream_chunks(s, warp, acc);
+      stream_chunks_rolling(s, warp, acc);
+    } else {
+      stream_chunks(s, warp, acc);
+    }
   }
   trace_block(MoeTraceKernel::kGemm2, MoeTracePoint::kMid);
   ptx::allow_dependents();

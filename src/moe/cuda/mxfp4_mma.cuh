@@ -120,31 +120,34 @@ __device__ __forceinline__ bool warp_any_wide_scale(const std::uint32_t (&scale)
 // tile n. Word j of a block holds elements 8j..8j+7 and gives k-steps 2j, 2j+1: k-step h takes
 // registers 2h, 2h+1 (elements 8j+4h..8j+4h+3) as the mma's k pairs (2c, 2c+1) and (2c+8, 2c+9),
 // and the activation words 4j+2h, 4j+2h+1 holding the same elements as B. Each accumulator sees
-// the same mma sequence whatever kNT is.
-template <int kAcc, bool kWideScales, int kNT = 1>
+// the same mma sequence whatever kNT is. Activation vector j (xv[n][j]) is read only in word j,
+// and `after_word(j)` runs once word j's mma are issued: a caller may then reuse xv[n][j]'s
+// registers (the rolling activation stream of the 16-slot kernels loads the next chunk's vector
+// j into them).
+struct NoWordHook {
+  __device__ __forceinline__ void operator()(int /*word*/) const {}
+};
+template <int kAcc, bool kWideScales, int kNT = 1, class AfterWord = NoWordHook>
 __device__ __forceinline__ void mma_mx_chunk(const uint4 (&wv)[kAcc][2],
                                              const std::uint32_t (&sc)[kAcc][2],
-                                             const uint4 (&xv)[kNT][4],
-                                             float (&acc)[kAcc * kNT][4]) {
+                                             const uint4 (&xv)[kNT][4], float (&acc)[kAcc * kNT][4],
+                                             AfterWord after_word = {}) {
   ScaleFactors f[kAcc][2];
 #pragma unroll
   for (int a = 0; a < kAcc; ++a) {
     f[a][0] = scale_factors<kWideScales>(sc[a][0]);
     f[a][1] = scale_factors<kWideScales>(sc[a][1]);
   }
-  std::uint32_t xw[kNT][16];
-#pragma unroll
-  for (int n = 0; n < kNT; ++n) {
-#pragma unroll
-    for (int v = 0; v < 4; ++v) {
-      xw[n][4 * v + 0] = xv[n][v].x;
-      xw[n][4 * v + 1] = xv[n][v].y;
-      xw[n][4 * v + 2] = xv[n][v].z;
-      xw[n][4 * v + 3] = xv[n][v].w;
-    }
-  }
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
+    std::uint32_t xw[kNT][4];  // vector j of each token tile
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) {
+      xw[n][0] = xv[n][j].x;
+      xw[n][1] = xv[n][j].y;
+      xw[n][2] = xv[n][j].z;
+      xw[n][3] = xv[n][j].w;
+    }
 #pragma unroll
     for (int a = 0; a < kAcc; ++a) {
       const std::uint32_t w0[4] = {wv[a][0].x, wv[a][0].y, wv[a][0].z, wv[a][0].w};
@@ -155,9 +158,9 @@ __device__ __forceinline__ void mma_mx_chunk(const uint4 (&wv)[kAcc][2],
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int n = 0; n < kNT; ++n)
-          ptx::mma_m16n8k16_bf16(acc[a * kNT + n], frag[h], xw[n][4 * j + 2 * h],
-                                 xw[n][4 * j + 2 * h + 1]);
+          ptx::mma_m16n8k16_bf16(acc[a * kNT + n], frag[h], xw[n][2 * h], xw[n][2 * h + 1]);
     }
+    after_word(j);
   }
 }
 
