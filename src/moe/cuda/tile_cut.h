@@ -14,9 +14,11 @@ constexpr int kTileTokens = 8;  // slots per work tile of the decode GEMMs (mma 
 // W4A16's decode GEMMs take tiles of 16 slots (two n8 mma on each decoded weight fragment) once an
 // expert expects this many slots: with 8-slot tiles, an expert of 9 to 16 slots streamed its
 // weights twice (T = 256 of gpt-oss-120b: 8 +- 3 slots an expert, ~1.4 passes). The 16-slot
-// kernels stream a pass ~13% slower (3 blocks an SM: their registers), so below ~7 slots an
-// expert, where few experts pass 8, the 8-slot tiles stay faster (H100: T = 128 603 against 682
-// µs, T = 192 677 against 718, T = 256 800 against 745; docs/perf-log/moe-decode.md).
+// kernels stream a pass more slowly (twice the mma and activations a weight byte), so below ~7
+// slots an expert, where few experts pass 8, the 8-slot tiles stay faster (H100: T = 128 603
+// against 682 µs, T = 192 677 against 718, T = 256 800 against 745; the 16-slot kernels at 4
+// blocks an SM since then are 2-4% faster, T = 128 ~690, T = 256 ~743; docs/perf-log/
+// moe-decode.md).
 constexpr int kWideDecodeTileTokens = 16;
 constexpr double kWideDecodeMinSlotsPerExpert = 8.0;
 constexpr int kWgmmaTileTokens = 128;  // slots per work tile of the wgmma (prefill) GEMMs
