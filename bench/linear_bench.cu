@@ -526,8 +526,14 @@ nlohmann::json run_linear_bench(const LinearBenchOptions& options, bool progress
         const linear::Explanation explanation = linear::explain(p);
         const std::string chosen =
             explanation.chosen != nullptr ? explanation.chosen->name() : std::string();
+        const auto asked = [&](const std::string& name) {
+          if (options.tactics.empty()) return true;
+          return std::ranges::find(options.tactics, name) != options.tactics.end() ||
+                 (name == chosen &&
+                  std::ranges::find(options.tactics, "auto") != options.tactics.end());
+        };
         for (const auto& tactic : linear::linear_tactics()) {
-          if (!tactic->supports(p)) continue;
+          if (!asked(tactic->name()) || !tactic->supports(p)) continue;
           const double us = time_us(
               [&](int s, cudaStream_t st) {
                 tactic->run(operands_of(operand_sets[static_cast<std::size_t>(s)], blocks64, st),

@@ -27,6 +27,8 @@ struct LinearBenchOptions {
   // Also time the compute ceiling (points[].ceiling): cuBLASLt's FP8 GEMM of the same shape with
   // one scale per tensor, which promotes nothing inside K.
   bool ceiling = true;
+  // When not empty, only these mxq tactics are timed (exact names; "auto" = the dispatch's choice).
+  std::vector<std::string> tactics;
 };
 
 // The (N, K) pairs of a preset; throws mxq::Error(kInvalidArgument) for an unknown name.

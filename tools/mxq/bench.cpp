@@ -18,6 +18,7 @@
 #if MXQ_WITH_CUDA
 #include "linear_bench.h"
 #include "moe_bench.h"
+#include "mxq/linear/dispatch.h"
 #endif
 
 namespace mxq::cli {
@@ -113,6 +114,7 @@ struct LinearBenchArgs {
   bool no_op = false;
   bool no_read_floor = false;
   bool no_ceiling = false;
+  std::vector<std::string> tactics;  // empty: every supported tactic
   bool json = false;
 };
 
@@ -253,6 +255,13 @@ void register_bench(CLI::App& app) {
   linear->add_flag("--no-ceiling", linear_args->no_ceiling,
                    "Skip the compute ceiling (cuBLASLt's FP8 GEMM of the same shape with one "
                    "scale per tensor)");
+  linear
+      ->add_option("--tactic", linear_args->tactics,
+                   "Time only these mxq tactics (exact names; `auto` = the dispatch's choice; "
+                   "`mxq linear --explain` lists them), e.g. to profile one kernel with Nsight "
+                   "Compute; cuBLASLt and the other parts run as asked")
+      ->delimiter(',')
+      ->type_name("NAME");
   linear->add_flag("--json", linear_args->json, "Print JSON");
   linear->callback([linear_args] {
     std::vector<std::pair<int, int>> shapes;
@@ -268,6 +277,14 @@ void register_bench(CLI::App& app) {
     options.op = !linear_args->no_op;
     options.read_floor = !linear_args->no_read_floor;
     options.ceiling = !linear_args->no_ceiling;
+    for (const std::string& name : linear_args->tactics) {
+      if (name != "auto" && linear::find_tactic(name) == nullptr) {
+        fail_argument(ErrorCode::kInvalidArgument, "--tactic",
+                      "auto or a tactic of this build (mxq linear --explain lists them)",
+                      "'" + name + "'");
+      }
+    }
+    options.tactics = linear_args->tactics;
     // Progress lines go to stderr, so --json output stays clean.
     const nlohmann::json result = bench::run_linear_bench(options, /*progress=*/true);
     if (linear_args->json) {

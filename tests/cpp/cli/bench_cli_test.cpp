@@ -35,6 +35,24 @@ TEST(BenchCli, WellFormedShapeGetsPastTheParser) {
   EXPECT_EQ(result.err.find("--shape"), std::string::npos) << result.err;
 }
 
+TEST(BenchCli, AnUnknownTacticIsRefusedByNameBeforeAnyGpuIsLookedFor) {
+  const ScratchDir dir("mxq-bench-cli-tactic");
+  const auto result =
+      run_cli(dir, "bench linear --shape 7168,2048 --m 64 --tactic auto,cuda.sm90_wgmma.m64n7");
+  if (result.err.find("needs a CUDA build") != std::string::npos) {
+    GTEST_SKIP() << "a build without CUDA knows no CUDA tactic: " << result.err;
+  }
+  EXPECT_EQ(result.exit_code, 2) << result.err;
+  EXPECT_NE(result.err.find("--tactic: expected auto or a tactic of this build (mxq linear "
+                            "--explain lists them), found 'cuda.sm90_wgmma.m64n7'"),
+            std::string::npos)
+      << result.err;
+  // Known names get past the check: the next error (without a GPU) is not about --tactic.
+  const auto known =
+      run_cli(dir, "bench linear --shape 7168,2048 --m 64 --tactic auto,cuda.sm90_wgmma.m64n64");
+  EXPECT_EQ(known.err.find("--tactic"), std::string::npos) << known.err;
+}
+
 TEST(BenchCli, TmaStreamOptionsAreCheckedBeforeAnyGpuIsLookedFor) {
   const ScratchDir dir("mxq-bench-cli-tma");
   const std::pair<std::string, std::string> cases[] = {
