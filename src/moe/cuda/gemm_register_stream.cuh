@@ -41,18 +41,16 @@ constexpr int kStreamBlocksPerSm = 4;
 // What one lane streams per 128-wide K chunk: its MX block of rows r and r+8 of every weight
 // tile (GEMM1: gate and up) with their scales, and the matching 32 activations of its token in
 // each of kNT token tiles (B operands) — all loaded one chunk ahead of use.
-template <int kAcc, int kNT = 1>
-struct ChunkRegs {
-  uint4 w[kAcc][2];
-  std::uint32_t scale[kAcc][2];
-  uint4 x[kNT][4];
-};
-// The weights and scales of a chunk alone: the rolling stream (stream_chunks_rolling) keeps two
-// of these and one set of activations.
+// The weights and scales alone are a WeightRegs: the rolling stream (stream_chunks_rolling) keeps
+// two of those and one set of activations.
 template <int kAcc>
 struct WeightRegs {
   uint4 w[kAcc][2];
   std::uint32_t scale[kAcc][2];
+};
+template <int kAcc, int kNT = 1>
+struct ChunkRegs : WeightRegs<kAcc> {
+  uint4 x[kNT][4];
 };
 
 // The weights of a GEMM block's tiles: each tile's row group (row_groups.h: its 16 rows, chunk-
@@ -66,20 +64,18 @@ struct TileRows {
 // One chunk's tensor-core work (acc[a * kNT + n]: weight tile a, token tile n); scales above 2
 // (E8M0 129..254) take the two-multiply decode.
 template <int kAcc, int kNT, class AfterWord = NoWordHook>
-__device__ __forceinline__ void mma_chunk(const uint4 (&w)[kAcc][2],
-                                          const std::uint32_t (&scale)[kAcc][2],
-                                          const uint4 (&x)[kNT][4], float (&acc)[kAcc * kNT][4],
-                                          AfterWord after_word = {}) {
-  if (warp_any_wide_scale(scale)) {
-    mma_mx_chunk<kAcc, true, kNT>(w, scale, x, acc, after_word);
+__device__ __forceinline__ void mma_chunk(const WeightRegs<kAcc>& weights, const uint4 (&x)[kNT][4],
+                                          float (&acc)[kAcc * kNT][4], AfterWord after_word = {}) {
+  if (warp_any_wide_scale(weights.scale)) {
+    mma_mx_chunk<kAcc, true, kNT>(weights.w, weights.scale, x, acc, after_word);
   } else {
-    mma_mx_chunk<kAcc, false, kNT>(w, scale, x, acc, after_word);
+    mma_mx_chunk<kAcc, false, kNT>(weights.w, weights.scale, x, acc, after_word);
   }
 }
 template <int kAcc, int kNT>
 __device__ __forceinline__ void mma_chunk(const ChunkRegs<kAcc, kNT>& regs,
                                           float (&acc)[kAcc * kNT][4]) {
-  mma_chunk<kAcc, kNT>(regs.w, regs.scale, regs.x, acc);
+  mma_chunk<kAcc, kNT>(regs, regs.x, acc);
 }
 
 // What a W4A16 lane streams (for stream_chunks): 128-wide chunks of K = k_total, MX block c of
@@ -101,8 +97,7 @@ struct Bf16Stream {
   __device__ __forceinline__ int full_chunks() const { return k_total / kChunk; }
   __device__ __forceinline__ bool has_short_chunk() const { return k_total % kChunk != 0; }
   template <bool kInside>
-  __device__ __forceinline__ void load_weights(int chunk, uint4 (&w)[kAcc][2],
-                                               std::uint32_t (&scale)[kAcc][2]) const {
+  __device__ __forceinline__ void load_weights(int chunk, WeightRegs<kAcc>& regs) const {
     const int k0 = chunk * kChunk + 32 * c;
     const bool load = kInside || k0 < k_total;
     const int row_bytes = kInside ? kChunkBytes : short_row_bytes;
@@ -111,8 +106,8 @@ struct Bf16Stream {
       const std::uint8_t* at = tiles.group[a] + chunk * kGroupChunkBytes + r * row_bytes + 16 * c;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        w[a][h] = load ? load_stream_16(at + 8 * h * row_bytes) : make_uint4(0, 0, 0, 0);
-        scale[a][h] = load ? __ldg(tiles.scale[a][h] + k0 / 32) : 127U;
+        regs.w[a][h] = load ? load_stream_16(at + 8 * h * row_bytes) : make_uint4(0, 0, 0, 0);
+        regs.scale[a][h] = load ? __ldg(tiles.scale[a][h] + k0 / 32) : 127U;
       }
     }
   }
@@ -129,7 +124,7 @@ struct Bf16Stream {
   }
   template <bool kInside>
   __device__ __forceinline__ void load(int chunk, Regs& regs) const {
-    load_weights<kInside>(chunk, regs.w, regs.scale);
+    load_weights<kInside>(chunk, regs);
 #pragma unroll
     for (int i = 0; i < 4; ++i) load_x<kInside>(chunk, i, regs.x);
   }
@@ -140,7 +135,7 @@ struct Bf16Stream {
   // chunk `next`'s once its word's mma are issued (next < 0: none).
   __device__ __forceinline__ void compute_rolling(const WeightRegs<kAcc>& regs, uint4 (&x)[kNT][4],
                                                   float (&acc)[kAcc * kNT][4], int next) const {
-    mma_chunk<kAcc, kNT>(regs.w, regs.scale, x, acc, [&](int j) {
+    mma_chunk<kAcc, kNT>(regs, x, acc, [&](int j) {
       if (next >= 0) load_x<true>(next, j, x);
     });
   }
@@ -237,22 +232,22 @@ __device__ __forceinline__ void stream_chunks_rolling(const Bf16Stream<kAcc, kNT
   uint4 x[kNT][4];
   int chunk = warp;
   if (chunk < full_chunks) {
-    s.template load_weights<true>(chunk, even.w, even.scale);
+    s.template load_weights<true>(chunk, even);
 #pragma unroll
     for (int i = 0; i < 4; ++i) s.template load_x<true>(chunk, i, x);
     for (;; chunk += 2 * kGemmWarps) {
       const int next = chunk + kGemmWarps < full_chunks ? chunk + kGemmWarps : -1;
-      if (next >= 0) s.template load_weights<true>(next, odd.w, odd.scale);
+      if (next >= 0) s.template load_weights<true>(next, odd);
       s.compute_rolling(even, x, acc, next);
       if (next < 0) break;
       const int after = chunk + 2 * kGemmWarps < full_chunks ? chunk + 2 * kGemmWarps : -1;
-      if (after >= 0) s.template load_weights<true>(after, even.w, even.scale);
+      if (after >= 0) s.template load_weights<true>(after, even);
       s.compute_rolling(odd, x, acc, after);
       if (after < 0) break;
     }
   }
   if (s.has_short_chunk() && warp == full_chunks % kGemmWarps) {
-    s.template load_weights<false>(full_chunks, even.w, even.scale);
+    s.template load_weights<false>(full_chunks, even);
 #pragma unroll
     for (int i = 0; i < 4; ++i) s.template load_x<false>(full_chunks, i, x);
     s.compute_rolling(even, x, acc, -1);
