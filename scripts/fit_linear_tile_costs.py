@@ -10,7 +10,10 @@ weighted by 1 / its time, so the small problems count as much as the large ones)
 the fitted rule does: at how many points its choice is the fastest tile and how far it is from the
 fastest elsewhere. It prints the C++ table to paste, or with --json the numbers.
 
-  python3 scripts/fit_linear_tile_costs.py docs/perf-log/data/linear-deepseek-v3-*-h100.json
+  python3 scripts/fit_linear_tile_costs.py docs/perf-log/data/linear-deepseek-v3-full-2026-12-06-h100.json
+
+(Give it runs of every tile; docs/perf-log/data also holds A/B extracts, Nsight summaries and runs
+of tiles measured and removed, which it refuses by name.)
 """
 
 from __future__ import annotations
