@@ -13,7 +13,7 @@ fastest elsewhere. It prints the C++ table to paste, or with --json the numbers.
   python3 scripts/fit_linear_tile_costs.py docs/perf-log/data/linear-deepseek-v3-full-2026-12-06-h100.json
 
 (Give it runs of every tile; docs/perf-log/data also holds A/B extracts, Nsight summaries and runs
-of tiles measured and removed, which it refuses by name.)
+of tiles measured and removed, which it refuses with an error naming the file or tile.)
 """
 
 from __future__ import annotations
