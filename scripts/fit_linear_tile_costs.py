@@ -31,7 +31,7 @@ FAST_PREFIX = "cuda.sm90_wgmma."
 # dispatch.cpp): it takes the widest of these 64-row tiles whose waves are within
 # DECODE_WAVE_SLACK as full as the fullest one's.
 DECODE_MAX_M = 64
-DECODE_TILES = ["m64n128_overlap", "m64n64", "m64n32", "m64n16"]
+DECODE_TILES = ["m64n128_overlap", "m64n64", "m64n32_overlap", "m64n16"]  # kDecodeTiles
 DECODE_WAVE_SLACK = 0.05
 TILE = re.compile(r"\.m(\d+)n(\d+)(?:_overlap)?(?:_x(\d+))?(?:_splitk(\d+))?$")
 
