@@ -47,7 +47,7 @@ struct WgmmaShape {
   int split_k = 1;
   friend constexpr bool operator==(const WgmmaShape&, const WgmmaShape&) = default;
 };
-inline constexpr std::array<WgmmaShape, 16> kWgmmaShapes = {{
+inline constexpr std::array<WgmmaShape, 18> kWgmmaShapes = {{
     {64, 64, 8, false},
     {64, 128, 8, false},
     {128, 128, 5, false},
@@ -80,6 +80,13 @@ inline constexpr std::array<WgmmaShape, 16> kWgmmaShapes = {{
     // promoted): 3-5% faster than m64n32 at M <= 64 of 4096 x 7168, the decode rule's 32-wide tile
     // (H100, 2026-12-06). The 64 x 16 one ran 5-7% slower than m64n16 and is not kept.
     {64, 32, 16, true},
+    // 112-wide tiles for N = 7168: 64 of them along N where 56 of 128 leave 20 of an H100's 132
+    // SMs idle. A tile may straddle two 128-wide weight blocks, at a column that depends on the
+    // tile (wgmma_gemm.cuh). 3-6% faster than the 128-wide tiles at N = 7168, M = 1024 on an
+    // H100, slower elsewhere (at M = 256 a K-block took as long as a 128-wide one's): for the
+    // tuner, not the rule.
+    {128, 112, 5, false},
+    {256, 112, 3, false},
 }};
 
 // The fast path's tail splits: `head` tiles for the rows of M they fill whole waves with, `tail`

@@ -189,8 +189,8 @@ bool visit_fast_tile(const WgmmaShape& shape, Visit&& visit) {
       WgmmaTile<64, 16, 16>, WgmmaTile<256, 128, 3>, WgmmaTile<256, 128, 3, false, 1, 1, 2>,
       WgmmaTile<64, 64, 8, false, 1, 1, 1, 2>, WgmmaTile<64, 64, 8, false, 1, 1, 1, 4>,
       WgmmaTile<64, 128, 6, true, 1, 1, 1, 2>, WgmmaTile<64, 128, 6, true, 1, 1, 1, 4>,
-      WgmmaTile<128, 128, 4, true, 1, 1, 1, 2>, WgmmaTile<128, 64, 8>, WgmmaTile<64, 32, 16, true>>(
-      shape, visit);
+      WgmmaTile<128, 128, 4, true, 1, 1, 1, 2>, WgmmaTile<128, 64, 8>, WgmmaTile<64, 32, 16, true>,
+      WgmmaTile<128, 112, 5, false, 1, 2>, WgmmaTile<256, 112, 3, false, 1, 2>>(shape, visit);
 }
 
 // The tiles compiled for kWgmmaAnyBlockShapes, in their 128x128-block form, whose constants

@@ -29,16 +29,22 @@
 // the blocks in rank order through distributed shared memory, and stores them. No workspace, no
 // atomics: the same bits on every run.
 // Weight scales: with kNSplit == 1 a tile lies inside one weight block row (block_n % kBn == 0)
-// and needs one scale per unit; with kNSplit > 1 the tile spans kNSplit block rows of
-// kBn / kNSplit columns each, and each accumulator column takes the scale of its block row
-// (known at compile time from the fragment layout). Scales are read from global (L2) when the
-// unit's wgmma are issued, so the tensor-core time hides the load.
+// and needs one scale per unit; with kNSplit == 2 the tile's columns span up to two block rows,
+// and each 8-column accumulator fragment takes the scale of its block row: the second row's
+// fragments start at the tile's "boundary" fragment. That is half the tile when the block is
+// half the tile's width (block_n = 64, kBn = 128), and in a tile whose width does not divide the
+// 128-wide block (kBn = 112: N = 7168 in 64 tiles, which fill an H100's 132 SMs where 56 tiles of
+// 128 leave 20 idle) it depends on the tile's column: the consumers' K loop is compiled once per
+// possible boundary and the tile runs the one of its column, so the choice of scale stays a
+// compile-time fact. Most tiles' weight scales are staged in shared memory by the producer
+// (WgmmaTile::kStagedWScales).
 #pragma once
 
 #include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "cuda_common/cluster.cuh"
 #include "cuda_common/mbarrier.cuh"
@@ -80,6 +86,9 @@ struct WgmmaTile {
   // per tile (weight block N extent = kBn / kNSplit, or a multiple of kBn when kNSplit == 1).
   static constexpr int kKSplit = kKSplit_;
   static constexpr int kNSplit = kNSplit_;
+  // The tile's width does not divide the weight block's 128 columns (fast path only): where its
+  // second block row starts depends on the tile's column (weight_boundary).
+  static constexpr bool kStraddles = 128 % kBn_ != 0;
   static constexpr int kUnitK = kBk / kKSplit;
   static constexpr int kWgmmaPerUnit = kUnitK / 32;
   // Overlap each K-block's promotion with the next block's wgmma (two accumulators).
@@ -104,8 +113,10 @@ struct WgmmaTile {
   static constexpr int kBBytes = kBn * kBk;
   static constexpr int kScaleBytes = kBm * 4 * kKSplit;  // [kKSplit][kBm] activation scales
   // Output staging: boxes of 64 rows x 64 columns (128 bytes of bf16: the swizzle span), or one
-  // unswizzled box of the tile's width for the narrow 16- and 32-column tiles.
-  static constexpr bool kSwizzledStore = kOutCols >= 64;
+  // unswizzled box of the tile's width for the narrow 16- and 32-column tiles and the 112-wide
+  // one (224-byte rows: its staging writes meet two-way bank conflicts, a few hundred cycles a
+  // tile).
+  static constexpr bool kSwizzledStore = kOutCols % 64 == 0;
   static constexpr int kStoreBoxCols = kSwizzledStore ? 64 : kOutCols;
   static constexpr int kStoreBoxBytes = 64 * kStoreBoxCols * 2;
   static constexpr int kWaveStoreBytes = 64 * kOutCols * 2;  // one 64-row wave's staged output
@@ -113,6 +124,18 @@ struct WgmmaTile {
   // Split K: every consumer thread's fp32 partial, float4 f of thread t at [f][t] (a warp's
   // 16-byte accesses are consecutive: no bank conflicts).
   static constexpr int kReduceBytes = kSplitK > 1 ? kBm* kBn * 4 : 0;
+  // Where the consumers read a unit's weight scales: staged, the producer thread reads a stage's
+  // [kKSplit][kNSplit] floats from global one stage ahead and stores them beside the stage before
+  // its arrival (the consumers' own global load, among a unit's wgmma, held the unit's later wgmma
+  // back until it returned); else every consumer loads them from global before the unit's wait.
+  // On 128x128 blocks staged was 5-15% faster for the 64- and 128-row tiles on an H100, but 1-4%
+  // slower for the 256 x 128 tile at M = 4096 and 5% slower for the plain 16-wide one at M <= 64
+  // (whose stages, about 450 cycles, are shorter than the producer's load): on one-unit stages of
+  // one block row those two keep the consumers' load. On 64x64 blocks every tile ran 7-16% faster
+  // staged (docs/perf-log/linear.md, 2026-12-07).
+  static constexpr bool kStagedWScales =
+      !(kKSplit == 1 && kNSplit == 1 && (kBm == 256 || (kBn == 16 && !kOverlap)));
+  static constexpr int kWScaleBytes = kStagedWScales ? (kKSplit * kNSplit * 4 + 15) / 16 * 16 : 0;
   // Bytes a stage receives when it loads `a_rows` rows of A and of their scales.
   static constexpr __host__ __device__ int tx_bytes(int a_rows) {
     return a_rows * kBk + kBBytes + a_rows * 4 * kKSplit;
@@ -132,7 +155,8 @@ struct WgmmaTile {
   static constexpr int kDOffset = kBOffset + kStages * kBBytes;
   static constexpr int kScaleOffset = kDOffset + kDBytes;
   static constexpr int kReduceOffset = kScaleOffset + kStages * kScaleBytes;
-  static constexpr int kBarrierOffset = kReduceOffset + kReduceBytes;
+  static constexpr int kWScaleOffset = kReduceOffset + kReduceBytes;
+  static constexpr int kBarrierOffset = kWScaleOffset + kStages * kWScaleBytes;
   // full[kStages], empty[kStages], then (split K) reduce_ready, reduce_done.
   static constexpr int kBarriers = 2 * kStages + (kSplitK > 1 ? 2 : 0);
   static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8 + 1024;  // + alignment slack
@@ -146,11 +170,14 @@ struct WgmmaTile {
   static_assert(kSplitK == 1 || (kCluster == 1 && kWaves == 1),
                 "split K with one 64-row wave per consumer and no multicast cluster");
   static_assert(kOutCols >= 16 && kFragments % kSplitK == 0, "16-column store boxes at least");
-  static_assert(kBn == 16 || kBn == 32 || kBn == 64 || kBn == 128,
-                "16-, 32-, 64- or 128-wide tiles");
+  static_assert(kBn == 16 || kBn == 32 || kBn == 64 || kBn == 112 || kBn == 128,
+                "16-, 32-, 64-, 112- or 128-wide tiles");
+  static_assert(!kStraddles || (kNSplit == 2 && kKSplit == 1 && kSplitK == 1 && kCluster == 1),
+                "a tile straddling 128-column weight blocks spans two block rows (fast path)");
   static_assert(kKSplit == 1 || kKSplit == 2 || kKSplit == 4, "weight block K of 128, 64 or 32");
   static_assert(kNSplit == 1 || kNSplit == 2, "a tile spans one or two weight block rows");
-  static_assert((kAccumulators / 4) % kNSplit == 0, "whole 8-column fragments per block row");
+  static_assert(kStraddles || (kAccumulators / 4) % kNSplit == 0,
+                "whole 8-column fragments per block row");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzle-128B atoms");
   static_assert(kScaleBytes % 128 == 0, "TMA destination alignment");
   static_assert(kSmemBytes <= 232448, "shared memory per block on sm_90");
@@ -223,6 +250,95 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
   }
 }
 
+// The weight scales of one stage: [kKSplit][kNSplit], of K-block `kb` in the weight scale rows
+// of one tile (TileWeightScaleRows). A unit past K (ragged K, kKSplit > 1) has zero operands; its
+// scale is not read.
+template <typename Tile>
+struct StageWeightScales {
+  float w[Tile::kKSplit][Tile::kNSplit];
+
+  __device__ __forceinline__ void load(const float* const (&rows)[Tile::kNSplit], int kb,
+                                       int k_groups) {
+#pragma unroll
+    for (int c = 0; c < Tile::kNSplit; ++c) {
+#pragma unroll
+      for (int part = 0; part < Tile::kKSplit; ++part) {
+        const int group = kb * Tile::kKSplit + part;
+        w[part][c] = group < k_groups ? __ldg(rows[c] + group) : 0.0F;
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(float* stage) const {
+#pragma unroll
+    for (int part = 0; part < Tile::kKSplit; ++part) {
+#pragma unroll
+      for (int c = 0; c < Tile::kNSplit; ++c) stage[part * Tile::kNSplit + c] = w[part][c];
+    }
+  }
+};
+
+// The weight scale rows that tile column `n_tile`'s columns take their scales from: the block row
+// of its first column and the next (clamped for a ragged N edge, whose columns are never stored,
+// and a cluster's tile past N).
+template <typename Tile>
+__device__ __forceinline__ void tile_weight_scale_rows(const gpu::WgmmaGemmArgs& args, int n_tile,
+                                                       const float* (&rows)[Tile::kNSplit]) {
+  const int block_rows = (args.n + args.block_n - 1) / args.block_n;
+  const int first = n_tile * Tile::kBn / args.block_n;
+#pragma unroll
+  for (int c = 0; c < Tile::kNSplit; ++c) {
+    rows[c] =
+        args.w_scale + static_cast<std::int64_t>(min(first + c, block_rows - 1)) * args.w_scale_ld;
+  }
+}
+
+// The scales of one unit (scale block of K): a consumer thread's two rows' activation scales times
+// the weight scale of each block row of the tile.
+template <typename Tile>
+struct UnitScales {
+  float lo[Tile::kNSplit];
+  float hi[Tile::kNSplit];
+};
+
+// into += acc * (a_scale[row] * w_scale[block row]): the fp32 promotion of one unit, whose
+// 8-column fragments from `kBoundary` on take the second block row's scales.
+template <typename Tile, int kBoundary>
+__device__ __forceinline__ void promote_unit(float (&acc)[Tile::kAccumulators],
+                                             const UnitScales<Tile>& scales,
+                                             float (&into)[Tile::kAccumulators]) {
+  ptx::wgmma_fence_operands(acc);
+#pragma unroll
+  for (int i = 0; i < Tile::kFragments; ++i) {
+    const int c = i < kBoundary ? 0 : 1;
+    into[4 * i + 0] += acc[4 * i + 0] * scales.lo[c];
+    into[4 * i + 1] += acc[4 * i + 1] * scales.lo[c];
+    into[4 * i + 2] += acc[4 * i + 2] * scales.hi[c];
+    into[4 * i + 3] += acc[4 * i + 3] * scales.hi[c];
+  }
+}
+
+// Calls body.template operator()<kBoundary>() with the first fragment of tile column `n_tile` that
+// takes the second weight block row's scales (kFragments: none does) as a constant: half the
+// tile for a block half its width, and for a tile straddling 128-column blocks the one of the
+// values its columns can take (multiples of gcd(kBn, 128) / 8 fragments) that this tile has.
+template <typename Tile, typename Body>
+__device__ __forceinline__ void with_weight_boundary(int n_tile, int block_n, Body&& body) {
+  if constexpr (!Tile::kStraddles) {
+    body.template operator()<Tile::kNSplit == 1 ? Tile::kFragments : Tile::kFragments / 2>();
+  } else {
+    constexpr int kStep = (Tile::kBn & -Tile::kBn) / 8;  // gcd(kBn, 128) / 8 for kBn < 128
+    const int first_col_in_block = n_tile * Tile::kBn % block_n;
+    const int boundary = min(Tile::kFragments, (block_n - first_col_in_block) / 8);
+    [&]<int... kI>(std::integer_sequence<int, kI...>) {
+      (void)((boundary == (kI + 1) * kStep ? (body.template operator()<(kI + 1) * kStep>(), true)
+                                           : false) ||
+             ...);
+    }
+    (std::make_integer_sequence<int, Tile::kFragments / kStep>{});
+  }
+}
+
 template <typename Tile>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     block_fp8_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
@@ -290,9 +406,21 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         int m_tile = 0;
         int n_tile = 0;
         schedule.tile(unit, cluster_rank, m_tile, n_tile);
+        // A stage's weight scales are loaded one stage ahead (the load's latency passes while
+        // this thread waits for the previous stage to empty) and stored once the stage is empty.
+        const float* scale_rows[Tile::kNSplit];
+        StageWeightScales<Tile> next_scales;
+        if constexpr (Tile::kStagedWScales) {
+          tile_weight_scale_rows<Tile>(args, n_tile, scale_rows);
+          if (kb_begin < kb_end) next_scales.load(scale_rows, kb_begin, k_groups);
+        }
         for (int kb = kb_begin; kb < kb_end; ++kb, ++iteration) {
           const int s = iteration % Tile::kStages;
           const std::uint32_t phase = static_cast<std::uint32_t>(iteration / Tile::kStages) & 1U;
+          const StageWeightScales<Tile> scales = next_scales;
+          if constexpr (Tile::kStagedWScales) {
+            if (kb + 1 < kb_end) next_scales.load(scale_rows, kb + 1, k_groups);
+          }
           if constexpr (Tile::kCluster == 1) {
             ptx::mbarrier_wait(&empty[s], phase ^ 1U);
           } else {
@@ -301,6 +429,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             // invalidation (CCTL.IVALL) per stage.
             ptx::mbarrier_wait(&empty[s], phase ^ 1U);
           }
+          if constexpr (Tile::kStagedWScales) {
+            scales.store(
+                reinterpret_cast<float*>(smem + Tile::kWScaleOffset + s * Tile::kWScaleBytes));
+          }
+          // Releases the stores above to the consumers, which acquire the full barrier.
           ptx::mbarrier_arrive_expect_tx(&full[s], tx_bytes);
           if constexpr (Tile::kCluster == 1) {
             ptx::tma_load_2d(smem + Tile::kAOffset + s * Tile::kABytes, &map_a, &full[s],
@@ -338,18 +471,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       int m_tile = 0;
       int n_tile = 0;
       schedule.tile(unit, cluster_rank, m_tile, n_tile);
-      // The weight block rows this tile's columns take their scales from (clamped for a
-      // ragged N edge, whose columns are never stored, and a cluster's tile past N).
-      const int block_rows = (args.n + args.block_n - 1) / args.block_n;
-      const float* w_scale_rows[Tile::kNSplit];
-#pragma unroll
-      for (int c = 0; c < Tile::kNSplit; ++c) {
-        const int row =
-            Tile::kNSplit == 1 ? n_tile * Tile::kBn / args.block_n : n_tile * Tile::kNSplit + c;
-        w_scale_rows[c] =
-            args.w_scale + static_cast<std::int64_t>(min(row, block_rows - 1)) * args.w_scale_ld;
-      }
-
       float result[Tile::kWaves][Tile::kAccumulators];
 #pragma unroll
       for (int w = 0; w < Tile::kWaves; ++w) {
@@ -357,35 +478,42 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         for (int i = 0; i < Tile::kAccumulators; ++i) result[w][i] = 0.0F;
       }
 
-      // The scales of one unit (scale block of K): activation scales of this thread's two rows
-      // and the weight scale of each block row of the tile, multiplied once per unit.
-      struct UnitScales {
-        float lo[Tile::kNSplit];
-        float hi[Tile::kNSplit];
-      };
+      // The weight scale rows of this tile, when the consumers load the scales themselves.
+      const float* w_scale_rows[Tile::kNSplit];
+      if constexpr (!Tile::kStagedWScales) tile_weight_scale_rows<Tile>(args, n_tile, w_scale_rows);
+
+      using Scales = UnitScales<Tile>;
       const int first = iteration;
       const int u_begin = kb_begin * Tile::kKSplit;  // this block's units (scale blocks of K)
       const int u_end = kb_end * Tile::kKSplit;
       // Waits for the stage of unit `u`, reads its scales (everything read from a stage is
       // read before it is handed back) and issues the unit's wgmma for the 64 rows of `wave`
       // into `acc` as one commit group (the first overwrites acc).
-      auto issue_unit = [&](float(&acc)[Tile::kAccumulators], int u, int wave, UnitScales& scales) {
+      auto issue_unit = [&](float(&acc)[Tile::kAccumulators], int u, int wave, Scales& scales) {
         const int it = first + (u - u_begin) / Tile::kKSplit;
         const int part = u % Tile::kKSplit;
         const int s = it % Tile::kStages;
         const std::uint32_t phase = static_cast<std::uint32_t>(it / Tile::kStages) & 1U;
-        const int group = u;  // == kb * kKSplit + part
         float w[Tile::kNSplit];
+        if constexpr (!Tile::kStagedWScales) {
 #pragma unroll
-        for (int c = 0; c < Tile::kNSplit; ++c) {
-          // A unit past K (ragged K, kKSplit > 1) has zero operands; its scale is not read.
-          w[c] = group < k_groups ? __ldg(w_scale_rows[c] + group) : 0.0F;
+          for (int c = 0; c < Tile::kNSplit; ++c) {
+            // A unit past K (ragged K, kKSplit > 1) has zero operands; its scale is not read.
+            w[c] = u < k_groups ? __ldg(w_scale_rows[c] + u) : 0.0F;
+          }
         }
         ptx::mbarrier_wait(&full[s], phase);
         const float* a_scale = reinterpret_cast<const float*>(
             smem + Tile::kScaleOffset + s * Tile::kScaleBytes + part * args.a_rows * 4);
         const float a_lo = a_scale[row_lo + 64 * wave];
         const float a_hi = a_scale[row_hi + 64 * wave];
+        if constexpr (Tile::kStagedWScales) {
+          const float* staged =
+              reinterpret_cast<const float*>(smem + Tile::kWScaleOffset + s * Tile::kWScaleBytes) +
+              part * Tile::kNSplit;
+#pragma unroll
+          for (int c = 0; c < Tile::kNSplit; ++c) w[c] = staged[c];
+        }
 #pragma unroll
         for (int c = 0; c < Tile::kNSplit; ++c) {
           scales.lo[c] = a_lo * w[c];
@@ -423,67 +551,56 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           }
         }
       };
-      // into += acc * (a_scale[row] * w_scale[block row]): the fp32 promotion of one unit.
-      auto promote = [&](float(&acc)[Tile::kAccumulators], const UnitScales& scales,
-                         float(&into)[Tile::kAccumulators]) {
-        ptx::wgmma_fence_operands(acc);
-        constexpr int kFragmentsPerRow = Tile::kAccumulators / 4 / Tile::kNSplit;
-#pragma unroll
-        for (int i = 0; i < Tile::kAccumulators / 4; ++i) {
-          const int c = i / kFragmentsPerRow;  // 8-column fragment i -> weight block row
-          into[4 * i + 0] += acc[4 * i + 0] * scales.lo[c];
-          into[4 * i + 1] += acc[4 * i + 1] * scales.lo[c];
-          into[4 * i + 2] += acc[4 * i + 2] * scales.hi[c];
-          into[4 * i + 3] += acc[4 * i + 3] * scales.hi[c];
-        }
-      };
 
-      if constexpr (!Tile::kOverlap) {
-        float accumulator[Tile::kAccumulators];
-        for (int u = u_begin; u < u_end; ++u) {
+      // The K loop, compiled for each boundary fragment this tile shape can have.
+      with_weight_boundary<Tile>(n_tile, args.block_n, [&]<int kBoundary>() {
+        if constexpr (!Tile::kOverlap) {
+          float accumulator[Tile::kAccumulators];
+          for (int u = u_begin; u < u_end; ++u) {
 #pragma unroll
-          for (int wave = 0; wave < Tile::kWaves; ++wave) {
-            UnitScales scales;
-            issue_unit(accumulator, u, wave, scales);
-            ptx::wgmma_wait<0>();
-            ptx::wgmma_fence_operands(accumulator);
-            if (wave == Tile::kWaves - 1) release_unit(u);
-            promote(accumulator, scales, result[wave]);
+            for (int wave = 0; wave < Tile::kWaves; ++wave) {
+              Scales scales;
+              issue_unit(accumulator, u, wave, scales);
+              ptx::wgmma_wait<0>();
+              ptx::wgmma_fence_operands(accumulator);
+              if (wave == Tile::kWaves - 1) release_unit(u);
+              promote_unit<Tile, kBoundary>(accumulator, scales, result[wave]);
+            }
+          }
+        } else if (u_begin < u_end) {
+          // Software pipeline over two accumulators: unit u+1's wgmma run on the tensor cores
+          // while unit u is promoted on the CUDA cores. wgmma_wait<1> leaves the newer group in
+          // flight and guarantees the older one (the unit being promoted) is complete.
+          float acc_even[Tile::kAccumulators];
+          float acc_odd[Tile::kAccumulators];
+          Scales even_scales;
+          Scales odd_scales;
+          issue_unit(acc_even, u_begin, 0, even_scales);
+          for (int u = u_begin; u < u_end; u += 2) {
+            // acc_even holds unit u.
+            if (u + 1 < u_end) {
+              issue_unit(acc_odd, u + 1, 0, odd_scales);
+              ptx::wgmma_wait<1>();
+            } else {
+              ptx::wgmma_wait<0>();
+            }
+            ptx::wgmma_fence_operands(acc_even);
+            release_unit(u);
+            promote_unit<Tile, kBoundary>(acc_even, even_scales, result[0]);
+            if (u + 1 >= u_end) break;
+            // acc_odd holds unit u + 1.
+            if (u + 2 < u_end) {
+              issue_unit(acc_even, u + 2, 0, even_scales);
+              ptx::wgmma_wait<1>();
+            } else {
+              ptx::wgmma_wait<0>();
+            }
+            ptx::wgmma_fence_operands(acc_odd);
+            release_unit(u + 1);
+            promote_unit<Tile, kBoundary>(acc_odd, odd_scales, result[0]);
           }
         }
-      } else if (u_begin < u_end) {
-        // Software pipeline over two accumulators: unit u+1's wgmma run on the tensor cores
-        // while unit u is promoted on the CUDA cores. wgmma_wait<1> leaves the newer group in
-        // flight and guarantees the older one (the unit being promoted) is complete.
-        float acc_even[Tile::kAccumulators];
-        float acc_odd[Tile::kAccumulators];
-        UnitScales even_scales;
-        UnitScales odd_scales;
-        issue_unit(acc_even, u_begin, 0, even_scales);
-        for (int u = u_begin; u < u_end; u += 2) {
-          // acc_even holds unit u.
-          if (u + 1 < u_end) {
-            issue_unit(acc_odd, u + 1, 0, odd_scales);
-            ptx::wgmma_wait<1>();
-          } else {
-            ptx::wgmma_wait<0>();
-          }
-          ptx::wgmma_fence_operands(acc_even);
-          release_unit(u);
-          promote(acc_even, even_scales, result[0]);
-          if (u + 1 >= u_end) break;
-          // acc_odd holds unit u + 1.
-          if (u + 2 < u_end) {
-            issue_unit(acc_even, u + 2, 0, even_scales);
-            ptx::wgmma_wait<1>();
-          } else {
-            ptx::wgmma_wait<0>();
-          }
-          ptx::wgmma_fence_operands(acc_odd);
-          release_unit(u + 1);
-          promote(acc_odd, odd_scales, result[0]);
-        }
-      }
+      });
       iteration = first + (kb_end - kb_begin);
       if constexpr (Tile::kSplitK > 1) {
         reduce_split_k<Tile>(result[0], smem + Tile::kReduceOffset, reduce_ready, reduce_done,
