@@ -87,7 +87,7 @@ struct WgmmaTile {
   static constexpr int kKSplit = kKSplit_;
   static constexpr int kNSplit = kNSplit_;
   // The tile's width does not divide the weight block's 128 columns (fast path only): where its
-  // second block row starts depends on the tile's column (weight_boundary).
+  // second block row starts depends on the tile's column (with_weight_boundary).
   static constexpr bool kStraddles = 128 % kBn_ != 0;
   static constexpr int kUnitK = kBk / kKSplit;
   static constexpr int kWgmmaPerUnit = kUnitK / 32;
@@ -251,8 +251,8 @@ __device__ __forceinline__ void reduce_split_k(float (&result)[Tile::kAccumulato
 }
 
 // The weight scales of one stage: [kKSplit][kNSplit], of K-block `kb` in the weight scale rows
-// of one tile (TileWeightScaleRows). A unit past K (ragged K, kKSplit > 1) has zero operands; its
-// scale is not read.
+// of one tile (tile_weight_scale_rows). A unit past K (ragged K, kKSplit > 1) has zero operands;
+// its scale is not read.
 template <typename Tile>
 struct StageWeightScales {
   float w[Tile::kKSplit][Tile::kNSplit];
