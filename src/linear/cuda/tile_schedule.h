@@ -60,6 +60,20 @@ constexpr long long tail_split_rows(long long m, long long n, long long block_m,
   return head_tiles_m > 0 && head_tiles_m < tiles_m ? head_tiles_m * block_m : 0;
 }
 
+// Weight scales of a tile `tile_n` columns wide over weight blocks `block_n` columns wide (the
+// kernel's 8-column accumulator fragments): the first fragment of tile column `n_tile` whose
+// columns lie in the next block row, or tile_n / 8 when none does. A tile spans at most two block
+// rows (tile_n <= block_n, or block_n == tile_n / 2), and tile_n, block_n are multiples of 8.
+MXQ_HOST_DEVICE constexpr int weight_boundary_fragment(int n_tile, int tile_n, int block_n) {
+  const int to_next_row = (block_n - n_tile * tile_n % block_n) / 8;
+  return to_next_row < tile_n / 8 ? to_next_row : tile_n / 8;
+}
+
+// The boundary fragments a tile `tile_n` wide can have over 128-wide weight blocks when its width
+// does not divide them: the multiples of this step up to tile_n / 8 (gcd(tile_n, 128) / 8, tile_n
+// < 128), which the kernel compiles its K loop for.
+MXQ_HOST_DEVICE constexpr int straddle_boundary_step(int tile_n) { return (tile_n & -tile_n) / 8; }
+
 }  // namespace mxq::linear::gpu
 
 #undef MXQ_HOST_DEVICE

@@ -321,15 +321,15 @@ __device__ __forceinline__ void promote_unit(float (&acc)[Tile::kAccumulators],
 // Calls body.template operator()<kBoundary>() with the first fragment of tile column `n_tile` that
 // takes the second weight block row's scales (kFragments: none does) as a constant: half the
 // tile for a block half its width, and for a tile straddling 128-column blocks the one of the
-// values its columns can take (multiples of gcd(kBn, 128) / 8 fragments) that this tile has.
+// values its columns can take (tile_schedule.h: weight_boundary_fragment, a multiple of
+// straddle_boundary_step) that this tile has.
 template <typename Tile, typename Body>
 __device__ __forceinline__ void with_weight_boundary(int n_tile, int block_n, Body&& body) {
   if constexpr (!Tile::kStraddles) {
     body.template operator()<Tile::kNSplit == 1 ? Tile::kFragments : Tile::kFragments / 2>();
   } else {
-    constexpr int kStep = (Tile::kBn & -Tile::kBn) / 8;  // gcd(kBn, 128) / 8 for kBn < 128
-    const int first_col_in_block = n_tile * Tile::kBn % block_n;
-    const int boundary = min(Tile::kFragments, (block_n - first_col_in_block) / 8);
+    constexpr int kStep = straddle_boundary_step(Tile::kBn);
+    const int boundary = weight_boundary_fragment(n_tile, Tile::kBn, block_n);
     [&]<int... kI>(std::integer_sequence<int, kI...>) {
       (void)((boundary == (kI + 1) * kStep ? (body.template operator()<(kI + 1) * kStep>(), true)
                                            : false) ||

@@ -135,5 +135,44 @@ TEST(TailSplit, TheHeadFillsWholeWavesAndTheTailTakesTheRest) {
   }
 }
 
+// The weight block row of each 8-column fragment, as the kernel's promotion picks it (the first
+// block row before the boundary fragment, the next from it on), against the row of the fragment's
+// first column; and every boundary a straddling tile meets is one its K loop is compiled for (a
+// boundary outside that set would run no K loop at all).
+TEST(WeightBoundary, EveryFragmentTakesTheScaleOfItsBlockRow) {
+  struct Tiling {
+    int tile_n;
+    int block_n;
+  };
+  for (const Tiling t : {Tiling{112, 128}, Tiling{128, 128}, Tiling{64, 128}, Tiling{16, 128},
+                         Tiling{128, 64}, Tiling{64, 64}, Tiling{32, 256}}) {
+    const bool straddles = t.tile_n < t.block_n && t.block_n % t.tile_n != 0;
+    const int fragments = t.tile_n / 8;
+    std::set<int> seen;
+    for (int n_tile = 0; n_tile < 4 * 128; ++n_tile) {
+      const int boundary = weight_boundary_fragment(n_tile, t.tile_n, t.block_n);
+      const int first_row = n_tile * t.tile_n / t.block_n;
+      for (int i = 0; i < fragments; ++i) {
+        const int row = (n_tile * t.tile_n + 8 * i) / t.block_n;
+        EXPECT_EQ(row, first_row + (i >= boundary ? 1 : 0))
+            << "tile " << t.tile_n << " block " << t.block_n << " n_tile " << n_tile << " i " << i;
+      }
+      seen.insert(boundary);
+      if (straddles) {
+        const int step = straddle_boundary_step(t.tile_n);
+        EXPECT_TRUE(boundary > 0 && boundary % step == 0 && boundary <= fragments)
+            << "tile " << t.tile_n << " n_tile " << n_tile << ": boundary " << boundary;
+      }
+    }
+    if (t.tile_n == 112) {  // every compiled boundary occurs: 2, 4, ..., 14
+      EXPECT_EQ(seen, (std::set<int>{2, 4, 6, 8, 10, 12, 14}));
+    }
+    if (!straddles) {
+      // Non-straddling tiles: one block row (boundary = fragments) or two equal halves.
+      EXPECT_EQ(seen, (std::set<int>{t.block_n < t.tile_n ? fragments / 2 : fragments}));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mxq::linear::gpu
