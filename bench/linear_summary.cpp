@@ -19,7 +19,18 @@ struct Ratios {
   int count = 0;
   double min = 0.0;
   std::string min_at;
+  // cuBLASLt µs / the read floor's µs, at the points that have both.
+  double floor_log_sum = 0.0;
+  int floor_count = 0;
 };
+
+// cuBLASLt's time at a point, 0 when it has none.
+double cublaslt_us(const nlohmann::json& point) {
+  for (const auto& timing : point.value("timings", nlohmann::json::array())) {
+    if (timing.value("name", std::string()) == "cublaslt") return timing.value("us", 0.0);
+  }
+  return 0.0;
+}
 
 }  // namespace
 
@@ -37,15 +48,26 @@ nlohmann::json summarize_linear_points(const nlohmann::json& points) {
       }
       r.log_sum += std::log(ratio);
       ++r.count;
+      const double floor_us =
+          point.contains("read_floor") ? point["read_floor"].value("total_us", 0.0) : 0.0;
+      const double cublas_us = cublaslt_us(point);
+      if (floor_us > 0.0 && cublas_us > 0.0) {
+        r.floor_log_sum += std::log(cublas_us / floor_us);
+        ++r.floor_count;
+      }
     }
   }
   nlohmann::json summary = nlohmann::json::array();
   for (const auto& [m, r] : by_m) {
-    summary.push_back({{"m", m},
-                       {"shapes", r.count},
-                       {"geomean_vs_cublaslt", std::exp(r.log_sum / r.count)},
-                       {"min_vs_cublaslt", r.min},
-                       {"min_at", r.min_at}});
+    nlohmann::json entry = {{"m", m},
+                            {"shapes", r.count},
+                            {"geomean_vs_cublaslt", std::exp(r.log_sum / r.count)},
+                            {"min_vs_cublaslt", r.min},
+                            {"min_at", r.min_at}};
+    if (r.floor_count == r.count) {
+      entry["read_floor_geomean_vs_cublaslt"] = std::exp(r.floor_log_sum / r.floor_count);
+    }
+    summary.push_back(std::move(entry));
   }
   return summary;
 }

@@ -373,6 +373,7 @@ def render_linear(run: Run) -> list[str]:
     rows = []
     speeds: dict[int, list[float]] = {}
     of_ceiling: dict[int, list[float]] = {}
+    floor_speeds: dict[int, list[float]] = {}  # cuBLASLt µs / read floor µs
     diffs = []
     # Newer runs time each point's read floor and per-tensor FP8 ceiling too.
     with_floor = any("total_us" in p.get("read_floor", {}) for p in points)
@@ -398,7 +399,10 @@ def render_linear(run: Run) -> list[str]:
                best_cell, us(get(cublas, "us")), tflops(get(cublas, "tflops")),
                ratio(speed)]
         if with_floor:
-            row.append(us(p.get("read_floor", {}).get("total_us")))
+            floor_us = p.get("read_floor", {}).get("total_us")
+            row.append(us(floor_us))
+            if floor_us and cublas is not None:
+                floor_speeds.setdefault(p["m"], []).append(cublas["us"] / floor_us)
         if with_ceiling:
             ceiling = p.get("ceiling", {}).get("us")
             row.append(us(ceiling))
@@ -416,13 +420,19 @@ def render_linear(run: Run) -> list[str]:
         grows = []
         for m, s in speeds.items():
             grow = [str(m), ratio(geomean(s)), f"{min(s):.2f}–{max(s):.2f}×", str(len(s))]
+            if floor_speeds:
+                f = floor_speeds.get(m)
+                grow.append(ratio(geomean(f)) if f and len(f) == len(s) else DASH)
             if of_ceiling:
                 c = of_ceiling.get(m)
                 grow.append(ratio(geomean(c)) if c else DASH)
             grows.append(grow)
         lines += ["", "Per M, over the shapes (speed = cuBLASLt µs / mxq µs; above 1: mxq "
-                  "faster):", ""]
+                  "faster; the read floor's speed: cuBLASLt µs / read floor µs, what a GEMM "
+                  "that took only the time of reading its operands once would reach):", ""]
         gheader = ["M", "geomean speed", "range", "shapes"]
+        if floor_speeds:
+            gheader.append("read floor's speed (geomean)")
         if of_ceiling:
             gheader.append("geomean speed / per-tensor FP8's")
         lines += table(gheader, grows)

@@ -165,8 +165,11 @@ def test_linear_read_floor_and_ceiling_columns_when_timed(site):
     assert "| mxq speed / cuBLASLt | read floor µs | per-tensor FP8 µs |" in linear
     assert ("| 2112, 7168 | 64 | 18.8 | 103 | `sm90_wgmma.m64n64` | 18.8 | 17.7 | 109 | 0.94× "
             "| 9.9 | 12.0 |") in linear
-    # M = 64: sqrt(12.0 / 18.8 * 40.0 / 39.2) = 0.81
-    assert "| 64 | 1.03× | 0.94–1.12× | 2 | 0.81× |" in linear
+    # M = 64: the read floor's speed sqrt(17.7 / 9.9 * 43.9 / 42.0) = 1.37, the dispatch's against
+    # the per-tensor GEMM sqrt(12.0 / 18.8 * 40.0 / 39.2) = 0.81
+    assert "| M | geomean speed | range | shapes | read floor's speed (geomean) |" in linear
+    assert "| 64 | 1.03× | 0.94–1.12× | 2 | 1.37× | 0.81× |" in linear
+    assert "| 4096 | 0.83× | 0.81–0.86× | 2 | 7.47× |" in linear
     assert "Per-tensor FP8: cuBLASLt's FP8 GEMM" in linear
     assert run(site, "--check")[0] == 0
 

@@ -180,6 +180,10 @@ struct LinearBenchArgs {
         "M=%d: the dispatch's choice vs cuBLASLt over %d shapes: geomean %.2fx, min %.2fx (%s)\n",
         m["m"].get<int>(), m["shapes"].get<int>(), m["geomean_vs_cublaslt"].get<double>(),
         m["min_vs_cublaslt"].get<double>(), m["min_at"].get<std::string>().c_str());
+    if (m.contains("read_floor_geomean_vs_cublaslt")) {
+      std::printf("M=%d: reading the weights once (the read floor) vs cuBLASLt: geomean %.2fx\n",
+                  m["m"].get<int>(), m["read_floor_geomean_vs_cublaslt"].get<double>());
+    }
   }
 }
 
