@@ -11,6 +11,7 @@ the fitted rule does: at how many points its choice is the fastest tile and how 
 fastest elsewhere. It prints the C++ table to paste, or with --json the numbers.
 
   python3 scripts/fit_linear_tile_costs.py docs/perf-log/data/linear-deepseek-v3-full-2026-12-06-h100.json
+  python3 scripts/fit_linear_tile_costs.py --tiles m256n128,m128n128,... <run.json>  (the rule's tiles only)
 
 (Give it runs of every tile; docs/perf-log/data also holds A/B extracts, Nsight summaries and runs
 of tiles measured and removed, which it refuses with an error naming the file or tile.)
@@ -24,7 +25,7 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 FAST_PREFIX = "cuda.sm90_wgmma."
 # Up to this M (one 64-row tile) the dispatch does not use the model (kDecodeMaxM in
@@ -97,11 +98,17 @@ def load_points(paths: List[Path]) -> List[dict]:
     return points
 
 
-def fit(points: List[dict]) -> Dict[str, Tuple[float, float]]:
-    """(setup_us, us_per_k_1000) per tactic: least squares of (model - us) / us over its points.
-    The model is linear in both: us = w * setup + w * k / 1000 * per_k, w = waves."""
+def fit(points: List[dict], tiles: Optional[List[str]] = None) -> Dict[str, Tuple[float, float]]:
+    """(setup_us, us_per_k_1000) per tactic (those of `tiles`, e.g. "m256n128", when given): least
+    squares of (model - us) / us over its points. The model is linear in both:
+    us = w * setup + w * k / 1000 * per_k, w = waves."""
     costs = {}
     names = sorted({name for p in points for name in p["us"]})
+    if tiles is not None:
+        missing = [t for t in tiles if FAST_PREFIX + t not in names]
+        if missing:
+            raise ValueError(f"--tiles: not timed in the given files: {', '.join(missing)}")
+        names = [name for name in names if name[len(FAST_PREFIX):] in tiles]
     for name in names:
         # Normal equations of the 2-parameter weighted least squares.
         s11 = s12 = s22 = r1 = r2 = 0.0
@@ -144,7 +151,7 @@ def rule_choice(costs: Dict[str, Tuple[float, float]], p: dict) -> str:
     """The dispatch's tile at point p: the decode rule up to DECODE_MAX_M, else the least modeled
     time."""
     if p["m"] <= DECODE_MAX_M:
-        decode = decode_choice(list(costs), p)
+        decode = decode_choice(list(p["us"]), p)  # kDecodeTiles: not from the cost table
         if decode:
             return decode
     return min(costs, key=lambda name: modeled_us(costs[name], name, p))
@@ -158,6 +165,8 @@ def evaluate(points: List[dict], costs: Dict[str, Tuple[float, float]]) -> dict:
     choices = []
     for p in points:
         for name, us in p["us"].items():
+            if name not in costs:
+                continue
             errors.append((modeled_us(costs[name], name, p) - us) / us)
         if not all(name in p["us"] for name in costs):
             continue
@@ -189,10 +198,13 @@ def main(argv: List[str]) -> int:
     parser.add_argument("files", nargs="+", type=Path, help="`mxq bench linear --json` output")
     parser.add_argument("--json", action="store_true", help="print the fit and its evaluation "
                                                             "as JSON")
+    parser.add_argument("--tiles", help="fit and evaluate the rule with only these tiles (comma "
+                        "list, e.g. m256n128,m128n128,m64n64: the tiles of dispatch.cpp's "
+                        "kTileCosts); the fastest of every timed tile stays the yardstick")
     args = parser.parse_args(argv)
     try:
         points = load_points(args.files)
-        costs = fit(points)
+        costs = fit(points, args.tiles.split(",") if args.tiles else None)
     except (OSError, ValueError, KeyError) as error:
         print(f"fit_linear_tile_costs: {error}", file=sys.stderr)
         return 2

@@ -106,6 +106,25 @@ def test_the_command_prints_the_cpp_table_or_json(fit, capsys):
                                     "cuda.sm90_wgmma.m64n128_overlap", "cuda.sm90_wgmma.m64n64"}
 
 
+def test_tiles_fits_only_those_and_keeps_every_timed_tile_as_the_yardstick(fit, capsys):
+    # The rule's own tiles (dispatch.cpp's kTileCosts) out of a run that timed more: the others
+    # get no cost, and a point where one of them was fastest counts against the rule.
+    points = fit.load_points([H100_FULL])
+    costs = fit.fit(points, ["m256n128", "m128n128", "m64n64"])
+    assert set(costs) == {"cuda.sm90_wgmma.m256n128", "cuda.sm90_wgmma.m128n128",
+                          "cuda.sm90_wgmma.m64n64"}
+    quality = fit.evaluate(_above_decode(fit, points), costs)
+    assert quality["points"] == 36
+    for choice in quality["choices"]:
+        assert choice["chosen"] in costs
+        p = next(q for q in points if (q["m"], q["n"], q["k"]) ==
+                 (choice["m"], choice["n"], choice["k"]))
+        assert choice["ratio"] == pytest.approx(p["us"][choice["chosen"]] / min(p["us"].values()))
+    assert quality["worst_ratio"] > 1.04  # three tiles cannot match the fastest of twenty
+    assert fit.main(["--tiles", "m256n128,m99n7", str(H100_FULL)]) == 2
+    assert "not timed in the given files: m99n7" in capsys.readouterr().err
+
+
 def test_a_cluster_counts_its_tiles_along_n_as_one_unit_on_half_the_slots(fit):
     assert fit.cluster_of("cuda.sm90_wgmma.m256n128_x2") == 2
     assert fit.cluster_of("cuda.sm90_wgmma.m64n128_overlap") == 1
