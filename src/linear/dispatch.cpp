@@ -50,18 +50,19 @@ struct Preference {
 // not print it).
 //
 // The fast path's tile: the least modeled time, waves x (setup + per-K cost), with the per-tile
-// costs fitted (scripts/fit_linear_tile_costs.py) to every tactic's time in `mxq bench linear` on
-// an H100 (132 SMs, M = 1 ... 4096, docs/perf-log/data/linear-deepseek-v3-2026-12-06-h100.json).
-// A 128x128 tile costs about 2x a 64x64 one for 4x the work, so many waves favour the large tiles
-// (256x128: 14% faster than 128x128 at M = 4096), while a last wave that leaves SMs idle favours
-// the small ones. The 2-block cluster tile measured 2.1-2.4x slower than m256n128 everywhere (and
-// still 1.06-1.27x after its stages were released at CTA scope): the model never picks it.
-// `m64n64_splitk2` (two blocks a tile, each streaming half of K) has the cost the script fitted to
-// docs/perf-log/data/linear-deepseek-v3-short-a-2026-12-06-h100.json: at M = 128, N = 2112 it was
-// 3-4% faster than the 64x32 tile in three runs. `m128n64` has the cost the script fitted to
-// docs/perf-log/data/linear-deepseek-v3-deep-boxes-2026-12-06-h100.json: it fills 132 SMs at
-// N = 2112, M = 512 (one wave of 4 x 33 tiles, where 128x128 makes 68 and 64x128 136): 23.9 us
-// against 30.4 for 128x128 and 24.8 for cuBLASLt.
+// costs fitted (`scripts/fit_linear_tile_costs.py --tiles <the tiles below>`) to every tactic's
+// time in `mxq bench linear` on an H100 (132 SMs, M = 1 ... 4096, main with the weight scales
+// staged in shared memory: docs/perf-log/data/linear-deepseek-v3-full-2026-12-07-h100.json). On
+// that run the rule's tile is within 1.04x of the fastest timed tile at every point
+// (dispatch_test), the fastest at 57 of 66 by the script's count. A 128x128 tile costs about 2x a
+// 64x64 one for 4x the work, so many waves favour the large tiles, while a last wave that leaves
+// SMs idle favours the small ones: the 112-wide tiles fill 132 SMs at N = 7168 (one wave of 128
+// 256x112 tiles at M = 512, where 256x128 makes 112), 3-6% faster there at M = 256 ... 2048. The
+// 2-block cluster tile measured 2.1-2.4x slower than m256n128
+// (still 1.06-1.27x after its stages were released at CTA scope): the model never picks it.
+// `m64n64_splitk2` (two blocks a tile, each streaming half of K) wins a few points at M = 128,
+// N = 2112; `m128n64` fills 132 SMs at N = 2112, M = 512 (one wave of 4 x 33 tiles, where 128x128
+// makes 68 and 64x128 136).
 //
 // At M <= 64 (one 64-row tile: decode and small batches) there is little work to model: every
 // tile streams the same weights, and what sets the time is how evenly the tiles fill the SMs'
@@ -83,18 +84,20 @@ struct TileCost {
   double setup_us;       // per wave, whatever K
   double us_per_k_1000;  // per wave, per 1000 of K (of the block's share of K)
 };
-constexpr std::array<TileCost, 11> kTileCosts{{
-    {"cuda.sm90_wgmma.m256n128_x2", 256, 128, 2, 1, 4.72, 14.76},
-    {"cuda.sm90_wgmma.m256n128", 256, 128, 1, 1, 3.71, 6.36},
-    {"cuda.sm90_wgmma.m128n128_overlap", 128, 128, 1, 1, 2.55, 4.13},
-    {"cuda.sm90_wgmma.m128n128", 128, 128, 1, 1, 2.49, 3.96},
-    {"cuda.sm90_wgmma.m128n64", 128, 64, 1, 1, 1.38, 2.93},
-    {"cuda.sm90_wgmma.m64n128", 64, 128, 1, 1, 1.70, 2.97},
-    {"cuda.sm90_wgmma.m64n128_overlap", 64, 128, 1, 1, 1.63, 2.64},
-    {"cuda.sm90_wgmma.m64n64", 64, 64, 1, 1, 1.09, 2.20},
-    {"cuda.sm90_wgmma.m64n64_splitk2", 64, 64, 1, 2, 3.58, 2.56},
-    {"cuda.sm90_wgmma.m64n32", 64, 32, 1, 1, 0.85, 1.86},
-    {"cuda.sm90_wgmma.m64n16", 64, 16, 1, 1, 0.60, 1.47},
+constexpr std::array<TileCost, 13> kTileCosts{{
+    {"cuda.sm90_wgmma.m256n128_x2", 256, 128, 2, 1, 4.11, 6.83},
+    {"cuda.sm90_wgmma.m256n128", 256, 128, 1, 1, 3.61, 6.08},
+    {"cuda.sm90_wgmma.m256n112", 256, 112, 1, 1, 3.15, 5.57},
+    {"cuda.sm90_wgmma.m128n128_overlap", 128, 128, 1, 1, 2.22, 3.81},
+    {"cuda.sm90_wgmma.m128n112", 128, 112, 1, 1, 1.81, 3.62},
+    {"cuda.sm90_wgmma.m128n128", 128, 128, 1, 1, 2.30, 3.55},
+    {"cuda.sm90_wgmma.m64n64_splitk2", 64, 64, 1, 2, 3.32, 2.71},
+    {"cuda.sm90_wgmma.m64n128", 64, 128, 1, 1, 1.54, 2.67},
+    {"cuda.sm90_wgmma.m128n64", 128, 64, 1, 1, 1.05, 2.60},
+    {"cuda.sm90_wgmma.m64n128_overlap", 64, 128, 1, 1, 1.32, 2.52},
+    {"cuda.sm90_wgmma.m64n64", 64, 64, 1, 1, 0.80, 1.94},
+    {"cuda.sm90_wgmma.m64n32", 64, 32, 1, 1, 0.63, 1.69},
+    {"cuda.sm90_wgmma.m64n16", 64, 16, 1, 1, 0.60, 1.45},
 }};
 constexpr std::string_view kFastPrefix = "cuda.sm90_wgmma.";
 // The tail splits (launch.h, kWgmmaTailSplits): the head tile for the rows it fills whole waves
