@@ -24,14 +24,6 @@ struct Ratios {
   int floor_count = 0;
 };
 
-// cuBLASLt's time at a point, 0 when it has none.
-double cublaslt_us(const nlohmann::json& point) {
-  for (const auto& timing : point.value("timings", nlohmann::json::array())) {
-    if (timing.value("name", std::string()) == "cublaslt") return timing.value("us", 0.0);
-  }
-  return 0.0;
-}
-
 }  // namespace
 
 nlohmann::json summarize_linear_points(const nlohmann::json& points) {
@@ -48,11 +40,12 @@ nlohmann::json summarize_linear_points(const nlohmann::json& points) {
       }
       r.log_sum += std::log(ratio);
       ++r.count;
+      // cuBLASLt's µs is the choice's µs times its speed-up over cuBLASLt.
       const double floor_us =
           point.contains("read_floor") ? point["read_floor"].value("total_us", 0.0) : 0.0;
-      const double cublas_us = cublaslt_us(point);
-      if (floor_us > 0.0 && cublas_us > 0.0) {
-        r.floor_log_sum += std::log(cublas_us / floor_us);
+      const double chosen_us = timing.value("us", 0.0);
+      if (floor_us > 0.0 && chosen_us > 0.0) {
+        r.floor_log_sum += std::log(ratio * chosen_us / floor_us);
         ++r.floor_count;
       }
     }

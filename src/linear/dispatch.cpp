@@ -58,8 +58,8 @@ struct Preference {
 // 64x64 one for 4x the work, so many waves favour the large tiles, while a last wave that leaves
 // SMs idle favours the small ones: the 112-wide tiles fill 132 SMs at N = 7168 (one wave of 128
 // 256x112 tiles at M = 512, where 256x128 makes 112), 3-6% faster there at M = 256 ... 2048. The
-// 2-block cluster tile measured 2.1-2.4x slower than m256n128
-// (still 1.06-1.27x after its stages were released at CTA scope): the model never picks it.
+// 2-block cluster tile measured 2.1-2.4x slower than m256n128 (still 1.06-1.27x after its stages
+// were released at CTA scope): the model never picks it.
 // `m64n64_splitk2` (two blocks a tile, each streaming half of K) wins a few points at M = 128,
 // N = 2112; `m128n64` fills 132 SMs at N = 2112, M = 512 (one wave of 4 x 33 tiles, where 128x128
 // makes 68 and 64x128 136).

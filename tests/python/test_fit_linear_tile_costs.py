@@ -120,7 +120,7 @@ def test_tiles_fits_only_those_and_keeps_every_timed_tile_as_the_yardstick(fit, 
         p = next(q for q in points if (q["m"], q["n"], q["k"]) ==
                  (choice["m"], choice["n"], choice["k"]))
         assert choice["ratio"] == pytest.approx(p["us"][choice["chosen"]] / min(p["us"].values()))
-    assert quality["worst_ratio"] > 1.04  # three tiles cannot match the fastest of twenty
+    assert quality["worst_ratio"] > 1.04  # three tiles do not match the fastest of all
     assert fit.main(["--tiles", "m256n128,m99n7", str(H100_FULL)]) == 2
     assert "not timed in the given files: m99n7" in capsys.readouterr().err
 

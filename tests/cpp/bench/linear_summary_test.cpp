@@ -42,20 +42,25 @@ TEST(LinearSummary, GeomeanAndMinimumOfTheDispatchChoicePerM) {
 }
 
 TEST(LinearSummary, TheReadFloorsSpeedUpOverCublasWhenEveryPointHasOne) {
-  const auto with_floor = [](nlohmann::json p, double cublas_us, double floor_us) {
-    p["timings"].push_back({{"name", "cublaslt"}, {"blocks", "128x128"}, {"us", cublas_us}});
-    p["read_floor"] = {{"total_us", floor_us}, {"in_graph_us", 1.0}};
+  // A point's choice at `us` with `speedup` over cuBLASLt (cuBLASLt took us * speedup), and the
+  // point's read floor.
+  const auto chosen = [](int m, int n, double us, double speedup, double floor_us) {
+    nlohmann::json p = point(
+        m, n, 7168,
+        {{{"name", "a *"}, {"blocks", "128x128"}, {"us", us}, {"speedup_vs_cublaslt", speedup}}});
+    if (floor_us > 0.0) p["read_floor"] = {{"total_us", floor_us}, {"in_graph_us", 1.0}};
     return p;
   };
   nlohmann::json points = nlohmann::json::array();
-  points.push_back(with_floor(point(64, 2112, 7168, {timing("a *", "128x128", 1.0)}), 20.0, 10.0));
-  points.push_back(with_floor(point(64, 4096, 7168, {timing("a *", "128x128", 1.0)}), 16.0, 2.0));
+  points.push_back(chosen(64, 2112, 10.0, 2.0, 10.0));  // cuBLASLt 20 us: 2x the floor
+  points.push_back(chosen(64, 4096, 8.0, 2.0, 2.0));    // cuBLASLt 16 us: 8x the floor
   // M = 128: one of its points has no floor, so the entry has none.
-  points.push_back(with_floor(point(128, 2112, 7168, {timing("a *", "128x128", 1.0)}), 8.0, 4.0));
-  points.push_back(point(128, 4096, 7168, {timing("a *", "128x128", 1.0)}));
+  points.push_back(chosen(128, 2112, 4.0, 2.0, 4.0));
+  points.push_back(chosen(128, 4096, 4.0, 2.0, 0.0));
   const nlohmann::json summary = summarize_linear_points(points);
   ASSERT_EQ(summary.size(), 2U);
   EXPECT_NEAR(summary[0]["read_floor_geomean_vs_cublaslt"].get<double>(), 4.0, 1e-12);
+  EXPECT_NEAR(summary[0]["geomean_vs_cublaslt"].get<double>(), 2.0, 1e-12);
   EXPECT_FALSE(summary[1].contains("read_floor_geomean_vs_cublaslt"));
 }
 

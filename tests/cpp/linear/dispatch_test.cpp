@@ -212,15 +212,14 @@ TEST(Dispatch, RuleChoosesTheMeasuredFastestTile) {
   const struct {
     const char* file;
     BlockShape block;
-    const char* timings;  // the block shape the run's rows are labelled with
-  } runs[] = {{"linear-deepseek-v3-full-2026-12-07-h100.json", BlockShape{128, 128}, "128x128"},
-              {"linear-deepseek-v3-full-2026-12-06-h100.json", BlockShape{64, 64}, "64x64"}};
-  for (const auto& [file, block, timings] : runs) {
+  } runs[] = {{"linear-deepseek-v3-full-2026-12-07-h100.json", BlockShape{128, 128}},
+              {"linear-deepseek-v3-full-2026-12-06-h100.json", BlockShape{64, 64}}};
+  for (const auto& [file, block] : runs) {
     const nlohmann::json run = measured_run(file);
     ASSERT_EQ(run.at("sm_count").get<int>(), 132);
     int compared = 0;
     for (const auto& point : run.at("points")) {
-      const std::map<std::string, double> us = wgmma_times(point, timings);
+      const std::map<std::string, double> us = wgmma_times(point, to_string(block));
       ASSERT_GE(us.size(), block.n == 128 ? 14U : 5U) << file;
       const LinearProblem p =
           h200_problem(point.at("m").get<std::int64_t>(), point.at("n"), point.at("k"), block);
