@@ -255,10 +255,8 @@ __device__ __forceinline__ void w4a8_wgmma_tile_gemm(const GemmArgs& args,
       const W4a8Table t_lo = w4a8_folded_table((shifts_lo >> (8 * b)) & 0xFFU);
       const W4a8Table t_hi = w4a8_folded_table((shifts_hi >> (8 * b)) & 0xFFU);
       // m16n8k32 A: a0 / a1 = rows r / r + 8 at k 4c .. 4c + 3, a2 / a3 at k 16 + 4c .. + 3.
-      d.frag[b][0] = w4a8_register_a(lo[b], t_lo);
-      d.frag[b][1] = w4a8_register_a(hi[b], t_hi);
-      d.frag[b][2] = w4a8_register_b(lo[b], t_lo);
-      d.frag[b][3] = w4a8_register_b(hi[b], t_hi);
+      w4a8_registers(lo[b], t_lo, d.frag[b][0], d.frag[b][2]);
+      w4a8_registers(hi[b], t_hi, d.frag[b][1], d.frag[b][3]);
     }
   };
 

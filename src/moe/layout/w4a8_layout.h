@@ -74,7 +74,11 @@ inline constexpr std::uint32_t kW4a8MaxFoldShift = 11;
 // the 8 bytes {lo, hi}.
 MXQ_HD_INLINE std::uint32_t w4a8_select_bytes(W4a8Table table, std::uint32_t selector) {
 #if defined(__CUDA_ARCH__)
-  return __byte_perm(table.lo, table.hi, selector);
+  // prmt itself, not __byte_perm: the intrinsic masks its selector to 3 bits a nibble first, one
+  // more instruction where the caller's selectors have their bit 3s clear already.
+  std::uint32_t out;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(table.lo), "r"(table.hi), "r"(selector));
+  return out;
 #else
   std::uint32_t out = 0;
   for (int n = 0; n < 4; ++n) {
@@ -93,6 +97,16 @@ MXQ_HD_INLINE std::uint32_t w4a8_register_a(std::uint32_t w, W4a8Table table = k
 }
 MXQ_HD_INLINE std::uint32_t w4a8_register_b(std::uint32_t w, W4a8Table table = kW4a8TableTimes2m6) {
   return w4a8_select_bytes(table, (w >> 16) & 0x7777U) | ((w << 4) & 0x80808080U);
+}
+
+// Both registers of a word, one mask serving both selectors (PRMT reads the low 16 bits of its
+// selector, so register A's keeps register B's magnitudes above them): 7 instructions a word in
+// the W4A8 wgmma GEMMs' SASS, where register_a and register_b mask each selector on its own (8).
+MXQ_HD_INLINE void w4a8_registers(std::uint32_t w, W4a8Table table, std::uint32_t& a,
+                                  std::uint32_t& b) {
+  const std::uint32_t magnitudes = w & 0x77777777U;
+  a = w4a8_select_bytes(table, magnitudes) | (w & 0x80808080U);
+  b = w4a8_select_bytes(table, magnitudes >> 16) | ((w << 4) & 0x80808080U);
 }
 
 // Checkpoint-layout word (e_j in bits 4j..4j+3) -> device word, and back.

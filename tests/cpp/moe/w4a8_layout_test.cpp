@@ -93,6 +93,21 @@ TEST(W4a8Layout, FoldedTablesHoldEveryCodeExactly) {
   }
 }
 
+// w4a8_registers (one mask for both selectors) gives register A and B of every word and table.
+TEST(W4a8Layout, BothRegistersOfAWordAtOnce) {
+  std::mt19937 rng(3);
+  for (int i = 0; i < 20000; ++i) {
+    const std::uint32_t w = rng();
+    const W4a8Table table =
+        i % 13 == 12 ? kW4a8TableTimes2m6 : w4a8_folded_table(static_cast<std::uint32_t>(i % 12));
+    std::uint32_t a = 0;
+    std::uint32_t b = 0;
+    w4a8_registers(w, table, a, b);
+    ASSERT_EQ(a, w4a8_register_a(w, table)) << std::hex << w;
+    ASSERT_EQ(b, w4a8_register_b(w, table)) << std::hex << w;
+  }
+}
+
 // wgmma's A fragment of m64nNk32 E4M3: lane c's register A is k = 4c .. 4c + 3 of the
 // instruction, register B k = 16 + 4c .. + 3; its word c holds block elements 8c .. 8c + 7.
 TEST(W4a8Layout, WgmmaActivationOffsetsFollowTheInstructionK) {
