@@ -106,37 +106,10 @@ CUtensorMap blocked_map(const void* base, int rows, int k, int box_rows, int dep
                       what);
 }
 
-// Every value of a list option in [lo, hi] and a multiple of `multiple`.
-void check_list(const std::vector<int>& values, const char* flag, int lo, int hi, int multiple) {
-  const std::string expected =
-      detail::concat("values in [", lo, ", ", hi, "]",
-                     multiple > 1 ? detail::concat(", multiples of ", multiple) : std::string());
-  if (values.empty()) fail_argument(ErrorCode::kInvalidArgument, flag, expected, "nothing");
-  for (const int v : values) {
-    if (v < lo || v > hi || v % multiple != 0) {
-      fail_argument(ErrorCode::kInvalidArgument, flag, expected, v);
-    }
-  }
-}
-
 }  // namespace
 
 nlohmann::json run_tma_stream(const TmaStreamOptions& options, bool progress) {
-  check_list(options.row_bytes, "--row-bytes", 64, 128, 64);
-  // K is whole K-blocks of every row width asked for (64 alone allows K = 64: a matrix of
-  // 64-byte rows streamed in boxes of whole rows, as the MoE weights' row groups lie).
-  const int k_multiple = *std::max_element(options.row_bytes.begin(), options.row_bytes.end());
-  if (options.n < 1 || options.k < k_multiple || options.k % k_multiple != 0) {
-    fail(ErrorCode::kInvalidArgument, "mxq bench tma-stream: --n must be positive and --k a ",
-         "positive multiple of ", k_multiple, "; got N = ", options.n, ", K = ", options.k);
-  }
-  check_list(options.rows, "--rows", 8, 256, 8);
-  check_list(options.depth, "--depth", 1, 8, 1);
-  check_list(options.stages, "--stages", 2, 64, 1);
-  check_list(options.a_rows, "--a-rows", 0, 256, 8);
-  if (options.repeats < 20) {
-    fail_argument(ErrorCode::kInvalidArgument, "--repeats", "at least 20", options.repeats);
-  }
+  check_tma_stream_options(options);
   require_gpu("tma-stream");
   cudaDeviceProp props{};
   MXQ_CUDA_CHECK(cudaGetDeviceProperties(&props, 0));

@@ -28,8 +28,12 @@ struct TmaStreamOptions {
   int repeats = 30;                       // timed runs per configuration (median), >= 20
 };
 
+// Throws mxq::Error(kInvalidArgument) naming the first option out of range (every build:
+// probe_options.cpp).
+void check_tma_stream_options(const TmaStreamOptions& options);
+
 // Runs the probe and returns its results as JSON. Throws mxq::Error(kUnsupported) when no GPU
-// is visible, kInvalidArgument for an option out of range.
+// is visible, kInvalidArgument for an option out of range (checked first).
 nlohmann::json run_tma_stream(const TmaStreamOptions& options, bool progress);
 
 }  // namespace mxq::bench

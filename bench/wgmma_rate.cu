@@ -119,38 +119,10 @@ KernelFn kernel_for_n(int n, int k_steps, int in_flight) {
   }
 }
 
-// Every value of a list option is one of `allowed`.
-void check_values(const std::vector<int>& values, const char* flag,
-                  std::initializer_list<int> allowed, const char* expected) {
-  if (values.empty()) fail_argument(ErrorCode::kInvalidArgument, flag, expected, "nothing");
-  for (const int v : values) {
-    bool ok = false;
-    for (const int a : allowed) ok = ok || v == a;
-    if (!ok) fail_argument(ErrorCode::kInvalidArgument, flag, expected, v);
-  }
-}
-
 }  // namespace
 
 nlohmann::json run_wgmma_rate(const WgmmaRateOptions& options, bool progress) {
-  if (options.kinds.empty()) {
-    fail_argument(ErrorCode::kInvalidArgument, "--kind", "bf16-rs or e4m3-ss", "nothing");
-  }
-  for (const std::string& kind : options.kinds) {
-    if (kind != "bf16-rs" && kind != "e4m3-ss") {
-      fail_argument(ErrorCode::kInvalidArgument, "--kind", "bf16-rs or e4m3-ss", "'" + kind + "'");
-    }
-  }
-  check_values(options.n, "--n", {16, 32, 64, 128}, "16, 32, 64 or 128");
-  check_values(options.warpgroups, "--warpgroups", {1, 2, 3, 4}, "1 to 4");
-  check_values(options.k_steps, "--k-steps", {1, 2, 4, 8}, "1, 2, 4 or 8");
-  check_values(options.in_flight, "--in-flight", {0, 1}, "0 or 1");
-  if (options.iterations < 1) {
-    fail_argument(ErrorCode::kInvalidArgument, "--iterations", "at least 1", options.iterations);
-  }
-  if (options.repeats < 20) {
-    fail_argument(ErrorCode::kInvalidArgument, "--repeats", "at least 20", options.repeats);
-  }
+  check_wgmma_rate_options(options);
   require_gpu("wgmma-rate");
   cudaDeviceProp props{};
   MXQ_CUDA_CHECK(cudaGetDeviceProperties(&props, 0));

@@ -26,6 +26,10 @@ struct WgmmaRateOptions {
   int repeats = 20;                      // timed launches per configuration (median), >= 20
 };
 
+// Throws mxq::Error(kInvalidArgument) naming the first option out of range (every build:
+// probe_options.cpp).
+void check_wgmma_rate_options(const WgmmaRateOptions& options);
+
 // Runs the probe and returns its results as JSON. Throws mxq::Error(kInvalidArgument) for an
 // option out of range (checked before any GPU is looked for), kUnsupported when no GPU is
 // visible or it is not sm_90 (wgmma is Hopper's).

@@ -346,6 +346,7 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   tma_stream->add_flag("--json", stream_args->json, "Print JSON");
   tma_stream->callback([stream_args] {
+    bench::check_tma_stream_options(stream_args->options);  // before any GPU, in every build
 #if MXQ_WITH_CUDA
     const nlohmann::json result = bench::run_tma_stream(stream_args->options, /*progress=*/true);
     if (stream_args->json) {
@@ -411,6 +412,7 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   wgmma_rate->add_flag("--json", rate_args->json, "Print JSON");
   wgmma_rate->callback([rate_args] {
+    bench::check_wgmma_rate_options(rate_args->options);  // before any GPU, in every build
 #if MXQ_WITH_CUDA
     const nlohmann::json result = bench::run_wgmma_rate(rate_args->options, /*progress=*/true);
     if (rate_args->json) {
