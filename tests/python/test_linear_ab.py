@@ -35,7 +35,7 @@ def test_ratios_are_of_the_medians_of_the_rounds_over_the_common_points(ab, tmp_
     base = [_run(tmp_path / f"base_{i}.json", [
         (256, 2112, 7168, [("cublaslt", "128x128", 20.0), (tile + " *", "64x64", us_256)]),
         (4096, 2112, 7168, [("cublaslt", "128x128", 110.0), (tile, "64x64", us_4096)]),
-    ]) for i, (us_256, us_4096) in enumerate([(40.0, 200.0), (44.0, 190.0), (42.0, 210.0)])]
+    ]) for i, (us_256, us_4096) in enumerate([(40.0, 200.0), (47.0, 190.0), (42.0, 230.0)])]
     new = [_run(tmp_path / f"new_{i}.json", [
         (256, 2112, 7168, [("cublaslt", "128x128", 20.0), (tile, "64x64", 30.0),
                            ("cuda.sm90_wgmma_any.m128n64 *", "64x64", us)]),
