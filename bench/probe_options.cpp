@@ -76,6 +76,24 @@ void check_wgmma_rate_options(const WgmmaRateOptions& options) {
   if (options.repeats < 20) {
     fail_argument(ErrorCode::kInvalidArgument, "--repeats", "at least 20", options.repeats);
   }
+  for (const std::string& kind : options.kinds) {
+    for (const int n : options.n) {
+      for (const int k_steps : options.k_steps) {
+        for (const int in_flight : options.in_flight) {
+          if (!wgmma_rate_serialized_by_ptxas(kind == "e4m3-ss", n, k_steps, in_flight)) continue;
+          fail(ErrorCode::kInvalidArgument, "mxq bench wgmma-rate: ", kind, " n", n, " with ",
+               k_steps, " k-steps a group and a group in flight compiles to serialized wgmma ",
+               "(ptxas C7511/C7512: each waits for the one before), so it would time the serial ",
+               "chain; ask --k-steps 1 or 2 (4 below n128) for groups in flight, or --in-flight 0 ",
+               "for the serial time");
+        }
+      }
+    }
+  }
+}
+
+bool wgmma_rate_serialized_by_ptxas(bool e4m3, int n, int k_steps, int in_flight) {
+  return !e4m3 && in_flight > 0 && (k_steps >= 8 || (k_steps >= 4 && n >= 128));
 }
 
 }  // namespace mxq::bench

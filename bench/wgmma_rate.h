@@ -26,9 +26,15 @@ struct WgmmaRateOptions {
   int repeats = 20;                      // timed launches per configuration (median), >= 20
 };
 
-// Throws mxq::Error(kInvalidArgument) naming the first option out of range (every build:
-// probe_options.cpp).
+// Throws mxq::Error(kInvalidArgument) naming the first option out of range, or a combination
+// whose kernel ptxas serializes (every build: probe_options.cpp).
 void check_wgmma_rate_options(const WgmmaRateOptions& options);
+
+// Whether ptxas (CUDA 13.0, sm_90a) serializes the probe's wgmma for this configuration, each
+// waiting for the one before (C7511 / C7512): bf16 from registers with a group left in flight
+// and 8 k-steps a group, or 4 at n128. Such a kernel times the serial chain, not what it was
+// asked, so the probe refuses it.
+bool wgmma_rate_serialized_by_ptxas(bool e4m3, int n, int k_steps, int in_flight);
 
 // Runs the probe and returns its results as JSON. Throws mxq::Error(kInvalidArgument) for an
 // option out of range (checked before any GPU is looked for), kUnsupported when no GPU is

@@ -396,7 +396,9 @@ void register_bench(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   wgmma_rate
-      ->add_option("--k-steps", rate_args->options.k_steps, "wgmma a commit group: 1, 2, 4 or 8")
+      ->add_option("--k-steps", rate_args->options.k_steps,
+                   "wgmma a commit group: 1, 2, 4 or 8 (bf16-rs with a group in flight: at most "
+                   "2 at n128, 4 below; ptxas serializes more)")
       ->delimiter(',')
       ->capture_default_str();
   wgmma_rate

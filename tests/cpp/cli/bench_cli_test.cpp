@@ -83,6 +83,12 @@ TEST(BenchCli, WgmmaRateOptionsAreCheckedBeforeAnyGpuIsLookedFor) {
       {"--in-flight 2", "--in-flight: expected 0 or 1, found 2"},
       {"--iterations 0", "--iterations: expected at least 1, found 0"},
       {"--repeats 5", "--repeats: expected at least 20, found 5"},
+      // The defaults ask both kinds and in-flight 0 and 1: bf16-rs n128 at 4 k-steps a group is
+      // a kernel ptxas serializes.
+      {"--k-steps 4",
+       "bf16-rs n128 with 4 k-steps a group and a group in flight compiles to "
+       "serialized wgmma"},
+      {"--kind bf16-rs --n 16 --k-steps 8 --in-flight 1", "bf16-rs n16 with 8 k-steps"},
   };
   for (const auto& [args, message] : cases) {
     const auto result = run_cli(dir, "bench wgmma-rate " + args);
