@@ -118,6 +118,11 @@ build() {
   [[ -d .deps ]] || die "build: no .deps here (scripts/stage_deps.sh, then carry .deps)"
   local out="${OUT:-/tmp/mxq-out}/ab"
   mkdir -p "$out"
+  # The cores shared among the builds (nvcc of one kernel file takes GBs: all builds at every
+  # core's worth of jobs could run the machine out of memory).
+  local builds jobs
+  builds=$(staged_names | wc -l)
+  jobs=$(((($(nproc) + builds - 1) / builds) > 2 ? ($(nproc) + builds - 1) / builds : 2))
   for name in $(staged_names); do
     # A tree unpacked from the same staged sources (a second call on the same warm machine) is
     # built incrementally; other sources replace it.
@@ -129,7 +134,7 @@ build() {
     fi
     rm -rf "$trees/$name/.deps"
     cp -r .deps "$trees/$name/.deps"
-    (cd "$trees/$name" && OUT="$out/$name" MXQ_SKIP_GPU_TESTS=1 MXQ_SKIP_CPU_TESTS=1 \
+    (cd "$trees/$name" && OUT="$out/$name" MXQ_BUILD_JOBS=$jobs MXQ_SKIP_GPU_TESTS=1 MXQ_SKIP_CPU_TESTS=1 \
       MXQ_BUILD_TARGETS="${targets[*]}" scripts/gpu_check.sh >"$out/$name.log" 2>&1) &
     pids+=($!)
   done

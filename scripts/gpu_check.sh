@@ -22,7 +22,8 @@ grep -E 'mxq: (CUDA|NCCL)' "$out/configure.log"
 # MXQ_BUILD_TARGETS="a b": only those targets (a short call that needs the CLI and a few tests).
 targets=()
 for t in ${MXQ_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
-cmake --build build-gpu -j "$(nproc)" "${targets[@]}" >"$out/build.log" 2>&1 || { grep -E -A3 'error|FAILED' "$out/build.log" | head -60; exit 1; }
+# MXQ_BUILD_JOBS: parallel jobs (default: every core; scripts/gpu_ab.sh shares them among builds).
+cmake --build build-gpu -j "${MXQ_BUILD_JOBS:-$(nproc)}" "${targets[@]}" >"$out/build.log" 2>&1 || { grep -E -A3 'error|FAILED' "$out/build.log" | head -60; exit 1; }
 echo "build ok"
 # MXQ_SKIP_GPU_TESTS=1: build only (a second device call that only benches).
 if [[ "${MXQ_SKIP_GPU_TESTS:-0}" != 1 ]]; then

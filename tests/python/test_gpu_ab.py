@@ -1,7 +1,9 @@
 """scripts/gpu_ab.sh: `stage` packs each build's sources (a commit, a commit with patches applied
-in order, or the working tree) and refuses a bad spec without touching what was staged; `bench`
-runs every build each round, in reverse order every other round, keeps each output, and for a
-linear bench prints scripts/linear_ab.py's comparison. (`build` needs the GPU machine.)"""
+in order, or the working tree) and refuses a bad spec without touching what was staged; `build`
+unpacks each and runs its own scripts/gpu_check.sh (here a stand-in) with the cores shared, keeps a
+tree whose sources did not change and reports a failed build; `bench` runs every build each
+round, in reverse order every other round, keeps each output, and for a linear bench prints
+scripts/linear_ab.py's comparison."""
 
 from __future__ import annotations
 
@@ -31,8 +33,23 @@ def repo(tmp_path: Path) -> Path:
     (root / "scripts").mkdir(parents=True)
     for script in ("gpu_ab.sh", "linear_ab.py"):
         shutil.copy(REPO / "scripts" / script, root / "scripts" / script)
-    (root / ".gitignore").write_text("/.ab/\n/build*/\n")
+    (root / ".gitignore").write_text("/.ab/\n/build*/\n/.deps/\n")
     (root / "kernel.cuh").write_text("int stages = 5;\n")
+    # The GPU machine's build, stood in for: records its arguments, fails where a file says so.
+    fake = root / "scripts" / "gpu_check.sh"
+    fake.write_text("""#!/usr/bin/env bash
+set -e
+cd "$(dirname "$0")/.."
+mkdir -p build-gpu
+echo "$MXQ_BUILD_JOBS $MXQ_BUILD_TARGETS" > build-gpu/args
+test -f .deps/marker
+if [[ -f fail ]]; then echo "error: boom"; exit 1; fi
+printf '#!/bin/sh\\necho built\\n' > build-gpu/mxq
+chmod +x build-gpu/mxq
+""")
+    fake.chmod(0o755)
+    (root / ".deps").mkdir()
+    (root / ".deps" / "marker").write_text("")
     _git(root, "init", "-q")
     _git(root, "add", ".")
     _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
@@ -96,6 +113,32 @@ def test_stage_refuses_a_patch_that_does_not_apply(repo):
     assert result.returncode == 2
     assert "does not apply" in result.stderr
     assert (repo / ".ab" / "builds").read_text().split() == ["kept"]
+
+
+def test_build_unpacks_each_tree_builds_it_and_keeps_it_while_its_sources_stay(repo, tmp_path):
+    assert _ab(repo, "stage", "a=HEAD", "b=HEAD").returncode == 0
+    out = tmp_path / "out"
+    result = _ab(repo, "build", "mxq_cli", out=out)
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert result.stdout.split("\n")[:2] == ["built a", "built b"]
+    cores = os.cpu_count() or 1
+    for build in ("a", "b"):
+        args = (repo / "build-ab" / build / "build-gpu" / "args").read_text().split()
+        assert args == [str(max(2, -(-cores // 2))), "mxq_cli"]
+    # a second call keeps the unpacked tree (an incremental build) ...
+    (repo / "build-ab" / "a" / "kept").write_text("")
+    assert _ab(repo, "build", out=out).returncode == 0
+    assert (repo / "build-ab" / "a" / "kept").exists()
+    args = (repo / "build-ab" / "a" / "build-gpu" / "args").read_text().split()
+    assert args[1:] == ["mxq_cli", "test_linear_linear_gpu_test"]
+    # ... until its sources change
+    (repo / "fail").write_text("")
+    assert _ab(repo, "stage", "a=worktree", "b=HEAD").returncode == 0
+    result = _ab(repo, "build", out=out)
+    assert result.returncode != 0
+    assert "build of a failed" in result.stderr and "boom" in result.stderr
+    assert not (repo / "build-ab" / "a" / "kept").exists()
+    assert "built b" in result.stdout
 
 
 def _fake_build(repo: Path, name: str, log: Path, us: float) -> None:
