@@ -11,7 +11,6 @@
 # See `scripts/gpu_ab.sh --help` and docs/DEVELOPING.md ("An A/B of kernel changes").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
 ab=.ab  # the staged sources, ignored by git; carry it (with .deps) to the GPU machine
 # The unpacked trees and their builds, ignored too (/build*/). Not carried: a later call on the
 # same warm machine finds them there and builds incrementally, even when it carries .ab again.
