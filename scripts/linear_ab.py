@@ -3,7 +3,7 @@
 round by round, and writes the compact record docs/perf-log/data keeps of such a comparison.
 
     python3 scripts/linear_ab.py --build base=base_1.json,base_2.json --build new=new_1.json,new_2.json
-        [--baseline base] [--blocks 64x64] [--tactic NAME ...] [--json] [--out FILE
+        [--baseline base] [--blocks 64x64] [--tactic NAME ...] [--m M ...] [--json] [--out FILE
         --card TEXT --date YYYY-MM-DD --command TEXT --describe BUILD=TEXT ...]
 
 Each build's runs are its rounds (run them interleaved with the other builds': the card's clock
@@ -74,10 +74,17 @@ def load_build(paths: List[Path]) -> Dict[Key, List[float]]:
     return rounds
 
 
+def point_m(point: str) -> int:
+    """M of a point named by point_name."""
+    return int(point.rsplit("M=", 1)[1])
+
+
 def compare(builds: Dict[str, Dict[Key, List[float]]], baseline: str,
-            blocks: str | None = None, tactics: List[str] | None = None) -> List[dict]:
+            blocks: str | None = None, tactics: List[str] | None = None,
+            ms: List[int] | None = None) -> List[dict]:
     """Per other build, tactic and block shape: the geomean, min and max over the common points of
-    median(build's rounds) / median(baseline's rounds), and how many points."""
+    median(build's rounds) / median(baseline's rounds), and how many points (only the points of
+    M in `ms`, when given)."""
     rows = []
     base = builds[baseline]
     for build, rounds in builds.items():
@@ -89,6 +96,8 @@ def compare(builds: Dict[str, Dict[Key, List[float]]], baseline: str,
             if blocks is not None and key_blocks != blocks:
                 continue
             if tactics and tactic not in tactics:
+                continue
+            if ms and point_m(point) not in ms:
                 continue
             if key not in base:
                 continue  # a tactic the baseline has not (a new one) or a point it did not time
@@ -137,6 +146,8 @@ def main(argv: List[str] | None = None) -> int:
                         help="only the timings on these weight blocks")
     parser.add_argument("--tactic", nargs="+", default=[],
                         help="only these tactics (exact names; auto = the dispatch's choice)")
+    parser.add_argument("--m", nargs="+", type=int, default=[], metavar="M",
+                        help="only the points of these M (e.g. the decode ones: --m 1 64 128)")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
     parser.add_argument("--out", type=Path, help="write the compact record of the runs here")
     parser.add_argument("--card", default="", help="the GPU, for --out")
@@ -155,10 +166,10 @@ def main(argv: List[str] | None = None) -> int:
                              f"({', '.join(runs)})")
         builds = {name: load_build([Path(p) for p in files.split(",")])
                   for name, files in runs.items()}
-        rows = compare(builds, baseline, args.blocks, args.tactic)
+        rows = compare(builds, baseline, args.blocks, args.tactic, args.m)
         if not rows:
             raise InputError("no tactic was timed at a common point by the baseline and another "
-                             "build (check --blocks and --tactic)")
+                             "build (check --blocks, --tactic and --m)")
         if args.out:
             args.out.write_text(json.dumps(
                 record(builds, args.card, args.date, args.command,

@@ -57,6 +57,10 @@ def test_ratios_are_of_the_medians_of_the_rounds_over_the_common_points(ab, tmp_
     assert ("new", "cuda.sm90_wgmma_any.m128n64", "64x64") not in rows
     only_64 = ab.compare(builds, "base", blocks="64x64", tactics=[tile])
     assert [(r["tactic"], r["blocks"]) for r in only_64] == [(tile, "64x64")]
+    # the points of some M only
+    at_256 = _rows(ab.compare(builds, "base", ms=[256]))[("new", tile, "64x64")]
+    assert at_256["points"] == 1 and at_256["geomean"] == pytest.approx(30 / 42)
+    assert ab.compare(builds, "base", ms=[1]) == []  # the baseline did not time M = 1
 
 
 def test_the_record_keeps_every_round_by_point_and_block_shape(ab, tmp_path):
