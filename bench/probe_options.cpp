@@ -92,8 +92,4 @@ void check_wgmma_rate_options(const WgmmaRateOptions& options) {
   }
 }
 
-bool wgmma_rate_serialized_by_ptxas(bool e4m3, int n, int k_steps, int in_flight) {
-  return !e4m3 && in_flight > 0 && (k_steps >= 8 || (k_steps >= 4 && n >= 128));
-}
-
 }  // namespace mxq::bench

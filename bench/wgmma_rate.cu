@@ -87,8 +87,13 @@ using KernelFn = void (*)(int, float*);
 
 template <bool kE4m3, int kN, int kSteps>
 KernelFn kernel_for_in_flight(int in_flight) {
-  return in_flight == 0 ? &wgmma_rate_kernel<kE4m3, kN, kSteps, 0>
-                        : &wgmma_rate_kernel<kE4m3, kN, kSteps, 1>;
+  if (in_flight == 0) return &wgmma_rate_kernel<kE4m3, kN, kSteps, 0>;
+  if constexpr (wgmma_rate_serialized_by_ptxas(kE4m3, kN, kSteps, 1)) {
+    fail(ErrorCode::kInternal, "mxq bench wgmma-rate: a configuration ptxas serializes reached ",
+         "the kernel (check_wgmma_rate_options refuses it)");
+  } else {
+    return &wgmma_rate_kernel<kE4m3, kN, kSteps, 1>;
+  }
 }
 
 template <bool kE4m3, int kN>

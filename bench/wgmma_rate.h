@@ -33,8 +33,10 @@ void check_wgmma_rate_options(const WgmmaRateOptions& options);
 // Whether ptxas (CUDA 13.0, sm_90a) serializes the probe's wgmma for this configuration, each
 // waiting for the one before (C7511 / C7512): bf16 from registers with a group left in flight
 // and 8 k-steps a group, or 4 at n128. Such a kernel times the serial chain, not what it was
-// asked, so the probe refuses it.
-bool wgmma_rate_serialized_by_ptxas(bool e4m3, int n, int k_steps, int in_flight);
+// asked, so the probe refuses it (check_wgmma_rate_options) and does not compile it.
+constexpr bool wgmma_rate_serialized_by_ptxas(bool e4m3, int n, int k_steps, int in_flight) {
+  return !e4m3 && in_flight > 0 && (k_steps >= 8 || (k_steps >= 4 && n >= 128));
+}
 
 // Runs the probe and returns its results as JSON. Throws mxq::Error(kInvalidArgument) for an
 // option out of range (checked before any GPU is looked for), kUnsupported when no GPU is
