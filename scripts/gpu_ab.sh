@@ -58,8 +58,9 @@ stage() {
   (($# >= 1)) || die "stage: give at least one NAME=SOURCE"
   git rev-parse --git-dir >/dev/null 2>&1 || die "stage runs in a git checkout"
   local spec name source names=() tmp
+  local -A patch_lists=()  # NAME: its patches' absolute paths, one a line
   tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' RETURN
+  trap 'rm -rf "$tmp"' EXIT  # also when a check below exits
   # Check every spec before writing anything.
   for spec in "$@"; do
     [[ "$spec" == *=* ]] || die "stage: '$spec' is not NAME=SOURCE"
@@ -72,10 +73,11 @@ stage() {
       local rev=${source%%+*}
       git rev-parse --verify --quiet "$rev^{commit}" >/dev/null || die "stage: '$rev' (in $spec) is not a commit"
       if [[ "$source" == *+* ]]; then
-        local patch
+        local patch patches
         IFS='+' read -r -a patches <<<"${source#*+}"
         for patch in "${patches[@]}"; do
           [[ -f "$patch" ]] || die "stage: patch '$patch' (in $spec) is not a file"
+          patch_lists[$name]+="$(realpath_of "$patch")"$'\n'
         done
       fi
     fi
@@ -91,15 +93,12 @@ stage() {
         tar -c --null -T - | tar -x -C "$tree"
     else
       git archive "${source%%+*}" | tar -x -C "$tree"
-      if [[ "$source" == *+* ]]; then
-        IFS='+' read -r -a patches <<<"${source#*+}"
-        for patch in "${patches[@]}"; do
-          local patch_path
-          patch_path=$(realpath_of "$patch")
-          (cd "$tree" && git apply -p1 "$patch_path") ||
-            die "stage: $patch does not apply to ${source%%+*} (build $name)"
-        done
-      fi
+      local patch_path
+      while IFS= read -r patch_path; do
+        [[ -n "$patch_path" ]] || continue
+        (cd "$tree" && git apply -p1 "$patch_path") ||
+          die "stage: $patch_path does not apply to ${source%%+*} (build $name)"
+      done <<<"${patch_lists[$name]:-}"
     fi
     tar -czf "$tmp/$name.tar.gz" -C "$tree" .
     echo "staged $name ($source): $(du -h "$tmp/$name.tar.gz" | cut -f1)"
@@ -108,6 +107,8 @@ stage() {
   mkdir -p "$ab"
   for name in "${names[@]}"; do mv "$tmp/$name.tar.gz" "$ab/"; done
   printf '%s\n' "${names[@]}" >"$ab/builds"
+  rm -rf "$tmp"
+  trap - EXIT
   echo "carry [\".deps\", \".ab\"]; there: scripts/gpu_ab.sh build, then run / bench"
 }
 

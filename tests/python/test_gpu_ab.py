@@ -56,10 +56,13 @@ chmod +x build-gpu/mxq
     return root
 
 
-def _ab(repo: Path, *args: str, out: Path | None = None) -> subprocess.CompletedProcess:
+def _ab(repo: Path, *args: str, out: Path | None = None,
+        tmpdir: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     if out is not None:
         env["OUT"] = str(out)
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
     return subprocess.run(["bash", "scripts/gpu_ab.sh", *args], cwd=repo, capture_output=True,
                           text=True, env=env)
 
@@ -96,12 +99,15 @@ def test_stage_packs_a_commit_a_patched_commit_and_the_working_tree(repo):
     ("base=nosuchrev", "is not a commit"),
     ("base=HEAD+missing.patch", "is not a file"),
 ])
-def test_stage_refuses_a_bad_spec_and_keeps_what_was_staged(repo, spec, message):
+def test_stage_refuses_a_bad_spec_and_keeps_what_was_staged(repo, tmp_path, spec, message):
     assert _ab(repo, "stage", "kept=HEAD").returncode == 0
-    result = _ab(repo, "stage", "ok=HEAD", spec)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    result = _ab(repo, "stage", "ok=HEAD", spec, tmpdir=scratch)
     assert result.returncode == 2
     assert message in result.stderr
     assert (repo / ".ab" / "builds").read_text().split() == ["kept"]
+    assert list(scratch.iterdir()) == []  # its scratch folder went too
 
 
 def test_stage_refuses_a_patch_that_does_not_apply(repo):
@@ -109,9 +115,12 @@ def test_stage_refuses_a_patch_that_does_not_apply(repo):
     stale = _patch(repo, "stale.patch", "int stages = 5;\n", "int stages = 6;\n")
     _git(repo, "rm", "-q", "kernel.cuh")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "gone")
-    result = _ab(repo, "stage", f"p=HEAD+{stale}")
+    scratch = repo.parent / "scratch"
+    scratch.mkdir()
+    result = _ab(repo, "stage", f"p=HEAD+{stale}", tmpdir=scratch)
     assert result.returncode == 2
     assert "does not apply" in result.stderr
+    assert list(scratch.iterdir()) == []
     assert (repo / ".ab" / "builds").read_text().split() == ["kept"]
 
 
